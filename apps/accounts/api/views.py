@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
+from rest_framework.views import APIView
+
+from apps.accounts.models import ApiToken
+from apps.accounts.services import api_token_create, api_token_revoke
+from apps.core.errors import NotFound, ServiceError
+
+
+class TokenThrottle(AnonRateThrottle):
+    scope = "token"
+
+
+class TokenRequest(serializers.Serializer[Any]):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=256, style={"input_type": "password"})
+    name = serializers.CharField(max_length=100, required=False, default="api", help_text="A label for the token.")
+
+
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class ObtainTokenView(APIView):
+    """Exchange a username and password for a new API token (shown once)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes = [TokenThrottle]
+
+    @extend_schema(
+        request=TokenRequest,
+        responses={201: inline_serializer("TokenResponse", {"token": serializers.CharField(), "id": serializers.IntegerField()})},
+    )
+    def post(self, request: Request) -> Response:
+        data = TokenRequest(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(request._request, username=data.validated_data["username"], password=data.validated_data["password"])
+        if user is None:
+            raise ServiceError("Wrong username or password.", code="invalid_credentials")
+        token, key = api_token_create(user=user, name=data.validated_data["name"])
+        return Response({"token": key, "id": token.pk}, status=status.HTTP_201_CREATED)
+
+
+class TokenListView(APIView):
+    """Your API tokens (never the keys themselves)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses={200: TokenSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        tokens = ApiToken.objects.filter(user=request.user)
+        return Response(TokenSerializer(tokens, many=True).data)
+
+
+class TokenRevokeView(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        token = ApiToken.objects.filter(user=request.user, pk=pk).first()
+        if token is None:
+            raise NotFound("Not found.")
+        api_token_revoke(token=token)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from apps.accounts.models import ApiToken
+from apps.audit.services import audit_record
+
+# User keys start with "ty_"; agent credentials use another prefix, so neither can be
+# mistaken for the other even before the lookup.
+USER_TOKEN_PREFIX = "ty_"
+MAX_ACTIVE_TOKENS = 50
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    from apps.core.errors import FieldError
+
+    name = name.strip() or "token"
+    if len(name) > 100:
+        raise FieldError("name", "at most 100 characters")
+    if ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() >= MAX_ACTIVE_TOKENS:
+        raise FieldError("name", f"you already have {MAX_ACTIVE_TOKENS} active tokens; revoke one first")
+    key = USER_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, name=name, prefix=key[:10], key_hash=hash_key(key))
+    audit_record(action="api_token.create", target=token, actor=user, after={"name": name, "prefix": token.prefix})
+    return token, key
+
+
+@transaction.atomic
+def api_token_revoke(*, token: ApiToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit_record(action="api_token.revoke", target=token, after={"prefix": token.prefix})
+
+
+def api_token_user(*, key: str) -> AbstractBaseUser | None:
+    if not key.startswith(USER_TOKEN_PREFIX):
+        return None
+    token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key), revoked_at__isnull=True).first()
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    # Throttle the write: one update a minute per token is enough to show "last used".
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from rest_framework import permissions, serializers, viewsets
+
+from apps.audit.models import AuditEvent
+
+
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
+    actor = serializers.CharField(source="actor_label")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "at", "actor", "action", "object_type", "object_id", "object_repr", "team_id", "before", "after", "ip"]
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
+    """The audit log, for administrators only. Filters: action, object_type, object_id, actor."""
+
+    permission_classes = [permissions.IsAdminUser]
+    serializer_class = AuditEventSerializer
+
+    def get_queryset(self) -> QuerySet[AuditEvent]:
+        qs = AuditEvent.objects.all()
+        params = self.request.query_params
+        for field in ("action", "object_type", "object_id"):
+            if params.get(field):
+                qs = qs.filter(**{field: params[field]})
+        if params.get("actor"):
+            qs = qs.filter(actor_label=params["actor"])
+        return qs

@@ -1,0 +1,57 @@
+"""audit_record is the only writer of AuditEvent; services call it for every state change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from apps.audit.context import current
+from apps.audit.models import AuditEvent
+
+
+def audit_record(
+    *,
+    action: str,
+    target: models.Model | None = None,
+    object_type: str = "",
+    object_id: str | int = "",
+    team_id: int | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    actor: Any = None,
+    actor_label: str = "",
+) -> AuditEvent:
+    ctx = current()
+    user = actor if actor is not None else ctx.user
+    if user is not None and not getattr(user, "is_authenticated", False):
+        user = None
+    label = actor_label or ctx.label or (user.get_username() if user is not None else "system")
+    if target is not None:
+        object_type = object_type or target._meta.label_lower
+        object_id = object_id or str(target.pk)
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_label=label[:200],
+        action=action,
+        object_type=object_type,
+        object_id=str(object_id),
+        object_repr=str(target)[:300] if target is not None else "",
+        team_id=team_id,
+        before=before,
+        after=after,
+        ip=ctx.ip,
+    )
+
+
+def snapshot(obj: models.Model, fields: list[str]) -> dict[str, Any]:
+    """A JSON-safe copy of the named fields, for an event's before/after."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(obj, name)
+        if isinstance(value, models.Model):
+            value = value.pk
+        elif value is not None and not isinstance(value, (str, int, float, bool, list, dict)):
+            value = str(value)
+        out[name] = value
+    return out

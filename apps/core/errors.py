@@ -1,0 +1,132 @@
+"""Errors raised by services, and the one place that turns any error into the API's JSON shape.
+
+Every API error body is ``{"error": {"status", "code", "message", "fields"}}`` so scripts can
+rely on one shape whatever went wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+
+class ServiceError(Exception):
+    """A refusal by a service: bad input (400) unless a subclass says otherwise."""
+
+    status_code = 400
+    code = "invalid"
+
+    def __init__(self, message: str, *, fields: dict[str, list[str]] | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields or {}
+        if code:
+            self.code = code
+
+
+class FieldError(ServiceError):
+    """Bad input in one named field."""
+
+    def __init__(self, field: str, message: str, *, code: str | None = None) -> None:
+        super().__init__(f"{field}: {message}", fields={field: [message]}, code=code)
+
+
+class Conflict(ServiceError):
+    """The object is in a state where this action does not apply (409)."""
+
+    status_code = 409
+    code = "conflict"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    code = "not_found"
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
+def error_body(status_code: int, code: str, message: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"status": status_code, "code": code, "message": message, "fields": fields or {}}}
+
+
+def _flatten(detail: Any) -> dict[str, list[str]]:
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            if isinstance(value, (list, tuple)):
+                out[str(key)] = [str(v) if not isinstance(v, dict) else str(v) for v in value]
+            elif isinstance(value, dict):
+                for sub, msgs in _flatten(value).items():
+                    out[f"{key}.{sub}"] = msgs
+            else:
+                out[str(key)] = [str(value)]
+        return out
+    return {}
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ServiceError):
+        return Response(error_body(exc.status_code, exc.code, exc.message, exc.fields), status=exc.status_code)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    assert isinstance(exc, exceptions.APIException)
+    fields = _flatten(exc.detail) if isinstance(exc.detail, dict) else {}
+    if fields:
+        message = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in fields.items())
+        code = "invalid"
+    else:
+        message = str(exc.detail[0] if isinstance(exc.detail, list) and exc.detail else exc.detail)
+        code = exc.default_code if isinstance(exc.default_code, str) else "error"
+        if isinstance(exc.detail, exceptions.ErrorDetail):
+            code = exc.detail.code or code
+    response.data = error_body(response.status_code, code, message, fields)
+    return response
+
+
+def json_error_response(status_code: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(error_body(status_code, code, message), status=status_code)
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> Any:
+    if request.path.startswith("/api/"):
+        return json_error_response(status.HTTP_404_NOT_FOUND, "not_found", "Not found.")
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Http404())
+
+
+def handler500(request: HttpRequest) -> Any:
+    if request.path.startswith("/api/"):
+        return json_error_response(500, "server_error", "Internal server error; it has been logged.")
+    from django.views.defaults import server_error
+
+    return server_error(request)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> Any:
+    if request.path.startswith("/api/"):
+        return json_error_response(403, "forbidden", "You do not have permission to perform this action.")
+    from django.views.defaults import permission_denied
+
+    return permission_denied(request, exception or DjangoPermissionDenied())
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> Any:
+    if request.path.startswith("/api/"):
+        return json_error_response(400, "bad_request", "Bad request.")
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception or Exception())

@@ -1,0 +1,12 @@
+"""A registry other apps add their demo data to (see seed_demo)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class DemoSeeder(Protocol):
+    def __call__(self, *, users: dict[str, Any], teams: dict[str, Any], stdout: Any) -> None: ...
+
+
+DEMO_SEEDERS: list[DemoSeeder] = []

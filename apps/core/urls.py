@@ -1,0 +1,5 @@
+from django.urls import path
+
+from apps.core import views
+
+urlpatterns = [path("", views.home, name="home"), path("healthz", views.healthz, name="healthz")]

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+
+
+class PoolKind(models.TextChoices):
+    BATCH = "batch", "Batch"
+    INTERACTIVE = "interactive", "Interactive"
+
+
+class NodePool(models.Model):
+    """A hardware class: nodes in a pool are interchangeable for scheduling and billing."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+    kind = models.CharField(max_length=16, choices=PoolKind.choices, default=PoolKind.BATCH)
+    # Current list price; the billing app keeps dated prices so a change never rewrites the past.
+    price_per_device_hour = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal("0"))
+    carbon_g_per_kwh = models.DecimalField(max_digits=8, decimal_places=2, default=Decimal("400"))
+    # Per-pool scheduling policy knobs (see apps.scheduling); empty means the defaults.
+    policy = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeState(models.TextChoices):
+    READY = "ready", "Ready"
+    DRAINING = "draining", "Draining"
+    LOST = "lost", "Lost"
+    OFFLINE = "offline", "Offline"
+
+
+class Node(models.Model):
+    pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes")
+    hostname = models.CharField(max_length=253)
+    # The agent's stable identity (kept in its workdir) so a restarted agent is the same node.
+    agent_uid = models.CharField(max_length=64, unique=True)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)
+    address = models.CharField(max_length=253, blank=True, help_text="Address other ranks use to reach this node.")
+    cpus = models.PositiveIntegerField(default=0)
+    memory_bytes = models.BigIntegerField(default=0)
+    agent_version = models.CharField(max_length=50, blank=True)
+    protocol_version = models.PositiveIntegerField(default=1)
+    # Bumped on every (re-)registration: requests carrying an older session are refused.
+    session = models.PositiveIntegerField(default=0)
+    credential_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    drain_deadline = models.DateTimeField(null=True, blank=True)
+    last_status = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pool__name", "hostname"]
+
+    def __str__(self) -> str:
+        return f"{self.hostname} ({self.pool.name})"
+
+
+class DeviceKind(models.TextChoices):
+    GPU = "gpu", "GPU"
+    CPU = "cpu", "CPU slot"
+
+
+class Device(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=DeviceKind.choices)
+    uuid = models.CharField(max_length=100, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    memory_bytes = models.BigIntegerField(default=0)
+    utilization = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="device_unique_index_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}:{self.kind}{self.index}"
+
+
+class JoinToken(models.Model):
+    """Made by an admin per pool; an agent trades it for a node credential. Hashed at rest."""
+
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="join_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… for {self.pool.name}"

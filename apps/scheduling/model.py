@@ -1,0 +1,250 @@
+"""Plain data the scheduler core takes in and hands back.
+
+Everything here is a frozen, slotted dataclass or an enum, so the Django side can build the
+state from rows, the simulator can build it from a trace, and neither can mutate what the core
+is looking at. Times are seconds on any clock the caller likes (epoch seconds in the portal,
+trace seconds in the simulator); only differences between them matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+
+class PriorityClass(IntEnum):
+    """Ordered so that a larger value outranks a smaller one."""
+
+    LOW = 0
+    NORMAL = 1
+    URGENT = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class NodeState(StrEnum):
+    READY = "ready"
+    # A draining node keeps its running work but takes nothing new.
+    DRAINING = "draining"
+    # A lost node holds nothing the scheduler can use; its runs are requeued elsewhere.
+    LOST = "lost"
+
+
+class Ordering(StrEnum):
+    # Class first, then submission time: the baseline everyone understands.
+    FIFO = "fifo"
+    # Class (with aging), then guarantee, then the multifactor score (fair share x wait ratio).
+    PRIORITY = "priority"
+
+
+class Packing(StrEnum):
+    # Tightest node first, so whole nodes stay free for wide gangs.
+    BEST_FIT = "best_fit"
+    # Lowest node id first: simple and predictable, but scatters small jobs.
+    FIRST_FIT = "first_fit"
+
+
+class WaitCode(StrEnum):
+    """Why a queued job is not running. Values are stable: the API and pages show them."""
+
+    PLACED = "placed"
+    BUDGET = "budget"
+    QUOTA = "quota"
+    NO_HARDWARE = "no_hardware"
+    NO_POLICY = "unknown_pool"
+    GANG = "waiting_for_gang"
+    RESOURCES = "waiting_for_resources"
+    PREEMPTING = "preempting"
+    HIGHER_PRIORITY = "behind_higher_priority"
+    FAIR_SHARE = "fair_share"
+    IN_LINE = "behind_earlier_jobs"
+    BACKFILL_TOO_LONG = "would_delay_reserved_job"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: str
+    pool: str
+    total_devices: int
+    free_devices: int
+    state: NodeState = NodeState.READY
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A run that holds devices now.
+
+    `allocation` lists (node id, devices) for every node of the attempt. `predicted_end` is
+    when the runtime predictor expects it to finish; the core only uses it for reservations and
+    estimates, never to stop anything. `stopping` marks runs already told to stop (preempted or
+    cancelled) whose devices will come back soon; they are never chosen as victims twice.
+    """
+
+    id: str
+    team: str
+    pool: str
+    priority_class: PriorityClass
+    allocation: tuple[tuple[str, int], ...]
+    started_at: float
+    predicted_end: float
+    preemptible: bool = True
+    last_checkpoint_at: float | None = None
+    progress: float | None = None
+    stopping: bool = False
+
+    @property
+    def devices(self) -> int:
+        return sum(count for _, count in self.allocation)
+
+    def work_at_risk(self, now: float) -> float:
+        """Device-seconds lost if stopped now: work since the latest checkpoint (or start)."""
+        since = self.started_at if self.last_checkpoint_at is None else self.last_checkpoint_at
+        return max(0.0, now - max(since, self.started_at)) * self.devices
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A run waiting for devices: a gang of `nodes` nodes with `devices_per_node` each.
+
+    `blocked_reason`/`blocked_message` come from outside the scheduler (budget exhausted, held
+    by a user); such a job is listed with that reason and never placed.
+    """
+
+    id: str
+    team: str
+    pool: str
+    priority_class: PriorityClass
+    submitted_at: float
+    nodes: int
+    devices_per_node: int
+    predicted_runtime: float
+    preemptible: bool = True
+    blocked_reason: str | None = None
+    blocked_message: str = ""
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class TeamQuota:
+    """Devices a team is guaranteed in a pool, plus how many more it may borrow.
+
+    Borrowing only ever uses devices that are idle; `borrow_limit=None` means no cap beyond the
+    pool's size. A team without a quota row in a pool has a guarantee of 0 and may borrow freely.
+    """
+
+    team: str
+    pool: str
+    guaranteed_devices: int
+    borrow_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Per-pool rules. The defaults are the full Trainyard policy; see `explain_policy`."""
+
+    ordering: Ordering = Ordering.PRIORITY
+    backfill: bool = True
+    preemption: bool = True
+    packing: Packing = Packing.BEST_FIT
+    # How many blocked jobs at the front get a reservation that backfill must not delay.
+    # 1 is classic EASY backfill.
+    reserve_depth: int = 1
+    # Jobs that fit inside their team's guarantee go before jobs that would borrow.
+    guarantee_first: bool = True
+    # Aging between classes: a low job is treated as normal after waiting this long.
+    class_promotion_s: float = 12 * 3600.0
+    # Multifactor score: fair_share_factor ** fair_share_weight * (1 + aging * wait / size).
+    # `size` is the predicted runtime (at least `min_runtime_s`) times the job's devices
+    # raised to `width_exponent`: short, narrow jobs go first, and waiting raises everyone.
+    fair_share_weight: float = 1.0
+    aging: float = 1.0
+    width_exponent: float = 0.5
+    min_runtime_s: float = 600.0
+    # Half-life of the usage history that fair share looks at. The caller decays usage with it
+    # (see `decay_usage`); the core only reads it to explain itself.
+    fair_share_half_life_s: float = 3 * 24 * 3600.0
+    # Also reclaim borrowed devices (other teams' runs beyond their guarantee) for a job that
+    # fits inside its own team's guarantee, whatever the classes.
+    reclaim_borrowed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TeamUsage:
+    """Decayed device-seconds a team used recently in a pool (input to fair share)."""
+
+    team: str
+    pool: str
+    device_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    now: float
+    nodes: tuple[Node, ...]
+    running: tuple[RunningJob, ...] = ()
+    queued: tuple[QueuedJob, ...] = ()
+    quotas: tuple[TeamQuota, ...] = ()
+    usage: tuple[TeamUsage, ...] = ()
+    policies: Mapping[str, Policy] = field(default_factory=dict)
+    # Used for any pool without its own entry.
+    default_policy: Policy = Policy()
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job_id: str
+    pool: str
+    allocation: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    victim_id: str
+    for_job_id: str
+    reason: str
+    work_lost_device_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """One queued job's standing after the pass. Placed jobs are listed too (code PLACED)."""
+
+    job_id: str
+    pool: str
+    position: int
+    code: WaitCode
+    message: str
+    reserved_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fragmentation:
+    """Free devices after the pass, and how many of them no queued shape can use."""
+
+    pool: str
+    free_devices: int
+    usable_free_devices: int
+    stranded_devices: int
+    whole_free_nodes: int
+    largest_free_block: int
+
+    @property
+    def stranded_ratio(self) -> float:
+        return self.stranded_devices / self.free_devices if self.free_devices else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    placements: tuple[Placement, ...]
+    preemptions: tuple[Preemption, ...]
+    # Every queued job, in pool order (empty when the pass ran with explain=False).
+    queue: tuple[QueueEntry, ...]
+    fragmentation: tuple[Fragmentation, ...]
+    # Pool -> job ids in scheduling order; always filled, the estimator relies on it.
+    order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -1,0 +1,156 @@
+"""Free capacity of one pool during a pass: where a gang fits now, and when it would fit.
+
+Nodes are indexed by their free-device count (one sorted bucket per count), so best-fit is a
+walk up from the smallest count that fits and costs about the gang size, not the pool size.
+Reservations (EASY backfill) mark the nodes a blocked job will need: until its reserved start
+(`shadow`) those nodes take only jobs predicted to end before it, plus any devices the
+reservation leaves over (`spare`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Sequence
+
+from apps.scheduling.model import Node, NodeState, Packing, RunningJob
+
+INF = math.inf
+
+
+class PoolCapacity:
+    def __init__(self, nodes: Sequence[Node], running: Sequence[RunningJob], packing: Packing) -> None:
+        ordered = sorted(nodes, key=lambda n: n.id)
+        self.packing = packing
+        self.ids: list[str] = [n.id for n in ordered]
+        self.index: dict[str, int] = {node_id: i for i, node_id in enumerate(self.ids)}
+        # Draining and lost nodes stay in the index (running work lives there) but never take work.
+        self.ready: list[bool] = [n.state == NodeState.READY for n in ordered]
+        self.total: list[int] = [max(0, n.total_devices) for n in ordered]
+        self.free: list[int] = [
+            max(0, min(n.free_devices, n.total_devices)) if ready else 0
+            for n, ready in zip(ordered, self.ready, strict=True)
+        ]
+        self.max_devices = max(self.total, default=0)
+        self.buckets: list[list[int]] = [[] for _ in range(self.max_devices + 1)]
+        for i, f in enumerate(self.free):
+            if self.ready[i]:
+                self.buckets[f].append(i)
+        self.free_sum = sum(self.free)
+        self.shadow: list[float] = [INF] * len(ordered)
+        self.spare: list[int] = [self.max_devices] * len(ordered)
+        self.reserved: list[int] = [0] * len(ordered)
+        self._running = running
+        self._placed: list[tuple[int, float, int]] = []
+        self._releases: list[list[tuple[float, int]]] | None = None
+
+    # -- what fits now -------------------------------------------------------------------
+
+    def max_free(self) -> int:
+        for f in range(self.max_devices, 0, -1):
+            if self.buckets[f]:
+                return f
+        return 0
+
+    def count_free_at_least(self, devices: int) -> int:
+        return sum(len(self.buckets[f]) for f in range(max(devices, 0), self.max_devices + 1))
+
+    def ready_nodes_with_total(self, devices: int) -> int:
+        return sum(1 for i, t in enumerate(self.total) if self.ready[i] and t >= devices)
+
+    def _candidates(self, devices: int) -> Iterator[int]:
+        if self.packing == Packing.BEST_FIT:
+            # Tightest fit first; within a count, lowest node id (buckets stay sorted).
+            for f in range(devices, self.max_devices + 1):
+                yield from self.buckets[f]
+        else:
+            yield from heapq.merge(*self.buckets[devices:])
+
+    def find(self, nodes: int, devices: int, end: float, *, honour_reservations: bool = True) -> list[int] | None:
+        """Nodes for a gang of `nodes` x `devices` ending at `end`, or None (all-or-nothing)."""
+        if devices <= 0 or nodes <= 0 or devices > self.max_devices or nodes * devices > self.free_sum:
+            return None
+        chosen: list[int] = []
+        for i in self._candidates(devices):
+            if honour_reservations and end > self.shadow[i] and devices > self.spare[i]:
+                continue
+            chosen.append(i)
+            if len(chosen) == nodes:
+                return chosen
+        return None
+
+    def take(self, chosen: Sequence[int], devices: int, end: float) -> None:
+        for i in chosen:
+            old = self.free[i]
+            bucket = self.buckets[old]
+            del bucket[bisect_left(bucket, i)]
+            self.free[i] = old - devices
+            insort(self.buckets[old - devices], i)
+            if end > self.shadow[i]:
+                # Running past a reserved start is only allowed on devices the reservation spares.
+                self.spare[i] -= devices
+            self._placed.append((i, end, devices))
+            if self._releases is not None:
+                self._releases[i].append((end, devices))
+        self.free_sum -= devices * len(chosen)
+
+    def hold(self, chosen: Sequence[int], devices: int, now: float) -> None:
+        """Keep these nodes for a job that is waiting on preempted runs to stop."""
+        for i in chosen:
+            self.shadow[i] = min(self.shadow[i], now)
+            self.spare[i] = max(0, min(self.spare[i], self.free[i] - devices))
+            self.reserved[i] += devices
+
+    # -- when it would fit ----------------------------------------------------------------
+
+    def _release_lists(self) -> list[list[tuple[float, int]]]:
+        if self._releases is None:
+            releases: list[list[tuple[float, int]]] = [[] for _ in self.ids]
+            for run in self._running:
+                for node_id, count in run.allocation:
+                    i = self.index.get(node_id)
+                    if i is not None:
+                        releases[i].append((run.predicted_end, count))
+            for i, end, count in self._placed:
+                releases[i].append((end, count))
+            self._releases = releases
+        return self._releases
+
+    def reserve(self, nodes: int, devices: int, now: float) -> float | None:
+        """Reserve the earliest moment a gang fits, judged by predicted ends; None if never.
+
+        Earlier reservations keep their devices for good (conservative: a later reservation
+        never counts on devices an earlier one will hold), so reservations never collide.
+        """
+        releases = self._release_lists()
+        options: list[tuple[float, int, int]] = []
+        for i in range(len(self.ids)):
+            if not self.ready[i] or self.total[i] - self.reserved[i] < devices:
+                continue
+            avail = self.free[i] - self.reserved[i]
+            when = now if avail >= devices else INF
+            if when == INF:
+                for end, count in sorted(releases[i]):
+                    avail += count
+                    if avail >= devices:
+                        when = max(end, now)
+                        break
+            if when < INF:
+                # Among equally early nodes prefer the fuller one, as best-fit would.
+                options.append((when, self.total[i] - self.reserved[i], i))
+        if len(options) < nodes:
+            return None
+        chosen = heapq.nsmallest(nodes, options)
+        start = max(when for when, _, _ in chosen)
+        for _, _, i in chosen:
+            self.reserved[i] += devices
+            at_start = self.free[i] + sum(count for end, count in releases[i] if end <= start)
+            self.shadow[i] = min(self.shadow[i], start)
+            self.spare[i] = max(0, min(self.spare[i], at_start - self.reserved[i]))
+        return start
+
+    # -- figures ----------------------------------------------------------------------------
+
+    def whole_free_nodes(self) -> int:
+        return sum(1 for i, f in enumerate(self.free) if self.ready[i] and f == self.total[i] and f > 0)

@@ -1,0 +1,50 @@
+"""Reads scoped by membership. The scoped querysets here are what every view builds on."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from apps.tenants.models import ROLE_RANK, Membership, Project, Role, Team
+
+FINANCE_GROUP = "finance"
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+def user_is_finance(*, user: AnyUser) -> bool:
+    if not user.is_authenticated:
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    return user.groups.filter(name=FINANCE_GROUP).exists()  # type: ignore[union-attr]
+
+
+def team_ids_for_user(*, user: AnyUser) -> QuerySet[Team, int]:
+    """Ids of the teams the user belongs to; a subquery, so it never loads rows."""
+    if not user.is_authenticated:
+        return Team.objects.none().values_list("pk", flat=True)
+    if getattr(user, "is_superuser", False):
+        return Team.objects.values_list("pk", flat=True)
+    return Membership.objects.filter(user=user).values_list("team_id", flat=True)
+
+
+def team_list(*, user: AnyUser) -> QuerySet[Team]:
+    return Team.objects.filter(pk__in=team_ids_for_user(user=user))
+
+
+def project_list(*, user: AnyUser) -> QuerySet[Project]:
+    return Project.objects.filter(team_id__in=team_ids_for_user(user=user)).select_related("team")
+
+
+def role_for(*, user: AnyUser, team_id: int) -> str | None:
+    if not user.is_authenticated:
+        return None
+    if getattr(user, "is_superuser", False):
+        return Role.ADMIN
+    return Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
+
+
+def has_role(*, user: AnyUser, team_id: int, at_least: str) -> bool:
+    role = role_for(user=user, team_id=team_id)
+    return role is not None and ROLE_RANK[Role(role)] >= ROLE_RANK[Role(at_least)]

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from apps.tenants.models import Membership, Project
+from apps.tenants.selectors import project_list, team_list
+
+# Other apps add panels to the project page (spend, recent runs) without this app importing
+# them: each registers a callable (request, project) -> {"template", "data"} or None.
+PROJECT_PANELS: list[Callable[[HttpRequest, Project], dict[str, Any] | None]] = []
+
+
+@login_required
+def project_list_page(request: HttpRequest) -> HttpResponse:
+    roles = dict(Membership.objects.filter(user=request.user).values_list("team_id", "role"))
+    projects = list(project_list(user=request.user))
+    teams = []
+    for team in team_list(user=request.user):
+        team.role = roles.get(team.pk)  # type: ignore[attr-defined]
+        team.project_rows = [p for p in projects if p.team_id == team.pk]  # type: ignore[attr-defined]
+        teams.append(team)
+    return render(request, "tenants/project_list.html", {"teams": teams})
+
+
+@login_required
+def project_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
+    project = get_object_or_404(project_list(user=request.user), pk=pk)
+    members = Membership.objects.filter(team=project.team).select_related("user")
+    panels = [panel for panel in (make(request, project) for make in PROJECT_PANELS) if panel]
+    return render(request, "tenants/project_detail.html", {"project": project, "members": members, "panels": panels})

@@ -1,0 +1,32 @@
+"""Celery settings: chosen so that no task is lost when a worker or Redis dies.
+
+Tasks are idempotent and take ids, so late acks (a task is acknowledged only after it ran) are
+safe: a worker killed mid-task leaves the message to be redelivered after the visibility timeout.
+"""
+
+from __future__ import annotations
+
+from portal.settings.env import env_int, env_str
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Longer than any task may run: an unacked task is redelivered after this many seconds.
+    "visibility_timeout": env_int("TRAINYARD_CELERY_VISIBILITY_TIMEOUT_S", 600),
+}
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "scheduler-pass": {"task": "scheduling.pass", "schedule": 10.0, "options": {"queue": "default"}},
+    "nodes-sweep-lost": {"task": "nodes.sweep_lost", "schedule": 5.0, "options": {"queue": "default"}},
+    "billing-accrue": {"task": "billing.accrue", "schedule": 30.0, "options": {"queue": "default"}},
+}

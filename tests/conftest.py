@@ -1,0 +1,49 @@
+"""The fixed cast every test can use, and the real services tests need (Redis, a live stack).
+
+The cast (healthchecks' alice/bob/charlie idea): alice is an engineer-admin of team vision,
+bob of team nlp, victor a viewer in vision, carol finance, and an admin superuser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from rest_framework.test import APIClient
+
+from apps.tenants.models import Project, Role, Team
+from apps.tenants.selectors import FINANCE_GROUP
+from apps.tenants.services import membership_set, project_create, team_create
+
+pytest_plugins = ["tests.fixtures.services"]
+
+
+class Cast:
+    def __init__(self, django_user_model: Any) -> None:
+        User = django_user_model
+        self.vision: Team = team_create(slug="vision", name="Vision")
+        self.nlp: Team = team_create(slug="nlp", name="NLP")
+        self.digits: Project = project_create(team=self.vision, slug="digits", name="Digits")
+        self.tinylm: Project = project_create(team=self.nlp, slug="tiny-lm", name="Tiny LM")
+        self.alice = User.objects.create_user("alice", "alice@example.com", "pw-alice-123456")
+        self.bob = User.objects.create_user("bob", "bob@example.com", "pw-bob-1234567")
+        self.victor = User.objects.create_user("victor", "victor@example.com", "pw-victor-12345")
+        self.carol = User.objects.create_user("carol", "carol@example.com", "pw-carol-123456")
+        self.outsider = User.objects.create_user("oscar", "oscar@example.com", "pw-oscar-123456")
+        self.admin = User.objects.create_superuser("admin", "admin@example.com", "pw-admin-123456")
+        membership_set(team=self.vision, user=self.alice, role=Role.ADMIN)
+        membership_set(team=self.nlp, user=self.bob, role=Role.ADMIN)
+        membership_set(team=self.vision, user=self.victor, role=Role.VIEWER)
+        self.carol.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
+
+    def client(self, user: Any) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+
+@pytest.fixture
+def cast(db: Any, django_user_model: Any) -> Cast:
+    return Cast(django_user_model)
