@@ -1,0 +1,456 @@
+"""Trainyard scheduler core: cluster state in, decisions out. No Django, no clock, no dice.
+
+The portal (a Celery task on every submit/finish and on a beat) and the trace simulator both
+build a `ClusterState` and call `schedule(state)`. The answer says which queued jobs start
+where, which runs to stop for whom, and, for every queued job, its place in line and why it
+waits. The same input always gives the same answer: every sort breaks ties on time, then id.
+
+The rules, per pool, in the order they apply:
+
+1. Eligibility. A job held from outside (budget) waits with that reason. A job whose shape no
+   set of ready nodes could ever hold waits with "no such hardware". A team may hold at most
+   its guaranteed devices plus its borrowing limit in a pool; beyond that its jobs wait for
+   quota and do not hold up anyone else.
+2. Order. Urgent before normal before low; a low job that waited long enough competes as
+   normal (aging between classes). Within a class, jobs that fit inside their team's unused
+   guarantee go first, so idle guaranteed devices reach their owners before borrowers (the
+   Kueue cohort idea). Then a multifactor score ranks jobs: the team's fair-share factor
+   (Slurm's 2^-(recent use / entitled share), from usage decayed with a half-life) times the
+   job's wait ratio (wait plus a floor, over predicted runtime times sqrt(width)). Short jobs
+   start sooner, which lowers mean completion time; every minute of waiting raises a job, so
+   nothing starves. The FIFO ordering (class, then submission time) is there for comparison.
+3. Placement. A gang gets all its nodes at once or nothing. Best-fit packing puts a job on the
+   fullest node it fits, keeping whole nodes free for wide gangs.
+4. Backfill (EASY). The first `reserve_depth` jobs that do not fit get a reservation: the
+   earliest time, by predicted ends of running work, when their gang fits, on specific nodes.
+   A later job may start now only if it leaves those reservations intact: it is predicted to
+   end before the reserved start, or it uses devices the reservation does not need. Without
+   backfill the first blocked job stops everyone behind it.
+5. Preemption. A job that does not fit may stop preemptible runs of a lower class that are
+   beyond their team's guarantee (never a run inside a guarantee). Victims are chosen to lose
+   the least work since their last checkpoint. The job then waits for them to stop, with its
+   nodes held so nothing else slips in.
+
+Fragmentation figures count free devices that no queued shape could use after the pass.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from apps.scheduling.model import (
+    ClusterState,
+    Decision,
+    Fragmentation,
+    Node,
+    NodeState,
+    Ordering,
+    Packing,
+    Placement,
+    Policy,
+    Preemption,
+    PriorityClass,
+    QueuedJob,
+    QueueEntry,
+    RunningJob,
+    TeamQuota,
+    TeamUsage,
+    WaitCode,
+)
+from apps.scheduling.placement import INF, PoolCapacity
+from apps.scheduling.policies import (
+    decay_usage,
+    effective_class,
+    explain_policy,
+    fair_share_factors,
+    guarantees_by_team,
+    limits_by_team,
+    order_queue,
+    runs_within_guarantee,
+    team_usage_devices,
+)
+from apps.scheduling.preempt import plan_preemption
+
+__all__ = [
+    "ClusterState",
+    "Decision",
+    "Fragmentation",
+    "Node",
+    "NodeState",
+    "Ordering",
+    "Packing",
+    "Placement",
+    "Policy",
+    "Preemption",
+    "PriorityClass",
+    "QueueEntry",
+    "QueuedJob",
+    "RunningJob",
+    "TeamQuota",
+    "TeamUsage",
+    "WaitCode",
+    "decay_usage",
+    "explain_policy",
+    "schedule",
+]
+
+
+def _fmt_wait(seconds: float) -> str:
+    if seconds < 90:
+        return "about a minute"
+    if seconds < 5400:
+        return f"about {round(seconds / 60)} minutes"
+    if seconds < 2 * 86400:
+        return f"about {seconds / 3600:.1f} hours"
+    return f"about {seconds / 86400:.1f} days"
+
+
+@dataclass(slots=True)
+class _Blocker:
+    job: QueuedJob
+    effective: PriorityClass
+    reserved_start: float | None
+
+
+@dataclass(slots=True)
+class _PoolPass:
+    pool: str
+    now: float
+    policy: Policy
+    nodes: Sequence[Node]
+    running: Sequence[RunningJob]
+    queued: Sequence[QueuedJob]
+    quotas: Sequence[TeamQuota]
+    usage: dict[str, float]
+    explain: bool
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    entries: list[QueueEntry] = field(default_factory=list)
+    order: tuple[str, ...] = ()
+    fragmentation: Fragmentation | None = None
+
+    def run(self) -> None:
+        policy, now = self.policy, self.now
+        cap = PoolCapacity(self.nodes, self.running, policy.packing)
+        held = team_usage_devices(self.running)
+        guarantees = guarantees_by_team(self.quotas, self.pool)
+        capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
+        limits = limits_by_team(self.quotas, self.pool, capacity)
+        fair_share: dict[str, float] = {}
+        if policy.ordering == Ordering.PRIORITY and policy.fair_share_weight > 0:
+            teams = {j.team for j in self.queued}
+            fair_share = fair_share_factors(teams | set(self.usage), self.usage, guarantees)
+        ordered = order_queue(
+            self.queued, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share
+        )
+        self.order = tuple(j.id for j in ordered)
+
+        # Preemption setup: which runs are borrowed, and the lowest class among the borrowed
+        # preemptible ones (a job of that class or lower has nobody to preempt).
+        within_run: dict[str, bool] = {}
+        lowest_victim: int | None = None
+        if policy.preemption:
+            within_run = runs_within_guarantee(self.running, guarantees)
+            lowest_victim = min(
+                (
+                    int(r.priority_class)
+                    for r in self.running
+                    if r.preemptible and not r.stopping and not within_run[r.id]
+                ),
+                default=None,
+            )
+        taken: set[str] = set()
+        preempt_failed: dict[tuple[tuple[int, int], str], int] = {}
+        hardware: dict[tuple[int, int], bool] = {}
+        failed_end: dict[tuple[int, int], float] = {}
+        blockers: list[_Blocker] = []
+        reservations = 0
+        stop_all = False
+
+        for position, job in enumerate(ordered, start=1):
+            shape = (job.nodes, job.devices_per_node)
+            if job.blocked_reason is not None:
+                self._entry(job, position, WaitCode.BUDGET, job.blocked_message or job.blocked_reason)
+                continue
+            if shape not in hardware:
+                hardware[shape] = job.nodes >= 1 and cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
+            if not hardware[shape]:
+                self._no_hardware(job, position, cap)
+                continue
+            limit = limits.get(job.team, capacity)
+            if held.get(job.team, 0) + job.devices > limit:
+                self._entry(
+                    job,
+                    position,
+                    WaitCode.QUOTA,
+                    f"Team {job.team} holds {held.get(job.team, 0)} of the {limit} devices it may use in pool "
+                    f"{self.pool} (guaranteed {guarantees.get(job.team, 0)} plus borrowing); this job needs "
+                    f"{job.devices} more.",
+                )
+                continue
+            klass = effective_class(job, now, policy)
+            if stop_all:
+                self._behind(job, klass, position, blockers, fair_share)
+                continue
+            end = now + max(job.predicted_runtime, 0.0)
+            if end < failed_end.get(shape, INF):
+                chosen = cap.find(job.nodes, job.devices_per_node, end)
+                if chosen is not None:
+                    cap.take(chosen, job.devices_per_node, end)
+                    held[job.team] = held.get(job.team, 0) + job.devices
+                    alloc = tuple((cap.ids[i], job.devices_per_node) for i in chosen)
+                    self.placements.append(Placement(job.id, self.pool, alloc))
+                    if self.explain:
+                        where = ", ".join(f"{n} ({c})" for n, c in alloc)
+                        self._entry(job, position, WaitCode.PLACED, f"Starting on {where}.")
+                    continue
+                # Capacity only shrinks and reservations only tighten during a pass, so any later
+                # job of this shape that runs at least as long cannot fit either.
+                failed_end[shape] = end
+
+            if lowest_victim is not None:
+                reclaiming = policy.reclaim_borrowed and held.get(job.team, 0) + job.devices <= guarantees.get(
+                    job.team, 0
+                )
+                # Victims only get scarcer during a pass: once a shape found none for a class,
+                # later jobs of that shape and no higher class find none either.
+                memo = (shape, job.team if reclaiming else "")
+                if (reclaiming or int(klass) > lowest_victim) and int(klass) > preempt_failed.get(memo, -1):
+                    if self._try_preempt(job, klass, reclaiming, position, cap, within_run, taken):
+                        blockers.append(_Blocker(job, klass, now))
+                        continue
+                    preempt_failed[memo] = int(klass)
+
+            if reservations < max(1, policy.reserve_depth):
+                reservations += 1
+                start = cap.reserve(job.nodes, job.devices_per_node, now)
+                blockers.append(_Blocker(job, klass, start))
+                if not policy.backfill:
+                    stop_all = True
+                if self.explain:
+                    self._head(job, position, start, cap)
+                continue
+            self._behind(job, klass, position, blockers, fair_share, cap=cap)
+
+        if self.explain:
+            self.fragmentation = self._fragmentation(cap, ordered, hardware)
+
+    # -- preemption -------------------------------------------------------------------------
+
+    def _try_preempt(
+        self,
+        job: QueuedJob,
+        klass: PriorityClass,
+        reclaim: bool,
+        position: int,
+        cap: PoolCapacity,
+        within_run: dict[str, bool],
+        taken: set[str],
+    ) -> bool:
+
+        def eligible(run: RunningJob) -> bool:
+            if not run.preemptible or within_run.get(run.id, False):
+                return False
+            if run.priority_class < klass:
+                return True
+            return reclaim and run.team != job.team
+
+        plan = plan_preemption(
+            cap=cap,
+            running=self.running,
+            eligible=eligible,
+            taken=taken,
+            nodes=job.nodes,
+            devices=job.devices_per_node,
+            now=self.now,
+        )
+        if plan is None:
+            return False
+        cap.hold(plan.nodes, job.devices_per_node, self.now)
+        held_ids = {cap.ids[i] for i in plan.nodes}
+        for run in self.running:
+            if run.stopping and any(node_id in held_ids for node_id, _ in run.allocation):
+                taken.add(run.id)
+        for victim in plan.victims:
+            taken.add(victim.id)
+            why = "lower class" if victim.priority_class < klass else "borrowed devices reclaimed"
+            self.preemptions.append(
+                Preemption(
+                    victim_id=victim.id,
+                    for_job_id=job.id,
+                    reason=(
+                        f"{why}: run {victim.id} ({victim.priority_class.label}, team {victim.team}) is beyond "
+                        f"its team's guarantee and makes room for {klass.label} job {job.id}"
+                    ),
+                    work_lost_device_s=victim.work_at_risk(self.now),
+                )
+            )
+        if self.explain:
+            if plan.victims:
+                msg = f"Stopping {len(plan.victims)} lower-priority run(s) to make room; starts when they have stopped."
+            else:
+                msg = "Waiting for runs that are already stopping to release their devices."
+            self._entry(job, position, WaitCode.PREEMPTING, msg, reserved_start=self.now)
+        return True
+
+    # -- reasons ----------------------------------------------------------------------------
+
+    def _entry(
+        self, job: QueuedJob, position: int, code: WaitCode, message: str, reserved_start: float | None = None
+    ) -> None:
+        if self.explain:
+            self.entries.append(QueueEntry(job.id, self.pool, position, code, message, reserved_start))
+
+    def _no_hardware(self, job: QueuedJob, position: int, cap: PoolCapacity) -> None:
+        if not self.explain:
+            return
+        largest = max((t for i, t in enumerate(cap.total) if cap.ready[i]), default=0)
+        if job.devices_per_node > largest:
+            msg = (
+                f"No ready node in pool {self.pool} has {job.devices_per_node} devices "
+                f"(the largest has {largest})."
+            )
+        else:
+            have = cap.ready_nodes_with_total(job.devices_per_node)
+            msg = (
+                f"The job needs {job.nodes} nodes with {job.devices_per_node} devices each; pool "
+                f"{self.pool} has {have} such ready nodes."
+            )
+        self._entry(job, position, WaitCode.NO_HARDWARE, msg)
+
+    def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
+        when = "" if start is None else f" Reserved to start in {_fmt_wait(start - self.now)}."
+        if job.nodes > 1:
+            ready = cap.count_free_at_least(job.devices_per_node)
+            msg = (
+                f"Waiting for {job.nodes} nodes with {job.devices_per_node} free devices at once; "
+                f"{ready} such nodes are free now.{when}"
+            )
+            self._entry(job, position, WaitCode.GANG, msg, start)
+        else:
+            msg = f"Next in line for {job.devices_per_node} devices on one node in pool {self.pool}.{when}"
+            self._entry(job, position, WaitCode.RESOURCES, msg, start)
+
+    def _behind(
+        self,
+        job: QueuedJob,
+        klass: PriorityClass,
+        position: int,
+        blockers: list[_Blocker],
+        fair_share: dict[str, float],
+        cap: PoolCapacity | None = None,
+    ) -> None:
+        if not self.explain:
+            return
+        first = blockers[0] if blockers else None
+        ahead = first.job.id if first is not None else "earlier jobs"
+        if cap is not None and cap.find(job.nodes, job.devices_per_node, INF, honour_reservations=False):
+            msg = (
+                "Devices are free, but by its predicted runtime this job would delay the reserved "
+                f"start of job {ahead}."
+            )
+            self._entry(job, position, WaitCode.BACKFILL_TOO_LONG, msg)
+            return
+        if first is not None and first.effective > klass:
+            msg = f"Waiting behind {first.effective.label}-priority job {ahead} and others ahead of it."
+            self._entry(job, position, WaitCode.HIGHER_PRIORITY, msg)
+            return
+        mine = fair_share.get(job.team, 1.0)
+        if first is not None and first.job.team != job.team and fair_share.get(first.job.team, 1.0) > mine:
+            msg = (
+                f"Team {job.team} used more than its share of pool {self.pool} recently; jobs of teams "
+                f"with less recent use go first (position {position})."
+            )
+            self._entry(job, position, WaitCode.FAIR_SHARE, msg)
+            return
+        msg = f"Position {position} in pool {self.pool}; waiting behind job {ahead} and others ahead of it."
+        self._entry(job, position, WaitCode.IN_LINE, msg)
+
+    def _fragmentation(
+        self, cap: PoolCapacity, ordered: Sequence[QueuedJob], hardware: dict[tuple[int, int], bool]
+    ) -> Fragmentation:
+        placed = {p.job_id for p in self.placements}
+        waiting_shapes = sorted(
+            {
+                (j.nodes, j.devices_per_node)
+                for j in ordered
+                if j.id not in placed and j.blocked_reason is None and hardware.get((j.nodes, j.devices_per_node))
+            }
+        )
+        free_total = cap.free_sum
+        if waiting_shapes:
+            fits = [d for k, d in waiting_shapes if cap.count_free_at_least(d) >= k]
+            smallest = min(fits) if fits else cap.max_devices + 1
+            usable = sum(f for i, f in enumerate(cap.free) if cap.ready[i] and f >= smallest)
+        else:
+            # Nothing is waiting, so idle devices are idle, not stranded.
+            usable = free_total
+        return Fragmentation(
+            pool=self.pool,
+            free_devices=free_total,
+            usable_free_devices=usable,
+            stranded_devices=free_total - usable,
+            whole_free_nodes=cap.whole_free_nodes(),
+            largest_free_block=cap.max_free(),
+        )
+
+
+def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
+    """One scheduling pass over every pool.
+
+    `explain=False` skips the per-job reasons and fragmentation figures (the simulator and
+    estimator do not need them); placements, preemptions and order are the same either way.
+    """
+    nodes_by_pool: dict[str, list[Node]] = defaultdict(list)
+    for node in state.nodes:
+        nodes_by_pool[node.pool].append(node)
+    running_by_pool: dict[str, list[RunningJob]] = defaultdict(list)
+    for run in state.running:
+        running_by_pool[run.pool].append(run)
+    queued_by_pool: dict[str, list[QueuedJob]] = defaultdict(list)
+    for job in state.queued:
+        queued_by_pool[job.pool].append(job)
+    usage_by_pool: dict[str, dict[str, float]] = defaultdict(dict)
+    for use in state.usage:
+        usage_by_pool[use.pool][use.team] = usage_by_pool[use.pool].get(use.team, 0.0) + use.device_seconds
+
+    placements: list[Placement] = []
+    preemptions: list[Preemption] = []
+    entries: list[QueueEntry] = []
+    fragmentation: list[Fragmentation] = []
+    order: dict[str, tuple[str, ...]] = {}
+    for pool in sorted(set(nodes_by_pool) | set(queued_by_pool)):
+        if pool not in nodes_by_pool and explain:
+            for position, job in enumerate(sorted(queued_by_pool[pool], key=lambda j: (j.submitted_at, j.id)), 1):
+                entries.append(
+                    QueueEntry(job.id, pool, position, WaitCode.NO_POLICY, f"Pool {pool} has no nodes registered.")
+                )
+            continue
+        work = _PoolPass(
+            pool=pool,
+            now=state.now,
+            policy=state.policies.get(pool, state.default_policy),
+            nodes=nodes_by_pool.get(pool, []),
+            running=sorted(running_by_pool.get(pool, []), key=lambda r: r.id),
+            queued=queued_by_pool.get(pool, []),
+            quotas=state.quotas,
+            usage=usage_by_pool.get(pool, {}),
+            explain=explain,
+        )
+        work.run()
+        placements.extend(work.placements)
+        preemptions.extend(work.preemptions)
+        order[pool] = work.order
+        if explain:
+            entries.extend(sorted(work.entries, key=lambda e: e.position))
+            if work.fragmentation is not None:
+                fragmentation.append(work.fragmentation)
+    return Decision(
+        placements=tuple(placements),
+        preemptions=tuple(preemptions),
+        queue=tuple(entries),
+        fragmentation=tuple(fragmentation),
+        order=order,
+    )

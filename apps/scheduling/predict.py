@@ -1,0 +1,220 @@
+"""Runtime prediction from finished runs only, and from live progress when a run reports it.
+
+A queued run is predicted from the recent finished runs most like it: same team, template
+(job type), parameters and devices; when those are too few, the predictor widens step by step
+(dropping parameters, then the device count, then the team) and finally falls back to the
+template's maximum runtime. The point estimate is a quantile of that history (the median by
+default: durations are heavy-tailed, so means mislead), with a low/high quantile range.
+
+A running run is predicted from its progress (steps done, total steps, current rate) when it
+reports them; otherwise from the same history conditioned on having already run `elapsed_s`
+(a run that outlived most of its peers is probably one of the long ones).
+
+Only runs that have finished feed the history; the run being predicted never does.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+HistoryKey = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    team: str
+    job_type: str
+    devices: int
+    runtime_s: float
+    finished_at: float
+    # Normalised parameters that change runtime (e.g. "epochs=10,batch=64"); "" if unknown.
+    params_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    steps_done: float
+    total_steps: float
+    steps_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeQuery:
+    team: str
+    job_type: str
+    devices: int
+    params_key: str = ""
+    template_max_runtime_s: float | None = None
+    # For a running job: how long it has run so far, and its live progress if reported.
+    elapsed_s: float = 0.0
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimePrediction:
+    """Predicted total runtime (from start), with a plausible range and what it rests on."""
+
+    runtime_s: float
+    low_s: float
+    high_s: float
+    basis: str
+    samples: int = 0
+
+
+def _quantile(sorted_values: list[float], q: float, start: int = 0) -> float:
+    """Linear-interpolated quantile of sorted_values[start:] without copying it."""
+    n = len(sorted_values) - start
+    pos = q * (n - 1)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_values[start + lo] * (1 - frac) + sorted_values[start + hi] * frac
+
+
+class _Window:
+    """The last `size` samples of one history key, kept both in arrival and in sorted order."""
+
+    __slots__ = ("arrival", "ordered", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.arrival: deque[float] = deque()
+        self.ordered: list[float] = []
+
+    def add(self, value: float) -> None:
+        self.arrival.append(value)
+        insort(self.ordered, value)
+        if len(self.arrival) > self.size:
+            old = self.arrival.popleft()
+            del self.ordered[bisect_right(self.ordered, old) - 1]
+
+
+class RuntimePredictor:
+    """Incremental predictor: `observe` each run as it finishes, `predict` any time."""
+
+    LEVELS = ("team+type+params+devices", "team+type+devices", "team+type", "type+devices", "type")
+
+    def __init__(
+        self,
+        *,
+        quantile: float = 0.5,
+        low_quantile: float = 0.2,
+        high_quantile: float = 0.8,
+        window: int = 64,
+        min_samples: int = 3,
+        default_runtime_s: float = 3600.0,
+    ) -> None:
+        self.quantile = quantile
+        self.low_quantile = low_quantile
+        self.high_quantile = high_quantile
+        self.window = window
+        self.min_samples = min_samples
+        self.default_runtime_s = default_runtime_s
+        self._history: dict[HistoryKey, _Window] = {}
+        self._cache: dict[tuple[HistoryKey, ...], RuntimePrediction] = {}
+
+    @staticmethod
+    def _keys(team: str, job_type: str, devices: int, params_key: str) -> tuple[HistoryKey, ...]:
+        d = str(devices)
+        return (
+            ("p", team, job_type, params_key, d),
+            ("d", team, job_type, d),
+            ("t", team, job_type),
+            ("g", job_type, d),
+            ("j", job_type),
+        )
+
+    def observe(self, run: FinishedRun) -> None:
+        for key in self._keys(run.team, run.job_type, run.devices, run.params_key):
+            window = self._history.get(key)
+            if window is None:
+                window = self._history[key] = _Window(self.window)
+            window.add(max(0.0, run.runtime_s))
+        # Invalidate everything: cheap, and a finished run can change several cached answers.
+        self._cache.clear()
+
+    def predict(self, query: RuntimeQuery) -> RuntimePrediction:
+        if query.progress is not None and query.progress.steps_per_s > 0 and query.progress.total_steps > 0:
+            return self._from_progress(query)
+        keys = self._keys(query.team, query.job_type, query.devices, query.params_key)
+        if query.elapsed_s <= 0:
+            cache_key = (*keys, ("max", str(query.template_max_runtime_s)))
+            hit = self._cache.get(cache_key)
+            if hit is None:
+                hit = self._cache[cache_key] = self._from_history(keys, query, 0.0)
+            return hit
+        return self._from_history(keys, query, query.elapsed_s)
+
+    def _from_progress(self, query: RuntimeQuery) -> RuntimePrediction:
+        assert query.progress is not None
+        p = query.progress
+        remaining = max(0.0, p.total_steps - p.steps_done) / p.steps_per_s
+        runtime = query.elapsed_s + remaining
+        if query.template_max_runtime_s is not None:
+            runtime = min(runtime, max(query.template_max_runtime_s, query.elapsed_s))
+        # Rates drift (evaluation passes, contention); a +-20% band on what is left is honest.
+        return RuntimePrediction(
+            runtime_s=runtime,
+            low_s=query.elapsed_s + 0.8 * remaining,
+            high_s=query.elapsed_s + 1.2 * remaining,
+            basis="live progress",
+        )
+
+    def _from_history(
+        self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float
+    ) -> RuntimePrediction:
+        cap = query.template_max_runtime_s
+        fallback: tuple[int, _Window, int] | None = None
+        for level, key in enumerate(keys):
+            window = self._history.get(key)
+            if window is None:
+                continue
+            # Condition on survival: only peers that ran longer than this run already has.
+            start = bisect_right(window.ordered, elapsed) if elapsed > 0 else 0
+            count = len(window.ordered) - start
+            if count >= self.min_samples:
+                return self._summarise(window, start, level, cap, elapsed)
+            if count > 0 and fallback is None:
+                fallback = (level, window, start)
+        if fallback is not None:
+            level, window, start = fallback
+            return self._summarise(window, start, level, cap, elapsed)
+        if cap is not None and cap > elapsed:
+            return RuntimePrediction(runtime_s=cap, low_s=max(elapsed, cap * 0.1), high_s=cap, basis="template maximum")
+        # Nothing to go on, or it outlived every peer: heavy tails say it is about half done.
+        runtime = max(self.default_runtime_s, 2.0 * elapsed)
+        return RuntimePrediction(
+            runtime_s=runtime, low_s=max(elapsed, runtime * 0.5), high_s=runtime * 2.0, basis="no history"
+        )
+
+    def _summarise(
+        self, window: _Window, start: int, level: int, cap: float | None, elapsed: float
+    ) -> RuntimePrediction:
+        values = window.ordered
+        point = _quantile(values, self.quantile, start)
+        low = _quantile(values, self.low_quantile, start)
+        high = _quantile(values, self.high_quantile, start)
+        if cap is not None:
+            point, low, high = (min(v, max(cap, elapsed)) for v in (point, low, high))
+        return RuntimePrediction(
+            runtime_s=max(point, elapsed),
+            low_s=max(low, elapsed),
+            high_s=max(high, point, elapsed),
+            basis=f"history: {self.LEVELS[level]}",
+            samples=len(values) - start,
+        )
+
+
+def predict_runtime(history: Iterable[FinishedRun], query: RuntimeQuery, *, now: float) -> RuntimePrediction:
+    """One-shot prediction from a list of runs (e.g. loaded from the database).
+
+    Runs that had not finished by `now` are ignored, so replaying the past never peeks ahead.
+    """
+    predictor = RuntimePredictor()
+    for run in sorted(history, key=lambda r: r.finished_at):
+        if run.finished_at <= now:
+            predictor.observe(run)
+    return predictor.predict(query)
