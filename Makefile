@@ -1,0 +1,33 @@
+# Trainyard: `make run` brings everything up on the embedded defaults; `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast lint bench clean-var
+
+$(STAMP): requirements.txt sdk/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch is pinned to 2.13.0 (CPU build on machines without CUDA); never let a resolver pick a newer one.
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e sdk
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m portal.launch
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not live and not browser and not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy apps portal agents sdk/trainyard
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean-var:
+	rm -rf var
