@@ -56,7 +56,7 @@ class Launcher:
         return result.stdout
 
     def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        log = open(self.logs / f"{name}.log", "ab")
         # Own session: Ctrl-C reaches only this launcher, which then stops the children in order.
         proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append((name, proc))
@@ -100,7 +100,7 @@ class Launcher:
                              "--workdir", str(self.var / "agent")])
         print(f"\nTrainyard is up at {url}/")
         print("Demo logins (password trainyard-demo): alice (vision engineer), bob (nlp engineer), carol (finance), admin")
-        print("API docs: {0}/api/docs/   Press Ctrl-C to stop everything.\n".format(url))
+        print(f"API docs: {url}/api/docs/   Press Ctrl-C to stop everything.\n")
         self.supervise()
 
     def supervise(self) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -21,7 +21,7 @@ def hash_key(key: str) -> str:
 
 
 @transaction.atomic
-def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
     from apps.core.errors import FieldError
 
     name = name.strip() or "token"
@@ -43,7 +43,7 @@ def api_token_revoke(*, token: ApiToken) -> None:
         audit_record(action="api_token.revoke", target=token, after={"prefix": token.prefix})
 
 
-def api_token_user(*, key: str) -> AbstractBaseUser | None:
+def api_token_user(*, key: str) -> User | None:
     if not key.startswith(USER_TOKEN_PREFIX):
         return None
     token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key), revoked_at__isnull=True).first()

@@ -13,6 +13,7 @@ from apps.accounts.models import ApiToken
 from apps.accounts.services import api_token_create, api_token_revoke
 from apps.audit.middleware import client_ip
 from apps.core.errors import ServiceError
+from apps.core.users import signed_in_user
 
 LOGIN_LIMIT = 10  # failed attempts per address and username per 15 minutes
 LOGIN_WINDOW_S = 15 * 60
@@ -43,13 +44,13 @@ def tokens_page(request: HttpRequest) -> HttpResponse:
     new_key = None
     if request.method == "POST":
         if request.POST.get("action") == "revoke":
-            token = get_object_or_404(ApiToken, user=request.user, pk=request.POST.get("token"))
+            token = get_object_or_404(ApiToken, user=signed_in_user(request), pk=request.POST.get("token"))
             api_token_revoke(token=token)
             messages.info(request, f"Token {token.prefix}… revoked.")
         else:
             try:
-                _, new_key = api_token_create(user=request.user, name=request.POST.get("name", ""))
+                _, new_key = api_token_create(user=signed_in_user(request), name=request.POST.get("name", ""))
             except ServiceError as exc:
                 messages.error(request, exc.message)
-    tokens = ApiToken.objects.filter(user=request.user)
+    tokens = ApiToken.objects.filter(user=signed_in_user(request))
     return render(request, "accounts/tokens.html", {"tokens": tokens, "new_key": new_key})

@@ -16,7 +16,7 @@ class AuditContext:
     ip: str | None = None
 
 
-_current: contextvars.ContextVar[AuditContext] = contextvars.ContextVar("audit_context", default=AuditContext(label="system"))
+_current: contextvars.ContextVar[AuditContext] = contextvars.ContextVar("audit_context", default=AuditContext(label="system"))  # noqa: B039 (frozen, so safe to share)
 
 
 def current() -> AuditContext:

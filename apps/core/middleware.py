@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from apps.core.errors import error_body
@@ -32,5 +32,5 @@ class DatabaseUnavailableMiddleware:
         return None
 
 
-def _is_lock_timeout(exc: DatabaseError) -> bool:
+def _is_lock_timeout(exc: Exception) -> bool:
     return "locked" in str(exc).lower()

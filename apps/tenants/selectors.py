@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from apps.tenants.models import ROLE_RANK, Membership, Project, Role, Team
 
 FINANCE_GROUP = "finance"
 
-AnyUser = AbstractBaseUser | AnonymousUser
+AnyUser = User | AnonymousUser
 
 
 def user_is_finance(*, user: AnyUser) -> bool:
@@ -17,10 +19,10 @@ def user_is_finance(*, user: AnyUser) -> bool:
         return False
     if getattr(user, "is_superuser", False):
         return True
-    return user.groups.filter(name=FINANCE_GROUP).exists()  # type: ignore[union-attr]
+    return user.groups.filter(name=FINANCE_GROUP).exists()
 
 
-def team_ids_for_user(*, user: AnyUser) -> QuerySet[Team, int]:
+def team_ids_for_user(*, user: AnyUser) -> QuerySet[Any, int]:
     """Ids of the teams the user belongs to; a subquery, so it never loads rows."""
     if not user.is_authenticated:
         return Team.objects.none().values_list("pk", flat=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from apps.audit.services import audit_record, snapshot
@@ -72,7 +72,7 @@ def project_delete(*, project: Project) -> None:
 
 
 @transaction.atomic
-def membership_set(*, team: Team, user: AbstractBaseUser, role: str = Role.ENGINEER) -> Membership:
+def membership_set(*, team: Team, user: User, role: str = Role.ENGINEER) -> Membership:
     """Adds the user to the team, or changes their role; idempotent."""
     Role(role)  # raises ValueError on an unknown role
     existing = Membership.objects.select_for_update().filter(team=team, user=user).first()

@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from apps.core.users import signed_in_user
 from apps.tenants.models import Membership, Project
 from apps.tenants.selectors import project_list, team_list
 
@@ -17,7 +18,7 @@ PROJECT_PANELS: list[Callable[[HttpRequest, Project], dict[str, Any] | None]] = 
 
 @login_required
 def project_list_page(request: HttpRequest) -> HttpResponse:
-    roles = dict(Membership.objects.filter(user=request.user).values_list("team_id", "role"))
+    roles = dict(Membership.objects.filter(user=signed_in_user(request)).values_list("team_id", "role"))
     projects = list(project_list(user=request.user))
     teams = []
     for team in team_list(user=request.user):

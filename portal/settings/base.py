@@ -84,7 +84,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": SQLITE_PATH,
+            "NAME": str(SQLITE_PATH),
             "OPTIONS": {
                 # Several processes (web, worker, beat) share the file: WAL lets readers go on
                 # while one writes, IMMEDIATE takes the write lock up front so two writers queue
@@ -175,4 +175,4 @@ LOGGING = {
     "loggers": {"django.server": {"level": "WARNING"}},
 }
 
-from portal.settings.celery import *  # noqa: E402,F401,F403
+from portal.settings.celery import *  # noqa: E402, F403

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.settings.base import *  # noqa: F401,F403
+from portal.settings.base import *  # noqa: F403
 from portal.settings.base import DEFAULT_SECRET_KEY, SECRET_KEY
 from portal.settings.env import env_bool, env_int
 

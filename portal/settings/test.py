@@ -3,7 +3,7 @@ DATABASE_URL is set), fast password hashing, mail kept in memory."""
 
 from __future__ import annotations
 
-from portal.settings.base import *  # noqa: F401,F403
+from portal.settings.base import *  # noqa: F403
 from portal.settings.env import env_bool
 
 DEBUG = False
@@ -14,7 +14,7 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 CELERY_TASK_ALWAYS_EAGER = env_bool("TRAINYARD_CELERY_EAGER", True)
 CELERY_TASK_EAGER_PROPAGATES = True
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"login": "1000/min", "token": "1000/min"}}  # noqa: F405
-STORAGES = {  # noqa: F405
+STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from apps.accounts.models import ApiToken
 from apps.accounts.services import api_token_create, api_token_revoke
 from apps.core.errors import NotFound, ServiceError
+from apps.core.users import signed_in_user
 
 
 class TokenThrottle(AnonRateThrottle):
@@ -60,7 +61,7 @@ class TokenListView(APIView):
 
     @extend_schema(responses={200: TokenSerializer(many=True)})
     def get(self, request: Request) -> Response:
-        tokens = ApiToken.objects.filter(user=request.user)
+        tokens = ApiToken.objects.filter(user=signed_in_user(request))
         return Response(TokenSerializer(tokens, many=True).data)
 
 
@@ -69,7 +70,7 @@ class TokenRevokeView(APIView):
 
     @extend_schema(request=None, responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
-        token = ApiToken.objects.filter(user=request.user, pk=pk).first()
+        token = ApiToken.objects.filter(user=signed_in_user(request), pk=pk).first()
         if token is None:
             raise NotFound("Not found.")
         api_token_revoke(token=token)

@@ -13,7 +13,7 @@ from django.db.models import Model, QuerySet
 from rest_framework import permissions, viewsets
 from rest_framework.request import Request
 
-from apps.audit.context import _current, AuditContext
+from apps.audit.context import AuditContext, _current
 from apps.audit.middleware import client_ip
 from apps.tenants.selectors import has_role, team_ids_for_user
 

@@ -18,7 +18,7 @@ class TeamSerializer(serializers.ModelSerializer[Team]):
 
 
 class ProjectSerializer(serializers.ModelSerializer[Project]):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     full_slug = serializers.CharField(read_only=True)
 
     class Meta:

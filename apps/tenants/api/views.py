@@ -29,7 +29,7 @@ class TeamViewSet(ScopedReadOnlyViewSet):
     serializer_class = TeamSerializer
 
     def get_serializer_context(self) -> dict[str, Any]:
-        context = super().get_serializer_context()
+        context = dict(super().get_serializer_context())
         user = self.request.user
         if user.is_authenticated:
             context["roles"] = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
