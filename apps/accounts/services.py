@@ -4,6 +4,7 @@ import hashlib
 import secrets
 
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -14,6 +15,29 @@ from apps.audit.services import audit_record
 # mistaken for the other even before the lookup.
 USER_TOKEN_PREFIX = "ty_"
 MAX_ACTIVE_TOKENS = 50
+# Failed password checks per address and username (login form and token endpoint together)
+# before both refuse that pair for the window. The cache must be shared by every web process
+# (production.py points it at Redis) or each process would count on its own.
+LOGIN_LIMIT = 10
+LOGIN_WINDOW_S = 15 * 60
+
+
+def _login_key(ip: str | None, username: str) -> str:
+    return f"login-fail:{ip}:{username[:150].lower()}"
+
+
+def login_lockout_active(*, ip: str | None, username: str) -> bool:
+    return int(cache.get(_login_key(ip, username), 0)) >= LOGIN_LIMIT
+
+
+def login_failure_record(*, ip: str | None, username: str) -> None:
+    key = _login_key(ip, username)
+    # add+incr is atomic on shared caches; get+set would lose counts under concurrent guesses.
+    cache.add(key, 0, LOGIN_WINDOW_S)
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, LOGIN_WINDOW_S)
 
 
 def hash_key(key: str) -> str:

@@ -1,3 +1,7 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.runs import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("runs/new/", views.run_new_page, name="run-new"),
+]

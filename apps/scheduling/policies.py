@@ -29,6 +29,20 @@ def decay_usage(device_seconds: float, elapsed_s: float, half_life_s: float) -> 
     return device_seconds * math.pow(0.5, max(0.0, elapsed_s) / half_life_s)
 
 
+def accrue_usage(device_seconds: float, devices: float, elapsed_s: float, half_life_s: float) -> float:
+    """Decay old usage over `elapsed_s` and add `devices` held throughout, decayed exactly.
+
+    The integral of devices * 2^(-age / half_life) over the interval, so the result does not
+    depend on how often the caller updates it.
+    """
+    if elapsed_s <= 0:
+        return device_seconds
+    if half_life_s <= 0:
+        return 0.0
+    kept = math.pow(0.5, elapsed_s / half_life_s)
+    return device_seconds * kept + devices * half_life_s / math.log(2.0) * (1.0 - kept)
+
+
 def fair_share_factors(
     teams: Iterable[str],
     usage: Mapping[str, float],

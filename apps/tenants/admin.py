@@ -42,7 +42,9 @@ class TeamAdmin(ServiceAdmin):
     def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
         with self._act(request):
             if change:
-                services.team_update(team=obj, slug=obj.slug, name=obj.name)
+                # The form already wrote its values onto obj: give the service the stored row,
+                # or the event's "before" would show the new values.
+                services.team_update(team=Team.objects.get(pk=obj.pk), slug=obj.slug, name=obj.name)
             else:
                 created = services.team_create(slug=obj.slug, name=obj.name)
                 obj.pk = created.pk
@@ -61,7 +63,8 @@ class ProjectAdmin(ServiceAdmin):
     def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
         with self._act(request):
             if change:
-                services.project_update(project=obj, name=obj.name, slug=obj.slug, description=obj.description, team=obj.team)
+                stored = Project.objects.get(pk=obj.pk)  # see TeamAdmin.save_model
+                services.project_update(project=stored, name=obj.name, slug=obj.slug, description=obj.description, team=obj.team)
             else:
                 created = services.project_create(team=obj.team, slug=obj.slug, name=obj.name, description=obj.description)
                 obj.pk = created.pk
@@ -75,6 +78,11 @@ class ProjectAdmin(ServiceAdmin):
 class MembershipAdmin(ServiceAdmin):
     list_display = ["team", "user", "role"]
     list_filter = ["team", "role"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> list[str]:
+        # membership_set keys on (team, user): changing either would quietly add a second
+        # membership and leave the old one. Only the role changes; anything else is delete + add.
+        return ["team", "user"] if obj is not None else []
 
     def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
         with self._act(request):

@@ -37,6 +37,8 @@ def team_update(*, team: Team, **changes: Any) -> Team:
 
 @transaction.atomic
 def team_delete(*, team: Team) -> None:
+    # Record what is stored, not what a possibly stale instance says.
+    team = Team.objects.select_for_update().get(pk=team.pk)
     before = snapshot(team, TEAM_FIELDS)
     pk = team.pk
     audit_record(action="team.delete", target=team, team_id=pk, before=before)
@@ -67,6 +69,7 @@ def project_update(*, project: Project, **changes: Any) -> Project:
 
 @transaction.atomic
 def project_delete(*, project: Project) -> None:
+    project = Project.objects.select_for_update().select_related("team").get(pk=project.pk)  # see team_delete
     audit_record(action="project.delete", target=project, team_id=project.team_id, before=snapshot(project, PROJECT_FIELDS))
     project.delete()
 
@@ -92,6 +95,7 @@ def membership_set(*, team: Team, user: User, role: str = Role.ENGINEER) -> Memb
 
 @transaction.atomic
 def membership_delete(*, membership: Membership) -> None:
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)  # see team_delete
     audit_record(
         action="membership.delete", target=membership, team_id=membership.team_id, before=snapshot(membership, MEMBERSHIP_FIELDS)
     )

@@ -1,1 +1,95 @@
-"""Models arrive with this app's issue."""
+"""What runs report as metrics, stored so any chart reads a bounded number of rows.
+
+MetricPoint holds one row per (run, key, step): a resumed attempt that re-logs a step replaces
+the value, and a replayed batch changes nothing. Non-finite values keep their meaning in
+``flag`` with ``value`` NULL, so no aggregate ever sees a fake number.
+
+MetricRollup keeps min/max/sum/count per bucket of steps at a few bucket sizes (LEVELS), and
+MetricSummary one row per (run, key). Both are recomputed from the level below for exactly the
+buckets a batch touched, in the batch's transaction (apps.tracking.services), so they always
+equal a recomputation from the raw points.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+# Bucket sizes, in steps, of rollup levels 0, 1, 2; each level is 16 buckets of the one below.
+LEVELS: tuple[int, ...] = (64, 1024, 16384)
+LEVEL_FANOUT = 16
+
+
+class Flag(models.IntegerChoices):
+    FINITE = 0, "finite"
+    NAN = 1, "NaN"
+    POS_INF = 2, "Infinity"
+    NEG_INF = 3, "-Infinity"
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=250)
+    step = models.BigIntegerField()
+    value = models.FloatField(null=True, blank=True, help_text="NULL when the value is not finite (see flag).")
+    flag = models.SmallIntegerField(choices=Flag.choices, default=Flag.FINITE)
+    wall_time = models.FloatField(help_text="Unix time the job logged the value.")
+    attempt = models.PositiveIntegerField(help_text="Attempt number that logged it.")
+
+    class Meta:
+        db_table = "tracking_metricpoint"
+        constraints = [models.UniqueConstraint(fields=["run", "key", "step"], name="metricpoint_unique_step")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.key}@{self.step}"
+
+
+class _Aggregate(models.Model):
+    """Columns shared by a rollup bucket and a summary: aggregates over finite values, plus
+    counts of each non-finite kind so a chart can still say a bucket held an infinity."""
+
+    count = models.BigIntegerField(default=0)
+    finite_count = models.BigIntegerField(default=0)
+    sum = models.FloatField(default=0.0)
+    min = models.FloatField(null=True, blank=True)
+    max = models.FloatField(null=True, blank=True)
+    nan_count = models.BigIntegerField(default=0)
+    posinf_count = models.BigIntegerField(default=0)
+    neginf_count = models.BigIntegerField(default=0)
+    first_step = models.BigIntegerField(default=0)
+    last_step = models.BigIntegerField(default=0)
+    first_wall = models.FloatField(default=0.0)
+    last_wall = models.FloatField(default=0.0)
+
+    class Meta:
+        abstract = True
+
+
+class MetricRollup(_Aggregate):
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=250)
+    level = models.SmallIntegerField()
+    bucket = models.BigIntegerField(help_text="step // LEVELS[level]")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key", "level", "bucket"], name="metricrollup_unique_bucket")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.key} L{self.level}#{self.bucket}"
+
+
+class MetricSummary(_Aggregate):
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=250)
+    first_value = models.FloatField(null=True, blank=True)
+    first_flag = models.SmallIntegerField(default=Flag.FINITE)
+    last_value = models.FloatField(null=True, blank=True)
+    last_flag = models.SmallIntegerField(default=Flag.FINITE)
+    # Wall time of the point at last_step (last_wall is the latest wall time seen).
+    last_step_wall = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="metricsummary_unique_key")]
+        indexes = [models.Index(fields=["key", "run"])]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.key} summary"

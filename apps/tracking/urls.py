@@ -1,3 +1,10 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.tracking import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("runs/", views.runs_list_page, name="run-list"),
+    path("runs/<int:pk>/", views.run_detail_page, name="run-detail"),
+    path("compare/", views.compare_page, name="compare"),
+    path("compare/export.csv", views.compare_csv, name="compare-csv"),
+]

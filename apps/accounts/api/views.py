@@ -12,9 +12,15 @@ from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
 from apps.accounts.models import ApiToken
-from apps.accounts.services import api_token_create, api_token_revoke
+from apps.accounts.services import api_token_create, api_token_revoke, login_failure_record, login_lockout_active
+from apps.audit.middleware import client_ip
 from apps.core.errors import NotFound, ServiceError
 from apps.core.users import signed_in_user
+
+
+class LockedOut(ServiceError):
+    status_code = 429
+    code = "locked_out"
 
 
 class TokenThrottle(AnonRateThrottle):
@@ -47,8 +53,13 @@ class ObtainTokenView(APIView):
     def post(self, request: Request) -> Response:
         data = TokenRequest(data=request.data)
         data.is_valid(raise_exception=True)
-        user = authenticate(request._request, username=data.validated_data["username"], password=data.validated_data["password"])
+        username, ip = data.validated_data["username"], client_ip(request._request)
+        # The same lockout as the login form: a script must not get unlimited password guesses.
+        if login_lockout_active(ip=ip, username=username):
+            raise LockedOut("Too many failed attempts for this user from your address; try again in 15 minutes.")
+        user = authenticate(request._request, username=username, password=data.validated_data["password"])
         if user is None:
+            login_failure_record(ip=ip, username=username)
             raise ServiceError("Wrong username or password.", code="invalid_credentials")
         token, key = api_token_create(user=user, name=data.validated_data["name"])
         return Response({"token": key, "id": token.pk}, status=status.HTTP_201_CREATED)

@@ -1,3 +1,7 @@
-from django.urls import URLPattern, URLResolver
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.jobtemplates.api.views import JobTemplateViewSet
+
+router = SimpleRouter()
+router.register("templates", JobTemplateViewSet, basename="template")
+urlpatterns = router.urls

@@ -1,3 +1,15 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.tracking.api import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("agent/metrics/", views.MetricIngestView.as_view(), name="agent-metrics"),
+    path("runs/<int:pk>/metrics/", views.RunMetricsView.as_view(), name="run-metrics"),
+    path("runs/<int:pk>/metrics/keys/", views.RunMetricKeysView.as_view(), name="run-metric-keys"),
+    path("runs/<int:pk>/checkpoints/", views.RunCheckpointsView.as_view(), name="run-checkpoints"),
+    path("runs/<int:run_pk>/checkpoints/<int:pk>/download/", views.CheckpointDownloadView.as_view(),
+         name="run-checkpoint-download"),
+    path("runs/<int:pk>/logs/", views.RunLogsView.as_view(), name="run-logs"),
+    path("runs/<int:pk>/energy/", views.RunEnergyView.as_view(), name="run-energy"),
+    path("compare/", views.CompareView.as_view(), name="compare-api"),
+]
