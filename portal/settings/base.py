@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "apps.tracking",
     "apps.scheduling",
     "apps.billing",
+    "apps.webhooks",
 ]
 
 MIDDLEWARE = [
