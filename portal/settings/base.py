@@ -167,6 +167,10 @@ DEFAULT_FROM_EMAIL = env_str("TRAINYARD_FROM_EMAIL", "trainyard@localhost")
 TRAINYARD_NODE_TIMEOUT_S = env_int("TRAINYARD_NODE_TIMEOUT_S", 30)
 TRAINYARD_GANG_START_TIMEOUT_S = env_int("TRAINYARD_GANG_START_TIMEOUT_S", 120)
 
+# Code snapshots for the custom template: upload size, and what they may unpack to.
+TRAINYARD_MAX_SNAPSHOT_BYTES = env_int("TRAINYARD_MAX_SNAPSHOT_BYTES", 20 * 1024 * 1024)
+TRAINYARD_MAX_SNAPSHOT_UNPACKED_BYTES = env_int("TRAINYARD_MAX_SNAPSHOT_UNPACKED_BYTES", 200 * 1024 * 1024)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
