@@ -16,7 +16,7 @@ from apps.tenants.models import Project, Role, Team
 from apps.tenants.selectors import FINANCE_GROUP
 from apps.tenants.services import membership_set, project_create, team_create
 
-pytest_plugins = ["tests.fixtures.services", "tests.fixtures.live"]
+pytest_plugins = ["tests.fixtures.services", "tests.fixtures.live", "tests.fixtures.browser"]
 
 
 class Cast:

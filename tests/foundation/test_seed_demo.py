@@ -1,0 +1,47 @@
+"""`seed_demo` (run by every `make run`) creates the CONTRACT.md demo data and is idempotent."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+from django.apps import apps
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from apps.tenants.models import Membership, Project, Role, Team
+from apps.tenants.selectors import user_is_finance
+
+DEMO_PASSWORD = "trainyard-demo"
+
+
+def _counts() -> dict[str, int]:
+    return {model._meta.label: model._default_manager.count() for model in apps.get_models()}
+
+
+def test_seed_demo_creates_the_contract_data_and_is_idempotent(db: Any) -> None:
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    first = _counts()
+    call_command("seed_demo", stdout=StringIO())
+    second = _counts()
+    changed = {label: (first[label], second[label]) for label in first if first[label] != second[label]}
+    assert not changed, f"a second seed_demo changed these tables (first, second): {changed}"
+    assert "alice" in out.getvalue() and DEMO_PASSWORD in out.getvalue()
+
+    User = get_user_model()
+    for name in ("alice", "bob", "carol", "admin"):
+        user = User.objects.get(username=name)
+        assert user.check_password(DEMO_PASSWORD), name
+    assert User.objects.get(username="admin").is_superuser
+    assert not User.objects.get(username="alice").is_staff
+    assert user_is_finance(user=User.objects.get(username="carol"))
+    assert not user_is_finance(user=User.objects.get(username="alice"))
+
+    assert set(Team.objects.values_list("slug", flat=True)) >= {"vision", "nlp"}
+    assert Project.objects.filter(team__slug="vision", slug="digits").exists()
+    assert Project.objects.filter(team__slug="nlp", slug="tiny-lm").exists()
+    roles = dict(Membership.objects.values_list("user__username", "team__slug"))
+    assert roles.get("alice") == "vision" and roles.get("bob") == "nlp"
+    assert not Membership.objects.filter(user__username="alice", team__slug="nlp").exists()
+    assert Membership.objects.get(user__username="alice").role in (Role.ENGINEER, Role.ADMIN)
