@@ -1,0 +1,203 @@
+"""Tracking API: metric ingestion for agents, and scoped reads for users."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.http import FileResponse, Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.core.api.scoped import ScopedMixin
+from apps.core.errors import FieldError
+from apps.nodes.auth import AgentAPIView
+from apps.runs.models import Checkpoint, Run
+from apps.tracking import selectors
+from apps.tracking.services import MAX_BODY_BYTES, PayloadTooLarge, metric_batch_ingest, metric_batch_parse
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise FieldError(name, "must be an integer") from None
+    if not lo <= value <= hi:
+        raise FieldError(name, f"must be between {lo} and {hi}")
+    return value
+
+
+def _float_param(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise FieldError(name, "must be a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise FieldError(name, "must be a finite number")
+    return value
+
+
+def _series_query(request: Request) -> selectors.SeriesQuery:
+    x = request.query_params.get("x", "step")
+    if x not in ("step", "time"):
+        raise FieldError("x", "must be 'step' or 'time'")
+    return selectors.SeriesQuery(
+        max_points=_int_param(request, "max_points", selectors.DEFAULT_MAX_POINTS, 1, selectors.MAX_MAX_POINTS),
+        x=x, start=_float_param(request, "start"), end=_float_param(request, "end"),
+    )
+
+
+def _key_list(request: Request, name: str) -> list[str]:
+    raw = ",".join(request.query_params.getlist(name))
+    keys = [k.strip() for k in raw.split(",") if k.strip()]
+    if len(keys) > selectors.COMPARE_MAX_KEYS:
+        raise FieldError(name, f"{len(keys)} keys; the limit is {selectors.COMPARE_MAX_KEYS}")
+    return list(dict.fromkeys(keys))
+
+
+class MetricIngestView(AgentAPIView):
+    """POST /api/v1/agent/metrics/: one batch of points for the attempt the node runs."""
+
+    parser_classes: list[Any] = []  # the body is read and bounded here, never by DRF's parsers
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT},
+        description=(
+            'Body {"attempt_id", "attempt", "points": [[key, step, value, wall_time], ...]} with at most 10,000 points and '
+            '4 MB. Values are numbers or "NaN"/"Infinity"/"-Infinity". 409 means the attempt is stale or the run finished: '
+            "stop sending. Any other 4xx rejects the whole batch; nothing of it is stored."
+        ),
+        tags=["agent"],
+    )
+    def post(self, request: Request) -> Response:
+        declared = request.META.get("CONTENT_LENGTH") or ""
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"body of {declared} bytes is larger than the limit of {MAX_BODY_BYTES} bytes")
+        # Read past the limit by one byte, from the raw stream: Django's own body size check
+        # would answer a bigger body with a 400 that does not say what the limit is.
+        body = request._request.read(MAX_BODY_BYTES + 1)
+        batch = metric_batch_parse(body=body)
+        accepted = metric_batch_ingest(node_id=self.node.pk, batch=batch)
+        return Response({"accepted": accepted})
+
+
+class _RunScoped(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+    queryset = Run.objects.select_related("project__team", "template", "pool")
+    team_path = "project__team"
+
+
+_SERIES_PARAMS = [
+    OpenApiParameter("max_points", int, description="At most this many buckets per series (1-5000, default 500)."),
+    OpenApiParameter("x", str, enum=["step", "time"], description="x axis: step (default) or wall time (Unix seconds)."),
+    OpenApiParameter("start", float, description="Lowest x to include."),
+    OpenApiParameter("end", float, description="Highest x to include."),
+]
+
+
+class RunMetricsView(_RunScoped):
+    @extend_schema(
+        parameters=[OpenApiParameter("key", str, required=True, description="Metric key; several comma-separated."), *_SERIES_PARAMS],
+        responses={200: OpenApiTypes.OBJECT},
+        description="Downsampled series: per bucket x, mean, min and max; true_min/true_max are the series' exact extremes.",
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = self.get_object()
+        keys = _key_list(request, "key")
+        if not keys:
+            raise FieldError("key", "required: the metric key (see metrics/keys/)")
+        series = selectors.metric_series_for_runs(run_ids=[run.pk], keys=keys, q=_series_query(request))
+        return Response({"run": run.pk, "series": series})
+
+
+class RunMetricKeysView(_RunScoped):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="Per-key summaries (count, first, last, min, max, last step) "
+                   "and the run's status and progress, for live pages.")
+    def get(self, request: Request, pk: int) -> Response:
+        run = self.get_object()
+        summaries = selectors.metric_summaries(run_ids=[run.pk])[run.pk]
+        return Response({
+            "run": {"id": run.pk, "status": run.status, "status_reason": run.status_reason, "is_finished": run.is_finished,
+                    "progress": selectors.run_progress(run=run), "cost": str(selectors.run_cost(run=run))},
+            "keys": [selectors.summary_dict(s) for s in summaries.values()],
+        })
+
+
+class RunCheckpointsView(_RunScoped):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request, pk: int) -> Response:
+        return Response({"checkpoints": selectors.checkpoint_list(run=self.get_object())})
+
+
+class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+    queryset = Checkpoint.objects.all()
+    team_path = "run__project__team"
+
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request: Request, run_pk: int, pk: int) -> FileResponse:
+        ckpt = self.get_object()
+        if ckpt.run_id != run_pk or not ckpt.stored_path or ckpt.deleted_at is not None:
+            raise Http404
+        root = Path(settings.MEDIA_ROOT).resolve()
+        path = (root / ckpt.stored_path).resolve()
+        # stored_path comes from an agent upload: never follow it out of MEDIA_ROOT.
+        if root not in path.parents or not path.is_file():
+            raise Http404
+        return FileResponse(path.open("rb"), as_attachment=True, filename=ckpt.file_name or path.name)
+
+
+class RunLogsView(_RunScoped):
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int, description="Cursor: the last chunk id seen (0 to start)."),
+                    OpenApiParameter("limit", int, description="Chunks per page, 1-1000 (default 200).")],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = self.get_object()
+        after = _int_param(request, "after", 0, 0, 2**62)
+        limit = _int_param(request, "limit", 200, 1, 1000)
+        return Response(selectors.log_chunks(run=run, after=after, limit=limit))
+
+
+class RunEnergyView(_RunScoped):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="Energy samples per device and the cumulative total.")
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(selectors.energy_series(run=self.get_object()))
+
+
+class CompareView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+    queryset = Run.objects.select_related("project__team", "template", "pool", "init_checkpoint", "code_snapshot")
+    team_path = "project__team"
+
+    @extend_schema(
+        parameters=[OpenApiParameter("runs", str, required=True, description="2-50 comma-separated run ids."),
+                    OpenApiParameter("keys", str, description="Metric keys (default: all, up to 20)."), *_SERIES_PARAMS],
+        responses={200: OpenApiTypes.OBJECT},
+        description="Params, lineage and summaries side by side with a diff, and downsampled series per run and key.",
+    )
+    def get(self, request: Request) -> Response:
+        raw = ",".join(request.query_params.getlist("runs"))
+        try:
+            ids = list(dict.fromkeys(int(part) for part in raw.split(",") if part.strip()))
+        except ValueError:
+            raise FieldError("runs", "must be comma-separated run ids") from None
+        if not selectors.COMPARE_MIN_RUNS <= len(ids) <= selectors.COMPARE_MAX_RUNS:
+            raise FieldError("runs", f"{len(ids)} runs; compare takes {selectors.COMPARE_MIN_RUNS} to {selectors.COMPARE_MAX_RUNS}")
+        found = {r.pk: r for r in self.get_queryset().filter(pk__in=ids)}
+        if len(found) != len(ids):
+            raise Http404
+        q = _series_query(request)
+        if "max_points" not in request.query_params:
+            q = selectors.SeriesQuery(max_points=200, x=q.x, start=q.start, end=q.end)
+        data = selectors.run_compare(runs=[found[i] for i in ids], keys=_key_list(request, "keys") or None, q=q)
+        return Response(data)

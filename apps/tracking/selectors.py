@@ -1,0 +1,332 @@
+"""Reads for tracking: chart series from the right rollup level, summaries, comparison,
+checkpoints, logs and energy. Callers pass runs already scoped to the user (the API views get
+them through ScopedMixin), so nothing here widens what a user can see."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from apps.runs import selectors as run_selectors
+from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
+from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
+from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
+
+DEFAULT_MAX_POINTS = 500
+MAX_MAX_POINTS = 5000
+COMPARE_MIN_RUNS = 2
+COMPARE_MAX_RUNS = 50
+COMPARE_MAX_KEYS = 20
+_NONFINITE = {Flag.NAN.value: math.nan, Flag.POS_INF.value: math.inf, Flag.NEG_INF.value: -math.inf}
+
+
+def _value(value: float | None, flag: int) -> float:
+    return _NONFINITE[flag] if flag else float(value if value is not None else math.nan)
+
+
+def summary_dict(s: MetricSummary) -> dict[str, Any]:
+    bucket = _summary_bucket(s)
+    lo, hi = extremes([bucket])
+    return {
+        "key": s.key,
+        "count": s.count,
+        "first": encode(_value(s.first_value, s.first_flag)),
+        "last": encode(_value(s.last_value, s.last_flag)),
+        "min": encode(lo),
+        "max": encode(hi),
+        "mean": encode(bucket.mean),
+        "nonfinite": s.nan_count + s.posinf_count + s.neginf_count,
+        "first_step": s.first_step,
+        "last_step": s.last_step,
+        "last_wall_time": s.last_step_wall,
+    }
+
+
+def _summary_bucket(s: Any) -> Bucket:
+    return Bucket(s.first_step, s.last_step, s.count, s.finite_count, s.sum, s.min, s.max, s.nan_count, s.posinf_count,
+                  s.neginf_count)
+
+
+def metric_summaries(*, run_ids: Sequence[int], keys: Sequence[str] | None = None) -> dict[int, dict[str, MetricSummary]]:
+    qs = MetricSummary.objects.filter(run_id__in=run_ids).order_by("key")
+    if keys:
+        qs = qs.filter(key__in=keys)
+    out: dict[int, dict[str, MetricSummary]] = {rid: {} for rid in run_ids}
+    for s in qs:
+        out[s.run_id][s.key] = s
+    return out
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    max_points: int = DEFAULT_MAX_POINTS
+    x: str = "step"  # or "time" (wall clock, Unix seconds)
+    start: float | None = None
+    end: float | None = None
+
+
+def _pick_level(s: MetricSummary, q: SeriesQuery) -> int | None:
+    """The coarsest data needed: None for raw points, else a rollup level index.
+
+    Reads at most about 2 x max_points rows when a level allows it; the merge down to
+    max_points then keeps exact min/max per output bucket.
+    """
+    if q.x == "time":
+        total = max(s.last_wall - s.first_wall, 1e-9)
+        lo = s.first_wall if q.start is None else max(q.start, s.first_wall)
+        hi = s.last_wall if q.end is None else min(q.end, s.last_wall)
+        fraction = max(0.0, min(1.0, (hi - lo) / total)) if s.count > 1 else 1.0
+        span_steps = (s.last_step - s.first_step + 1) * fraction
+    else:
+        lo = s.first_step if q.start is None else max(q.start, s.first_step)
+        hi = s.last_step if q.end is None else min(q.end, s.last_step)
+        span_steps = max(0.0, hi - lo + 1)
+    budget = 2 * q.max_points
+    density = s.count / max(1.0, s.last_step - s.first_step + 1)
+    if span_steps * min(1.0, density) <= budget:
+        return None
+    for level, size in enumerate(LEVELS):
+        if span_steps / size + 1 <= budget:
+            return level
+    return len(LEVELS) - 1
+
+
+def _fetch_buckets(run_id: int, key: str, level: int | None, q: SeriesQuery) -> list[Bucket]:
+    by_time = q.x == "time"
+    params: list[Any] = [run_id, key]
+    if level is None:
+        col = "wall_time" if by_time else "step"
+        sql = "SELECT step, wall_time, value, flag FROM tracking_metricpoint WHERE run_id = %s AND key = %s"
+        if q.start is not None:
+            sql += f" AND {col} >= %s"
+            params.append(q.start)
+        if q.end is not None:
+            sql += f" AND {col} <= %s"
+            params.append(q.end)
+        sql += f" ORDER BY {col}, step"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        return [point_bucket(float(w if by_time else st), _value(v, f)) for st, w, v, f in rows]
+    lo_col, hi_col = ("first_wall", "last_wall") if by_time else ("first_step", "last_step")
+    sql = (
+        'SELECT first_step, last_step, first_wall, last_wall, "count", finite_count, "sum", "min", "max", nan_count, '
+        "posinf_count, neginf_count FROM tracking_metricrollup WHERE run_id = %s AND key = %s AND level = %s"
+    )
+    params.append(level)
+    if q.start is not None:
+        sql += f" AND {hi_col} >= %s"
+        params.append(q.start)
+    if q.end is not None:
+        sql += f" AND {lo_col} <= %s"
+        params.append(q.end)
+    sql += " ORDER BY bucket"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    out = []
+    for fs, ls, fw, lw, n, fn, sm, mn, mx, na, pi, ni in rows:
+        x0, x1 = (fw, lw) if by_time else (fs, ls)
+        out.append(Bucket(float(x0), float(x1), int(n), int(fn), float(sm), mn, mx, int(na), int(pi), int(ni)))
+    return out
+
+
+def metric_series(*, run_id: int, summary: MetricSummary | None, key: str, q: SeriesQuery) -> dict[str, Any]:
+    """One downsampled series: x, mean, min and max per bucket, plus the series' true extremes."""
+    series: dict[str, Any] = {"key": key, "run": run_id, "x_axis": q.x, "level": "raw", "bucket_steps": 1, "count": 0,
+                              "true_min": None, "true_max": None, "x": [], "mean": [], "min": [], "max": []}
+    if summary is None:
+        return series
+    level = _pick_level(summary, q)
+    buckets = downsample(_fetch_buckets(run_id, key, level, q), q.max_points)
+    whole = q.start is None and q.end is None
+    lo, hi = extremes([_summary_bucket(summary)] if whole else buckets)
+    series.update(
+        level="raw" if level is None else level,
+        bucket_steps=1 if level is None else LEVELS[level],
+        count=summary.count,
+        true_min=encode(lo),
+        true_max=encode(hi),
+        x=[b.x_last for b in buckets],
+        mean=[encode(b.last if b.count == 1 and b.last is not None else b.mean) for b in buckets],
+        min=[encode(b.lo) for b in buckets],
+        max=[encode(b.hi) for b in buckets],
+    )
+    return series
+
+
+def metric_series_for_runs(*, run_ids: Sequence[int], keys: Sequence[str], q: SeriesQuery) -> list[dict[str, Any]]:
+    summaries = metric_summaries(run_ids=run_ids, keys=keys)
+    return [metric_series(run_id=rid, summary=summaries[rid].get(key), key=key, q=q) for key in keys for rid in run_ids]
+
+
+# --- comparison ---------------------------------------------------------------------------------
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: data} if prefix else {}
+
+
+def _diff_rows(per_run: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = sorted({name for flat in per_run for name in flat})
+    rows = []
+    for name in names:
+        values = [flat.get(name) for flat in per_run]
+        distinct = {json.dumps(v, sort_keys=True, default=str) for v in values}
+        rows.append({"name": name, "values": values, "differs": len(distinct) > 1})
+    return rows
+
+
+def run_lineage(*, run: Run, attempt: Attempt | None = None) -> dict[str, Any]:
+    """Where a run came from: template version, init checkpoint, code snapshot and what its job reported."""
+    if attempt is None:
+        attempt = run.attempts.order_by("-number").first()
+    ckpt = run.init_checkpoint
+    return {
+        "template": f"{run.template.slug} v{run.template.version}",
+        "template_source": run.template.source_hash,
+        "parent_run": run.parent_id,
+        "init_checkpoint": {"id": ckpt.pk, "run": ckpt.run_id, "step": ckpt.step, "sha256": ckpt.sha256} if ckpt else None,
+        "code_snapshot": {"sha256": run.code_snapshot.sha256, "git_commit": run.code_snapshot.git_commit} if run.code_snapshot else None,
+        "reported": attempt.lineage if attempt else {},
+    }
+
+
+def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQuery) -> dict[str, Any]:
+    run_ids = [r.pk for r in runs]
+    summaries = metric_summaries(run_ids=run_ids)
+    all_keys = sorted({k for per in summaries.values() for k in per})
+    chosen = list(keys) if keys else all_keys[:COMPARE_MAX_KEYS]
+    lineages = {r.pk: run_lineage(run=r) for r in runs}
+    out_runs = []
+    for r in runs:
+        out_runs.append({
+            "id": r.pk, "name": r.name or f"run {r.pk}", "status": r.status, "project": r.project.full_slug,
+            "template": r.template.slug, "template_version": r.template.version,
+            "family": r.family, "tags": r.tags, "params": r.params, "lineage": lineages[r.pk],
+            "created_at": r.created_at.isoformat(), "url": f"/runs/{r.pk}/",
+            "summaries": {k: summary_dict(s) for k, s in summaries[r.pk].items() if k in chosen},
+        })
+    series: dict[str, list[dict[str, Any]]] = {k: [] for k in chosen}
+    for rid in run_ids:
+        for key in chosen:
+            series[key].append(metric_series(run_id=rid, summary=summaries[rid].get(key), key=key, q=q))
+    return {
+        "runs": out_runs,
+        "keys": chosen,
+        "available_keys": all_keys,
+        "params": _diff_rows([_flatten(r.params) for r in runs]),
+        "lineage": _diff_rows([_flatten(lineages[r.pk]) for r in runs]),
+        "tags": _diff_rows([_flatten(r.tags) for r in runs]),
+        "series": series,
+    }
+
+
+# --- checkpoints, logs, energy, progress ---------------------------------------------------------
+
+def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
+    ckpts = list(Checkpoint.objects.filter(run=run).select_related("attempt").order_by("step", "id"))
+    need = [c.step for c in ckpts if not c.metrics]
+    at_step: dict[int, dict[str, Any]] = {}
+    if need:
+        for key, step, value, flag in MetricPoint.objects.filter(run=run, step__in=need).values_list("key", "step", "value", "flag"):
+            at_step.setdefault(step, {})[key] = encode(_value(value, flag))
+    return [
+        {
+            "id": c.pk, "step": c.step, "file_name": c.file_name, "size": c.size, "sha256": c.sha256,
+            "metrics": c.metrics or at_step.get(c.step, {}), "attempt": c.attempt.number, "created_at": c.created_at.isoformat(),
+            "deleted": c.deleted_at is not None, "available": bool(c.stored_path) and c.deleted_at is None,
+            "download_url": f"/api/v1/runs/{run.pk}/checkpoints/{c.pk}/download/" if c.stored_path and c.deleted_at is None else None,
+        }
+        for c in ckpts
+    ]
+
+
+def log_chunks(*, run: Run, after: int, limit: int) -> dict[str, Any]:
+    chunks = list(LogChunk.objects.filter(run=run, pk__gt=after).select_related("attempt").order_by("pk")[:limit])
+    return {
+        "chunks": [{"id": c.pk, "attempt": c.attempt.number, "rank": c.rank, "stream": c.stream, "text": c.text,
+                    "created_at": c.created_at.isoformat()} for c in chunks],
+        "next": chunks[-1].pk if chunks else after,
+        "more": len(chunks) == limit,
+    }
+
+
+def energy_series(*, run: Run, max_points: int = 1000) -> dict[str, Any]:
+    """Per-device samples and the run's cumulative energy over time (sum of each device's latest reading)."""
+    samples = list(EnergySample.objects.filter(attempt__run=run).select_related("attempt", "node").order_by("at", "id"))
+    step = max(1, math.ceil(len(samples) / max_points))
+    devices: dict[str, dict[str, Any]] = {}
+    latest: dict[tuple[int, int, int], float] = {}
+    cumulative: dict[str, list[Any]] = {"t": [], "energy_j": []}
+    for i, s in enumerate(samples):
+        latest[(s.attempt_id, s.node_id, s.device_index)] = s.energy_j
+        name = f"{s.node.hostname}:{'node' if s.device_index < 0 else s.device_index}"
+        keep = i % step == 0 or i == len(samples) - 1
+        if not keep:
+            continue
+        d = devices.setdefault(name, {"device": name, "t": [], "power_w": [], "utilization": [], "energy_j": [], "estimated": s.estimated})
+        d["t"].append(s.at.isoformat())
+        d["power_w"].append(s.power_w)
+        d["utilization"].append(s.utilization)
+        d["energy_j"].append(s.energy_j)
+        cumulative["t"].append(s.at.isoformat())
+        cumulative["energy_j"].append(sum(latest.values()))
+    total = sum(latest.values()) if latest else run.energy_j
+    return {"devices": list(devices.values()), "cumulative": cumulative, "total_j": total, "total_kwh": total / 3.6e6,
+            "estimated": run.energy_estimated}
+
+
+def run_progress(*, run: Run, now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
+    rate = None
+    eta_s = None
+    if run.started_at and run.progress_at and run.steps_done:
+        elapsed = (run.progress_at - run.started_at).total_seconds()
+        if elapsed > 0:
+            rate = run.steps_done / elapsed
+            if run.total_steps and run.total_steps > run.steps_done:
+                eta_s = (run.total_steps - run.steps_done) / rate
+    return {"steps_done": run.steps_done, "total_steps": run.total_steps, "fraction": run.progress, "steps_per_s": rate,
+            "eta_s": eta_s}
+
+
+def run_cost(*, run: Run, now: datetime | None = None) -> Decimal:
+    """The runs app's cost when it provides one, else device-seconds x the pool's list price."""
+    provided = getattr(run_selectors, "run_cost", None)
+    if provided is not None:
+        return Decimal(provided(run=run))
+    now = now or timezone.now()
+    seconds = 0.0
+    for a in run.attempts.all():
+        if a.started_at:
+            seconds += ((a.ended_at or now) - a.started_at).total_seconds()
+    device_seconds = Decimal(seconds) * run.nodes * run.devices_per_node
+    return (device_seconds * run.pool.price_per_device_hour / 3600).quantize(Decimal("0.01"))
+
+
+def attempt_timeline(*, run: Run) -> list[dict[str, Any]]:
+    attempts = Attempt.objects.filter(run=run).prefetch_related("assignments__node").order_by("number")
+    out = []
+    for a in attempts:
+        nodes = sorted({asg.node.hostname for asg in a.assignments.all()})
+        out.append({"number": a.number, "status": a.status, "reason": a.reason, "nodes": nodes,
+                    "start": (a.started_at or a.created_at).isoformat(), "end": a.ended_at.isoformat() if a.ended_at else None,
+                    "exit_code": a.exit_code, "resumed_from_step": a.resumed_from_step})
+    return out
+
+
+def metric_keys_for_runs(*, run_ids: Iterable[int]) -> list[str]:
+    return sorted(set(MetricSummary.objects.filter(run_id__in=list(run_ids)).values_list("key", flat=True)))

@@ -1,0 +1,161 @@
+"""HTML pages: the runs list, the run page and the comparison view.
+
+Pages render the frame and what does not change; the live parts (charts, logs, checkpoints)
+are drawn by static/tracking/*.js from the scoped tracking API.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from apps.jobtemplates.models import JobTemplate
+from apps.runs.models import Run, RunStatus
+from apps.runs.selectors import run_list
+from apps.tenants.selectors import project_list
+from apps.tracking import selectors
+from apps.tracking.models import MetricSummary
+
+TAG_FILTERS = ("owner", "task", "dataset", "candidate")
+PAGE_SIZE = 50
+SORTS = {"created": "created_at", "name": "name", "status": "status", "id": "id"}
+
+
+def _metric_annotation(key: str) -> Subquery:
+    return Subquery(MetricSummary.objects.filter(run=OuterRef("pk"), key=key).values("last_value")[:1])
+
+
+def runs_filtered(*, user: Any, params: Any) -> tuple[QuerySet[Run], list[str], str]:
+    """Runs visible to the user, filtered and sorted by the list page's query parameters."""
+    qs = run_list(user=user)
+    if params.get("project", "").isdigit():
+        qs = qs.filter(project_id=int(params["project"]))
+    if params.get("template"):
+        qs = qs.filter(template__slug=params["template"])
+    if params.get("status"):
+        qs = qs.filter(status=params["status"])
+    if params.get("family"):
+        qs = qs.filter(Q(family=params["family"]) | Q(tags__family=params["family"]))
+    for tag in TAG_FILTERS:
+        if params.get(tag):
+            qs = qs.filter(**{f"tags__{tag}": params[tag]})
+    text = params.get("q", "").strip()
+    if text:
+        cond = Q(name__icontains=text) | Q(family__icontains=text) | Q(template__slug__icontains=text)
+        if text.isdigit():
+            cond |= Q(pk=int(text))
+        qs = qs.filter(cond)
+    sort = params.get("sort", "-created")
+    desc = sort.startswith("-")
+    field = sort.lstrip("-")
+    metric_cols = [c for c in params.get("cols", "").split(",") if c][:5]
+    if field.startswith("metric:") and len(field) > 7:
+        key = field[7:]
+        metric_cols = [key, *[c for c in metric_cols if c != key]]
+        qs = qs.annotate(sort_metric=_metric_annotation(key))
+        order = F("sort_metric").desc(nulls_last=True) if desc else F("sort_metric").asc(nulls_last=True)
+        qs = qs.order_by(order, "-id")
+    else:
+        column = SORTS.get(field, "created_at")
+        qs = qs.order_by(f"-{column}" if desc else column, "-id")
+    return qs, metric_cols, sort
+
+
+def _sort_choices(metric_keys: list[str]) -> list[tuple[str, str]]:
+    out = [("-created", "newest first"), ("created", "oldest first"), ("name", "name"), ("status", "status")]
+    for key in metric_keys:
+        out += [(f"-metric:{key}", f"{key} (high first)"), (f"metric:{key}", f"{key} (low first)")]
+    return out
+
+
+@login_required
+def runs_list_page(request: HttpRequest) -> HttpResponse:
+    qs, metric_cols, sort = runs_filtered(user=request.user, params=request.GET)
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    runs = list(page.object_list)
+    values: dict[tuple[int, str], Any] = {}
+    if metric_cols:
+        for s in MetricSummary.objects.filter(run_id__in=[r.pk for r in runs], key__in=metric_cols):
+            values[(s.run_id, s.key)] = selectors.summary_dict(s)["last"]
+    for r in runs:
+        r.metric_values = [values.get((r.pk, k)) for k in metric_cols]  # type: ignore[attr-defined]
+    visible = [r.pk for r in run_list(user=request.user).order_by()[:2000]]
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "tracking/runs_list.html", {
+        "page": page, "runs": runs, "metric_cols": metric_cols, "sort": sort, "query": query.urlencode(),
+        "projects": project_list(user=request.user), "templates": sorted(set(JobTemplate.objects.values_list("slug", flat=True))),
+        "statuses": RunStatus.choices, "params": request.GET,
+        "tag_filters": [(tag, request.GET.get(tag, "")) for tag in TAG_FILTERS],
+        "sort_choices": _sort_choices(selectors.metric_keys_for_runs(run_ids=visible)[:100]),
+    })
+
+
+@login_required
+def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(run_list(user=request.user).select_related("init_checkpoint", "code_snapshot", "parent"), pk=pk)
+    attempts = selectors.attempt_timeline(run=run)
+    return render(request, "tracking/run_detail.html", {
+        "run": run, "progress": selectors.run_progress(run=run), "cost": selectors.run_cost(run=run),
+        "lineage": selectors.run_lineage(run=run), "attempts": attempts,
+        "page_data": {"run": run.pk, "finished": run.is_finished, "attempts": attempts},
+    })
+
+
+def _compare_ids(request: HttpRequest) -> list[int] | None:
+    raw = ",".join(request.GET.getlist("runs"))
+    try:
+        return list(dict.fromkeys(int(p) for p in raw.split(",") if p.strip()))
+    except ValueError:
+        return None
+
+
+@login_required
+def compare_page(request: HttpRequest) -> HttpResponse:
+    ids = _compare_ids(request)
+    if len(request.GET.getlist("runs")) > 1 and ids is not None:
+        # Checkbox forms send runs=1&runs=2: fold them into one shareable parameter.
+        query = request.GET.copy()
+        query.setlist("runs", [",".join(map(str, ids))])
+        return redirect(f"{request.path}?{query.urlencode()}")
+    problem = None
+    if ids is None:
+        problem = "runs must be comma-separated run ids."
+    elif not selectors.COMPARE_MIN_RUNS <= len(ids) <= selectors.COMPARE_MAX_RUNS:
+        problem = f"Pick {selectors.COMPARE_MIN_RUNS} to {selectors.COMPARE_MAX_RUNS} runs to compare (got {len(ids)})."
+    elif run_list(user=request.user).filter(pk__in=ids).count() != len(ids):
+        raise Http404("No such runs.")
+    return render(request, "tracking/compare.html", {"problem": problem, "ids": ids or [], "runs_param": ",".join(map(str, ids or []))})
+
+
+@login_required
+def compare_csv(request: HttpRequest) -> HttpResponse:
+    ids = _compare_ids(request)
+    if not ids or not selectors.COMPARE_MIN_RUNS <= len(ids) <= selectors.COMPARE_MAX_RUNS:
+        return HttpResponse(f"runs: give {selectors.COMPARE_MIN_RUNS} to {selectors.COMPARE_MAX_RUNS} run ids", status=400)
+    found = {r.pk: r for r in run_list(user=request.user).filter(pk__in=ids)}
+    if len(found) != len(ids):
+        raise Http404("No such runs.")
+    data = selectors.run_compare(runs=[found[i] for i in ids], keys=None, q=selectors.SeriesQuery(max_points=1))
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="compare.csv"'
+    writer = csv.writer(response)
+    params = [row["name"] for row in data["params"]]
+    stats = ("last", "min", "max", "count")
+    writer.writerow(["run", "name", "status", "template", *[f"param:{p}" for p in params],
+                     *[f"{k}:{s}" for k in data["keys"] for s in stats]])
+    for i, r in enumerate(data["runs"]):
+        row = [r["id"], r["name"], r["status"], f'{r["template"]} v{r["template_version"]}']
+        row += [json.dumps(p["values"][i]) if isinstance(p["values"][i], (dict, list)) else p["values"][i] for p in data["params"]]
+        for k in data["keys"]:
+            summary = r["summaries"].get(k, {})
+            row += [summary.get(s, "") for s in stats]
+        writer.writerow(row)
+    return response

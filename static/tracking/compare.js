@@ -1,0 +1,177 @@
+// The comparison view. Every control writes its state to the query string (replaceState), so
+// the URL is shareable: runs, keys, smooth, x, bands, metric, sort, diff.
+(function () {
+  const T = window.Trainyard;
+  const root = document.getElementById("compare-page");
+  if (!root) return;
+  const state = new URLSearchParams(window.location.search);
+  let data = null;
+
+  function save() {
+    history.replaceState(null, "", `${location.pathname}?${state.toString()}`);
+  }
+  function setState(k, v, dflt) {
+    if (v === dflt || v === "" || v === null) state.delete(k); else state.set(k, v);
+    save();
+  }
+
+  function ema(ys, w) {
+    if (!w) return ys;
+    let acc = 0, n = 0;
+    return ys.map((y) => {
+      if (y === null) return null;
+      n += 1; acc = acc * w + (1 - w) * y;
+      return acc / (1 - Math.pow(w, n));
+    });
+  }
+  function runLabel(r) { return `#${r.id} ${r.name}`; }
+
+  async function load() {
+    const q = new URLSearchParams({ runs: root.dataset.runs, x: state.get("x") || "step", max_points: "400" });
+    if (state.get("keys")) q.set("keys", state.get("keys"));
+    data = await T.getJSON(`/api/v1/compare/?${q}`);
+    render();
+  }
+
+  function renderCharts() {
+    const box = document.getElementById("compare-charts");
+    box.replaceChildren();
+    const w = parseFloat(state.get("smooth") || "0");
+    const byTime = (state.get("x") || "step") === "time";
+    const bands = state.get("bands") !== "0";
+    if (!data.keys.length) box.appendChild(T.el("p", { class: "muted" }, "None of these runs has reported metrics."));
+    // All divs first, then plots: a chart drawn before its siblings exist would keep a stale width.
+    const divs = data.keys.map((key) => box.appendChild(T.el("div", { class: "chart compare-chart", "data-key": key })));
+    data.keys.forEach((key, k) => {
+      const div = divs[k];
+      const traces = [];
+      data.series[key].forEach((s, i) => {
+        const xs = byTime ? s.x.map((t) => new Date(t * 1000)) : s.x;
+        traces.push(...T.bandTraces(s, xs, ema(s.mean.map(T.plottable), w), runLabel(data.runs[i]), T.color(i), bands && s.level !== "raw"));
+      });
+      Plotly.react(div, traces, {
+        title: { text: key, font: { size: 13 } }, margin: { l: 50, r: 16, t: 36, b: 36 }, showlegend: false,
+        xaxis: { type: byTime ? "date" : "linear", title: byTime ? "" : "step" },
+      }, T.CONFIG);
+    });
+    document.getElementById("legend").replaceChildren(...data.runs.map((r, i) => {
+      const span = T.el("span", { style: "margin-right:14px" });
+      span.appendChild(T.el("span", { class: "swatch", style: `background:${T.color(i)}` }));
+      const a = T.el("a", { href: r.url }, runLabel(r));
+      span.appendChild(a);
+      return span;
+    }));
+  }
+
+  function renderSummary() {
+    const stats = ["last", "min", "max"];
+    const cols = [{ id: "run", label: "Run" }, { id: "status", label: "Status" }];
+    data.keys.forEach((k) => stats.forEach((s) => cols.push({ id: `${k}:${s}`, label: `${k} ${s}` })));
+    const rows = data.runs.map((r, i) => {
+      const row = { run: runLabel(r), status: r.status, _i: i };
+      data.keys.forEach((k) => stats.forEach((s) => { row[`${k}:${s}`] = r.summaries[k] ? r.summaries[k][s] : null; }));
+      return row;
+    });
+    const sort = state.get("sort") || "";
+    const desc = sort.startsWith("-");
+    const col = sort.replace(/^-/, "");
+    if (col) {
+      rows.sort((a, b) => {
+        const x = T.num(a[col]), y = T.num(b[col]);
+        if (x === y) return 0;
+        if (x === null || x === undefined || Number.isNaN(x)) return 1;
+        if (y === null || y === undefined || Number.isNaN(y)) return -1;
+        return (x < y ? -1 : 1) * (desc ? -1 : 1);
+      });
+    }
+    const table = document.getElementById("summary-table");
+    const head = T.el("tr");
+    cols.forEach((c) => {
+      const th = T.el("th", { class: "sortable", "data-col": c.id }, c.label + (col === c.id ? (desc ? " ▼" : " ▲") : ""));
+      th.addEventListener("click", () => { setState("sort", col === c.id && !desc ? `-${c.id}` : c.id, ""); renderSummary(); });
+      head.appendChild(th);
+    });
+    table.tHead.replaceChildren(head);
+    table.tBodies[0].replaceChildren(...rows.map((row) => {
+      const tr = T.el("tr");
+      cols.forEach((c) => {
+        const td = T.el("td", c.id.includes(":") ? { class: "mono" } : {});
+        if (c.id === "run") {
+          td.appendChild(T.el("span", { class: "swatch", style: `background:${T.color(row._i)}` }));
+          td.appendChild(T.el("a", { href: data.runs[row._i].url }, row.run));
+        } else if (c.id === "status") {
+          td.appendChild(T.el("span", { class: `badge status-${row.status}` }, row.status));
+        } else td.textContent = T.fmt(row[c.id]);
+        tr.appendChild(td);
+      });
+      return tr;
+    }));
+  }
+
+  function renderDiff() {
+    const only = state.get("diff") === "1";
+    document.getElementById("only-diff").checked = only;
+    const table = document.getElementById("diff-table");
+    const head = T.el("tr");
+    head.appendChild(T.el("th", {}, "Name"));
+    data.runs.forEach((r) => head.appendChild(T.el("th", {}, runLabel(r))));
+    table.tHead.replaceChildren(head);
+    const rows = [];
+    [["param", data.params], ["lineage", data.lineage], ["tag", data.tags]].forEach(([kind, list]) => {
+      list.forEach((row) => {
+        if (only && !row.differs) return;
+        const tr = T.el("tr", { class: row.differs ? "differs" : "same", "data-kind": kind, "data-name": row.name });
+        tr.appendChild(T.el("td", { class: "mono" }, `${kind === "param" ? "" : kind + ": "}${row.name}`));
+        row.values.forEach((v) => {
+          const text = v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v);
+          tr.appendChild(T.el("td", { class: "mono", title: text }, /^[0-9a-f]{40,}$/.test(text) ? text.slice(0, 12) + "…" : text));
+        });
+        rows.push(tr);
+      });
+    });
+    table.tBodies[0].replaceChildren(...rows);
+  }
+
+  function renderParcoords() {
+    const select = document.getElementById("pc-metric");
+    const metric = state.get("metric") || data.keys[0] || "";
+    select.replaceChildren(...data.keys.map((k) => { const o = T.el("option", { value: k }, k); if (k === metric) o.selected = true; return o; }));
+    const dims = [];
+    const params = data.params.filter((p) => p.differs || data.params.length <= 8);
+    params.forEach((p) => {
+      const vals = p.values;
+      if (vals.every((v) => typeof v === "number")) {
+        dims.push({ label: p.name, values: vals });
+      } else {
+        const cats = [...new Set(vals.map((v) => JSON.stringify(v)))];
+        dims.push({ label: p.name, values: vals.map((v) => cats.indexOf(JSON.stringify(v))), tickvals: cats.map((_, i) => i), ticktext: cats });
+      }
+    });
+    const final = data.runs.map((r) => (r.summaries[metric] ? T.plottable(r.summaries[metric].last) : null));
+    if (metric) dims.push({ label: `${metric} (final)`, values: final.map((v) => (v === null ? NaN : v)) });
+    const finite = final.filter((v) => v !== null);
+    Plotly.react("parcoords", [{
+      type: "parcoords", dimensions: dims,
+      line: { color: final.map((v) => (v === null ? 0 : v)), colorscale: "Viridis", showscale: finite.length > 0,
+              cmin: finite.length ? Math.min(...finite) : 0, cmax: finite.length ? Math.max(...finite) : 1 },
+    }], { margin: { l: 60, r: 60, t: 40, b: 20 } }, T.CONFIG);
+  }
+
+  function render() {
+    document.getElementById("smoothing").value = state.get("smooth") || "0";
+    document.getElementById("smoothing-value").textContent = parseFloat(state.get("smooth") || "0").toFixed(2);
+    document.getElementById("x-axis").value = state.get("x") || "step";
+    document.getElementById("bands").checked = state.get("bands") !== "0";
+    renderCharts();
+    renderSummary();
+    renderParcoords();
+    renderDiff();
+  }
+
+  document.getElementById("smoothing").addEventListener("input", (ev) => { setState("smooth", ev.target.value, "0"); render(); });
+  document.getElementById("x-axis").addEventListener("change", (ev) => { setState("x", ev.target.value, "step"); load(); });
+  document.getElementById("bands").addEventListener("change", (ev) => { setState("bands", ev.target.checked ? "" : "0", ""); renderCharts(); });
+  document.getElementById("pc-metric").addEventListener("change", (ev) => { setState("metric", ev.target.value, ""); renderParcoords(); });
+  document.getElementById("only-diff").addEventListener("change", (ev) => { setState("diff", ev.target.checked ? "1" : "", ""); renderDiff(); });
+  load().catch((err) => { document.getElementById("compare-charts").textContent = `Could not load the comparison: ${err.message}`; });
+})();
