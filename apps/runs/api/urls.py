@@ -4,8 +4,9 @@ from rest_framework.routers import SimpleRouter
 from apps.runs.api.views import AgentSnapshotDownloadView, CodeSnapshotViewSet, RunViewSet
 
 router = SimpleRouter()
-router.register("runs", RunViewSet, basename="run")
-router.register("code-snapshots", CodeSnapshotViewSet, basename="code-snapshot")
+# "api-" prefixes keep these names apart from the HTML pages' run-list / run-detail.
+router.register("runs", RunViewSet, basename="api-run")
+router.register("code-snapshots", CodeSnapshotViewSet, basename="api-code-snapshot")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     *router.urls,

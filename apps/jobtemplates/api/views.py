@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.core.api.scoped import UnscopedAPIMixin
+from apps.core.errors import FieldError
+from apps.jobtemplates.api.serializers import JobTemplateSerializer
+from apps.jobtemplates.selectors import template_get, template_list
+
+
+class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Paved-road templates (no tenant owns them): the latest published version of each."""
+
+    serializer_class = JobTemplateSerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+
+    @extend_schema(responses={200: JobTemplateSerializer(many=True)})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(template_list(user=request.user))
+        return self.get_paginated_response(JobTemplateSerializer(page, many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("version", OpenApiTypes.INT, description="A specific version (default: latest published).")],
+        responses={200: JobTemplateSerializer},
+    )
+    def retrieve(self, request: Request, slug: str, *args: Any, **kwargs: Any) -> Response:
+        raw = request.query_params.get("version")
+        version = None
+        if raw:
+            if not raw.isdigit():
+                raise FieldError("version", f"must be a positive integer (got {raw!r})")
+            version = int(raw)
+        return Response(JobTemplateSerializer(template_get(user=request.user, slug=slug, version=version)).data)

@@ -1,0 +1,115 @@
+"""Writes to job templates. A published version is immutable: an edit makes a new version, so
+runs keep exactly the version they were submitted with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from apps.audit.services import audit_record, snapshot
+from apps.core.errors import Conflict, FieldError, ServiceError
+from apps.jobtemplates.models import JobTemplate
+
+# Fields a new version may change; slug and version are the identity.
+EDITABLE_FIELDS = [
+    "title",
+    "description",
+    "kind",
+    "entrypoint",
+    "param_schema",
+    "resources",
+    "checkpoint_policy",
+    "grace_period_s",
+    "max_restarts",
+    "environment",
+    "total_steps_param",
+    "source_hash",
+]
+AUDIT_FIELDS = ["slug", "version", "title", "kind", "entrypoint", "published"]
+
+
+JSON_FIELDS = ["param_schema", "resources", "checkpoint_policy", "environment"]
+
+
+def _clean(template: JobTemplate) -> None:
+    """Model validation as a 400 naming the field (empty JSON objects are fine here)."""
+    try:
+        template.full_clean(exclude=JSON_FIELDS)
+    except ValidationError as err:
+        fields = {name: [str(m) for m in messages] for name, messages in err.message_dict.items()}
+        raise ServiceError("; ".join(f"{k}: {v[0]}" for k, v in fields.items()), fields=fields) from err
+
+
+def _check_schema(schema: dict[str, Any]) -> None:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as err:
+        raise FieldError("param_schema", f"not a valid JSON Schema: {err.message}") from err
+    if schema and schema.get("type", "object") != "object":
+        raise FieldError("param_schema", "must describe an object")
+
+
+@transaction.atomic
+def template_create(*, slug: str, publish: bool = False, **fields: Any) -> JobTemplate:
+    """A new version of ``slug`` (version 1 if it is new), optionally published at once."""
+    unknown = set(fields) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise FieldError(sorted(unknown)[0], "not a template field")
+    _check_schema(fields.get("param_schema") or {})
+    latest = JobTemplate.objects.select_for_update().filter(slug=slug).aggregate(v=Max("version"))["v"] or 0
+    template = JobTemplate(slug=slug, version=latest + 1, **fields)
+    if publish:
+        template.published = True
+        template.published_at = timezone.now()
+    _clean(template)
+    template.save()
+    audit_record(action="template.create", target=template, after=snapshot(template, AUDIT_FIELDS))
+    return template
+
+
+@transaction.atomic
+def template_update(*, template: JobTemplate, **changes: Any) -> JobTemplate:
+    """Edits a draft in place; a published template is refused (make a new version instead)."""
+    locked = JobTemplate.objects.select_for_update().get(pk=template.pk)
+    if locked.published:
+        raise Conflict(f"{locked} is published and immutable; create a new version instead", code="template_published")
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise FieldError(sorted(unknown)[0], "not a template field")
+    if "param_schema" in changes:
+        _check_schema(changes["param_schema"])
+    before = snapshot(locked, AUDIT_FIELDS)
+    for key, value in changes.items():
+        setattr(locked, key, value)
+    _clean(locked)
+    locked.save()
+    audit_record(action="template.update", target=locked, before=before, after=snapshot(locked, AUDIT_FIELDS))
+    return locked
+
+
+@transaction.atomic
+def template_publish(*, template: JobTemplate) -> JobTemplate:
+    """Publishes a draft; publishing an already published version is a no-op."""
+    locked = JobTemplate.objects.select_for_update().get(pk=template.pk)
+    if locked.published:
+        return locked
+    before = snapshot(locked, AUDIT_FIELDS)
+    # A conditional update: the model's save() refuses any write to a published row, and this
+    # is the one write that makes it published.
+    JobTemplate.objects.filter(pk=locked.pk, published=False).update(published=True, published_at=timezone.now())
+    locked.refresh_from_db()
+    audit_record(action="template.publish", target=locked, before=before, after=snapshot(locked, AUDIT_FIELDS))
+    return locked
+
+
+def template_new_version(*, template: JobTemplate, publish: bool = False, **changes: Any) -> JobTemplate:
+    """A new draft (or published) version copied from ``template`` with ``changes`` applied."""
+    fields = {name: getattr(template, name) for name in EDITABLE_FIELDS}
+    fields.update(changes)
+    return template_create(slug=template.slug, publish=publish, **fields)

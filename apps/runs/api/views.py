@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.http import FileResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.core.api.scoped import ScopedMixin
+from apps.core.errors import FieldError, Forbidden, NotFound
+from apps.jobtemplates.models import TemplateKind
+from apps.jobtemplates.selectors import template_get
+from apps.nodes.auth import AgentAPIView
+from apps.runs.api.serializers import (
+    CodeSnapshotSerializer,
+    CodeSnapshotUploadSerializer,
+    RunCreateSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+)
+from apps.runs.models import CodeSnapshot, Run, RunStatus
+from apps.runs.services.family import run_family_cancel, run_family_refresh
+from apps.runs.services.lifecycle import run_cancel
+from apps.runs.services.snapshots import snapshot_create, snapshot_path
+from apps.runs.services.submit import TAG_KEY_RE, run_submit
+from apps.tenants.models import Project
+from apps.tenants.selectors import AnyUser, has_role, project_list
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def project_from_ref(*, user: AnyUser, ref: Any, field: str = "project") -> Project:
+    """A project of the user's teams by id or 'team/slug'; anything else reads as absent."""
+    projects = project_list(user=user)
+    text = str(ref).strip()
+    project = None
+    if text.isdigit():
+        project = projects.filter(pk=int(text)).first()
+    elif text.count("/") == 1:
+        team, slug = text.split("/")
+        project = projects.filter(team__slug=team, slug=slug).first()
+    if project is None:
+        raise FieldError(field, "no such project")
+    return project
+
+
+def snapshot_from_ref(*, project: Project, ref: str) -> CodeSnapshot | None:
+    if not ref:
+        return None
+    snapshots = CodeSnapshot.objects.filter(project=project)
+    found = snapshots.filter(sha256=ref.lower()).first() if SHA256_RE.match(ref.lower()) else None
+    if found is None and ref.isdigit():
+        found = snapshots.filter(pk=int(ref)).first()
+    if found is None:
+        raise FieldError("code_snapshot", "no such snapshot in this project")
+    return found
+
+
+LIST_PARAMETERS = [
+    OpenApiParameter("project", OpenApiTypes.STR, description="Project id or 'team/project'."),
+    OpenApiParameter("status", OpenApiTypes.STR, description="One status or several, comma-separated."),
+    OpenApiParameter("template", OpenApiTypes.STR, description="Template slug."),
+    OpenApiParameter("tag", OpenApiTypes.STR, many=True, description="key:value; repeat to require several tags."),
+    OpenApiParameter("family", OpenApiTypes.STR, description="Runs of one family (e.g. a sweep)."),
+    OpenApiParameter("parent", OpenApiTypes.INT, description="Children of a sweep run."),
+    OpenApiParameter("search", OpenApiTypes.STR, description="Matches the name, family or id."),
+]
+
+
+class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Runs of your teams' projects: submit, list, inspect, cancel."""
+
+    team_path = "project__team"
+    serializer_class = RunSerializer
+
+    def get_base_queryset(self) -> QuerySet[Run]:
+        queryset = Run.objects.select_related("project__team", "template", "pool", "submitted_by", "init_checkpoint", "code_snapshot")
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("attempts__assignments__node")
+        return queryset
+
+    def get_serializer_class(self) -> type[RunSerializer]:
+        return RunDetailSerializer if self.action in ("retrieve", "cancel", "create") else RunSerializer
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        params = self.request.query_params
+        if params.get("project"):
+            queryset = queryset.filter(project=project_from_ref(user=self.request.user, ref=params["project"]))
+        if params.get("status"):
+            wanted = [s.strip() for s in params["status"].split(",") if s.strip()]
+            bad = [s for s in wanted if s not in RunStatus.values]
+            if bad:
+                raise FieldError("status", f"unknown status {bad[0]!r} (allowed: {', '.join(RunStatus.values)})")
+            queryset = queryset.filter(status__in=wanted)
+        if params.get("template"):
+            queryset = queryset.filter(template__slug=params["template"])
+        for tag in params.getlist("tag"):
+            key, sep, value = tag.partition(":")
+            if not sep or not TAG_KEY_RE.match(key):
+                raise FieldError("tag", f"must be key:value with a valid key (got {tag!r})")
+            queryset = queryset.filter(**{f"tags__{key}": value})
+        if params.get("family"):
+            queryset = queryset.filter(family=params["family"])
+        if params.get("parent"):
+            if not params["parent"].isdigit():
+                raise FieldError("parent", f"must be a run id (got {params['parent']!r})")
+            queryset = queryset.filter(parent_id=int(params["parent"]))
+        if params.get("search"):
+            term = params["search"].strip()
+            match = Q(name__icontains=term) | Q(family__icontains=term)
+            if term.isdigit():
+                match |= Q(pk=int(term))
+            queryset = queryset.filter(match)
+        return queryset
+
+    @extend_schema(parameters=LIST_PARAMETERS, responses={200: RunSerializer(many=True)})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses={200: RunDetailSerializer})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        run = self.get_object()
+        if run.template.kind == TemplateKind.SWEEP and not run.is_finished:
+            # Fallback roll-up for children finished by a conditional update (no save signal).
+            run = run_family_refresh(parent=run)
+            run = self.get_object()
+        return Response(RunDetailSerializer(run).data)
+
+    @extend_schema(request=RunCreateSerializer, responses={201: RunDetailSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = RunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        project = project_from_ref(user=request.user, ref=data["project"])
+        try:
+            template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
+        except NotFound as err:
+            raise FieldError("template", "no such template") from err
+        run = run_submit(
+            project=project,
+            template=template,
+            params=data["params"],
+            tags=data["tags"],
+            priority=data["priority"],
+            resources=data["resources"],
+            user=request.user,
+            name=data["name"],
+            init_run=data["init_run"] or None,
+            init_checkpoint=data["init_checkpoint"] or None,
+            code_snapshot=snapshot_from_ref(project=project, ref=data["code_snapshot"].strip()),
+        )
+        run = self.get_base_queryset().get(pk=run.pk)
+        return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: RunDetailSerializer, 409: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Cancel the run (a sweep cancels its children too). 409 if it already finished."""
+        run = self.get_object()
+        if not has_role(user=request.user, team_id=run.project.team_id, at_least="engineer"):
+            raise Forbidden("Only engineers of the project's team may cancel runs.")
+        if run.template.kind == TemplateKind.SWEEP:
+            run_family_cancel(parent=run, user=request.user)
+        else:
+            run_cancel(run=run, user=request.user)
+        return Response(RunDetailSerializer(self.get_base_queryset().get(pk=run.pk)).data)
+
+
+class CodeSnapshotViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Code snapshots (.tar.gz) for the custom template, content-addressed by sha256."""
+
+    team_path = "project__team"
+    serializer_class = CodeSnapshotSerializer
+    queryset = CodeSnapshot.objects.select_related("project").order_by("-created_at")
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(request={"multipart/form-data": CodeSnapshotUploadSerializer}, responses={201: CodeSnapshotSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = CodeSnapshotUploadSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        project = project_from_ref(user=request.user, ref=body.validated_data["project"])
+        upload = body.validated_data["file"]
+        snapshot = snapshot_create(project=project, user=request.user, fileobj=upload, size=upload.size,
+                                   git_commit=body.validated_data["git_commit"])
+        return Response(CodeSnapshotSerializer(snapshot).data, status=status.HTTP_201_CREATED)
+
+
+class AgentSnapshotDownloadView(AgentAPIView):
+    """The agent fetches a run's code snapshot: only for a run with an assignment on its node."""
+
+    @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
+    def get(self, request: Request, sha256: str) -> FileResponse:
+        snapshot = CodeSnapshot.objects.filter(sha256=sha256, runs__attempts__assignments__node=self.node).first()
+        if snapshot is None or not snapshot_path(snapshot=snapshot).exists():
+            raise NotFound("no such snapshot for this node")
+        return FileResponse(snapshot_path(snapshot=snapshot).open("rb"), content_type="application/gzip",
+                            as_attachment=True, filename=f"{snapshot.sha256}.tar.gz")

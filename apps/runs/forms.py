@@ -1,0 +1,149 @@
+"""The submission form, generated from a template's JSON Schema: one input per parameter, with
+its default, bounds and help; posted strings are turned back into typed values so run_submit's
+errors read the same as the API's."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.http import QueryDict
+
+from apps.jobtemplates.models import JobTemplate
+
+INT_RE = re.compile(r"^[+-]?\d+$")
+FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+TAG_FIELDS = ("task", "dataset", "candidate", "family")
+RESOURCE_FIELDS = ("pool", "nodes", "devices_per_node", "max_runtime_s")
+
+
+@dataclass
+class ParamField:
+    name: str
+    kind: str  # number, integer, boolean, select, json, text
+    value: Any
+    default: Any
+    help: str = ""
+    minimum: Any = None
+    maximum: Any = None
+    choices: list[Any] = field(default_factory=list)
+    required: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def input_name(self) -> str:
+        return f"p_{self.name}"
+
+    @property
+    def step(self) -> str:
+        return "1" if self.kind == "integer" else "any"
+
+    @property
+    def bounds(self) -> str:
+        low = self.minimum if self.minimum is not None else None
+        high = self.maximum if self.maximum is not None else None
+        if low is not None and high is not None:
+            return f"{low} – {high}"
+        if low is not None:
+            return f"≥ {low}"
+        if high is not None:
+            return f"≤ {high}"
+        return ""
+
+
+def _kind(prop: dict[str, Any]) -> str:
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if "enum" in prop:
+        return "select"
+    if kind in ("integer", "number", "boolean"):
+        return str(kind)
+    if kind in ("array", "object"):
+        return "json"
+    return "text"
+
+
+def _display(kind: str, value: Any) -> Any:
+    if kind == "json":
+        return json.dumps(value, indent=1 if isinstance(value, dict) else None) if value is not None else ""
+    return "" if value is None else value
+
+
+def param_fields(*, template: JobTemplate, values: dict[str, Any] | None = None) -> list[ParamField]:
+    schema = template.param_schema or {}
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in schema.get("properties", {}).items():
+        kind = _kind(prop)
+        default = prop.get("default")
+        value = values[name] if values is not None and name in values else _display(kind, default)
+        out.append(ParamField(
+            name=name, kind=kind, value=value, default=default, help=prop.get("description", ""),
+            minimum=prop.get("minimum", prop.get("exclusiveMinimum")), maximum=prop.get("maximum", prop.get("exclusiveMaximum")),
+            choices=list(prop.get("enum", [])), required=name in required,
+        ))
+    return out
+
+
+def params_from_post(*, template: JobTemplate, post: QueryDict) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[str]]]:
+    """(typed params, raw values to redisplay, errors for inputs that are not even parseable)."""
+    params: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for f in param_fields(template=template):
+        text = post.get(f.input_name)
+        if f.kind == "boolean":
+            params[f.name] = raw[f.name] = text in ("on", "true", "1")
+            continue
+        text = (text or "").strip()
+        raw[f.name] = text
+        if text == "":
+            continue  # the default applies
+        if f.kind == "integer":
+            params[f.name] = int(text) if INT_RE.match(text) else text
+        elif f.kind == "number":
+            params[f.name] = (int(text) if INT_RE.match(text) else float(text)) if FLOAT_RE.match(text) else text
+        elif f.kind == "json":
+            try:
+                params[f.name] = json.loads(text)
+            except ValueError:
+                errors.setdefault(f"params.{f.name}", []).append("must be valid JSON")
+        elif f.kind == "select":
+            chosen = next((c for c in f.choices if str(c) == text), text)
+            params[f.name] = chosen
+        else:
+            params[f.name] = text
+    return params, raw, errors
+
+
+def extra_tags_from_text(text: str) -> tuple[dict[str, str], list[str]]:
+    tags: dict[str, str] = {}
+    errors = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            errors.append(f"{line!r}: write one key=value per line")
+            continue
+        tags[key.strip()] = value.strip()
+    return tags, errors
+
+
+def resources_from_post(post: QueryDict) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in RESOURCE_FIELDS:
+        text = (post.get(f"res_{name}") or "").strip()
+        if text:
+            out[name] = int(text) if INT_RE.match(text) and name != "pool" else text
+    return out
+
+
+def expected_cost(*, price: Decimal, nodes: int, devices_per_node: int, max_runtime_s: int) -> Decimal:
+    """The most a run can cost: every device for its whole max runtime (the prediction for now)."""
+    return (price * nodes * devices_per_node * Decimal(max_runtime_s) / Decimal(3600)).quantize(Decimal("0.01"))

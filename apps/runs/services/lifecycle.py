@@ -1,0 +1,260 @@
+"""Attempt and run state transitions driven by agents, the sweep, users and the scheduler.
+
+Every change is audited. Callers set the actor with apps.audit.context.acting_as (agents as
+"agent:<host>", the sweep as "system"). Functions take row-locked objects where a race matters:
+two agents (ranks of one gang) may report at the same moment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.core.errors import Conflict
+from apps.runs.models import (
+    ASSIGNMENT_HOLDS_DEVICES,
+    ATTEMPT_ENDED,
+    FINISHED_STATUSES,
+    Assignment,
+    AssignmentState,
+    Attempt,
+    AttemptStatus,
+    Run,
+    RunStatus,
+    StopKind,
+)
+from apps.runs.services.placement import request_scheduling_pass
+
+LOG_TAIL_CHARS = 2000
+
+
+def _team_id(run: Run) -> int | None:
+    return run.project.team_id if run.project_id else None
+
+
+def _set_run(run: Run, *, status: str, action: str, reason: str = "", reason_code: str = "", **extra: Any) -> None:
+    before = {"status": run.status}
+    run.status = status
+    run.status_reason = reason
+    run.reason_code = reason_code
+    fields = ["status", "status_reason", "reason_code", "updated_at"]
+    for key, value in extra.items():
+        setattr(run, key, value)
+        fields.append(key)
+    if status in FINISHED_STATUSES and run.finished_at is None:
+        run.finished_at = timezone.now()
+        fields.append("finished_at")
+    run.save(update_fields=fields)
+    audit_record(action=action, target=run, team_id=run.project.team_id, before=before,
+                 after={"status": status, "reason": reason[:500]})
+
+
+def _set_attempt(attempt: Attempt, *, status: str, reason: str = "", **extra: Any) -> None:
+    before = {"status": attempt.status}
+    attempt.status = status
+    attempt.reason = reason
+    fields = ["status", "reason"]
+    for key, value in extra.items():
+        setattr(attempt, key, value)
+        fields.append(key)
+    if status in ATTEMPT_ENDED and attempt.ended_at is None:
+        attempt.ended_at = timezone.now()
+        fields.append("ended_at")
+    attempt.save(update_fields=fields)
+    audit_record(action=f"attempt.{status}", target=attempt, team_id=attempt.run.project.team_id, before=before,
+                 after={"status": status, "reason": reason[:500]})
+
+
+def _locked(attempt_id: int) -> Attempt:
+    return Attempt.objects.select_for_update().select_related("run__project").get(pk=attempt_id)
+
+
+def _release_assignments(attempt: Attempt, *, state: str = AssignmentState.ABORTED) -> None:
+    attempt.assignments.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).update(state=state, ended_at=timezone.now())
+
+
+def _request_stop(attempt: Attempt, kind: str) -> None:
+    """Agents see stop_kind on their next heartbeat and SIGTERM the job (SIGKILL after grace)."""
+    if attempt.stop_kind and attempt.stop_kind != StopKind.PREEMPT:
+        return  # cancel / drain / abort already requested; they are at least as strong
+    attempt.stop_kind = kind
+    attempt.stop_requested_at = timezone.now()
+    attempt.save(update_fields=["stop_kind", "stop_requested_at"])
+    audit_record(action="attempt.stop_requested", target=attempt, team_id=attempt.run.project.team_id,
+                 after={"kind": kind})
+
+
+def _requeue(run: Run, *, reason: str, reason_code: str, count_restart: bool) -> None:
+    """Back to the queue (resumes from its latest checkpoint), or failed past max_restarts."""
+    if run.cancel_requested_at is not None:
+        _set_run(run, status=RunStatus.CANCELLED, action="run.cancelled", reason=f"cancelled ({reason})")
+        return
+    restarts = run.restarts + (1 if count_restart else 0)
+    if count_restart and restarts > run.max_restarts:
+        _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=f"{reason}; gave up after {run.max_restarts} restarts",
+                 reason_code=reason_code, restarts=restarts)
+        return
+    _set_run(run, status=RunStatus.QUEUED, action="run.requeued", reason=reason, reason_code=reason_code, restarts=restarts,
+             queued_at=timezone.now())
+    request_scheduling_pass()
+
+
+@transaction.atomic
+def attempt_request_stop(*, attempt_id: int, kind: str) -> Attempt:
+    """Ask the agents holding the attempt to SIGTERM it (drain deadline, scheduler preemption)."""
+    attempt = _locked(attempt_id)
+    if attempt.status not in ATTEMPT_ENDED:
+        _request_stop(attempt, kind)
+    return attempt
+
+
+def current_attempt(*, run: Run) -> Attempt | None:
+    return Attempt.objects.filter(run=run).order_by("-number").first()
+
+
+# --- agent reports --------------------------------------------------------------------------
+
+@transaction.atomic
+def assignment_started(*, attempt_id: int, node_id: int, node_rank: int) -> Attempt:
+    attempt = _locked(attempt_id)
+    now = timezone.now()
+    Assignment.objects.filter(attempt=attempt, node_id=node_id, node_rank=node_rank,
+                              state__in=[AssignmentState.PENDING, AssignmentState.CLAIMED]).update(
+        state=AssignmentState.STARTED, started_at=now)
+    if attempt.status != AttemptStatus.STARTING:
+        return attempt
+    if attempt.assignments.exclude(state=AssignmentState.STARTED).exists():
+        return attempt  # gang: running only once every rank has started
+    _set_attempt(attempt, status=AttemptStatus.RUNNING, started_at=now)
+    run = attempt.run
+    if run.status == RunStatus.SCHEDULED:
+        _set_run(run, status=RunStatus.RUNNING, action="run.running", started_at=run.started_at or now)
+    return attempt
+
+
+@transaction.atomic
+def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_code: int | None, signal: int | None,
+                      stop_kind: str | None, log_tail: str = "") -> Attempt:
+    """One rank's process ended. The attempt ends with the first failure or when all ranks end."""
+    attempt = _locked(attempt_id)
+    Assignment.objects.filter(attempt=attempt, node_id=node_id, node_rank=node_rank).exclude(
+        state=AssignmentState.EXITED).update(state=AssignmentState.EXITED, exit_code=exit_code, signal=signal,
+                                             ended_at=timezone.now())
+    if attempt.status in ATTEMPT_ENDED:
+        return attempt
+    run = attempt.run
+    kind = attempt.stop_kind or stop_kind or ""
+    clean = exit_code == 0 and not signal
+    if kind == StopKind.CANCEL:
+        _finish_attempt(attempt, AttemptStatus.CANCELLED, "cancelled by user", exit_code, signal)
+        if not run.is_finished:
+            _set_run(run, status=RunStatus.CANCELLED, action="run.cancelled", reason="cancelled by user")
+        return attempt
+    if kind in (StopKind.PREEMPT, StopKind.DRAIN):
+        why = "preempted by the scheduler" if kind == StopKind.PREEMPT else "node drained (agent shutdown or admin drain)"
+        _finish_attempt(attempt, AttemptStatus.PREEMPTED, why, exit_code, signal)
+        if not run.is_finished:
+            _requeue(run, reason=why, reason_code="preempted", count_restart=False)
+        return attempt
+    if kind == StopKind.ABORT:
+        return attempt  # the abort already ended the attempt; a late exit changes nothing
+    if not clean:
+        how = f"exit code {exit_code}" if exit_code is not None else f"killed by signal {signal}"
+        reason = f"rank {node_rank} failed with {how}"
+        if log_tail:
+            reason += ":\n" + log_tail[-LOG_TAIL_CHARS:]
+        _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, signal)
+        _request_stop(attempt, StopKind.ABORT)  # the other ranks have nothing left to do
+        _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="exit_code")
+        return attempt
+    if attempt.assignments.exclude(state=AssignmentState.EXITED).exists():
+        return attempt
+    _finish_attempt(attempt, AttemptStatus.SUCCEEDED, "", exit_code, signal)
+    _set_run(run, status=RunStatus.SUCCEEDED, action="run.succeeded")
+    request_scheduling_pass()
+    return attempt
+
+
+def _finish_attempt(attempt: Attempt, status: str, reason: str, exit_code: int | None, signal: int | None) -> None:
+    _set_attempt(attempt, status=status, reason=reason, exit_code=exit_code, signal=signal)
+    _release_assignments(attempt)
+
+
+@transaction.atomic
+def assignment_failed_to_start(*, attempt_id: int, node_id: int, node_rank: int, message: str) -> Attempt:
+    attempt = _locked(attempt_id)
+    Assignment.objects.filter(attempt=attempt, node_id=node_id, node_rank=node_rank).update(
+        state=AssignmentState.FAILED_TO_START, ended_at=timezone.now())
+    if attempt.status in ATTEMPT_ENDED:
+        return attempt
+    reason = f"rank {node_rank} failed to start: {message}"[:LOG_TAIL_CHARS]
+    _finish_attempt(attempt, AttemptStatus.FAILED, reason, None, None)
+    _request_stop(attempt, StopKind.ABORT)
+    if not attempt.run.is_finished:
+        _set_run(attempt.run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="failed_to_start")
+    return attempt
+
+
+@transaction.atomic
+def attempt_lost(*, attempt_id: int, reason: str) -> Attempt:
+    """The node running (part of) the attempt went silent or restarted: requeue the run."""
+    attempt = _locked(attempt_id)
+    if attempt.status in ATTEMPT_ENDED:
+        return attempt
+    _finish_attempt(attempt, AttemptStatus.LOST, reason, None, None)
+    _request_stop(attempt, StopKind.ABORT)  # surviving ranks elsewhere must stop too
+    run = attempt.run
+    if not run.is_finished:
+        _set_run(run, status=RunStatus.LOST, action="run.lost", reason=reason, reason_code="node_lost")
+        _requeue(run, reason=reason, reason_code="node_lost", count_restart=True)
+    return attempt
+
+
+@transaction.atomic
+def attempt_abort(*, attempt_id: int, reason: str) -> Attempt:
+    """Gang start failed: stop every rank that did start and requeue, holding no device."""
+    attempt = _locked(attempt_id)
+    if attempt.status in ATTEMPT_ENDED:
+        return attempt
+    _request_stop(attempt, StopKind.ABORT)
+    _finish_attempt(attempt, AttemptStatus.ABORTED, reason, None, None)
+    if not attempt.run.is_finished:
+        _requeue(attempt.run, reason=reason, reason_code="gang_start", count_restart=True)
+    return attempt
+
+
+# --- users and the scheduler ----------------------------------------------------------------
+
+@transaction.atomic
+def run_cancel(*, run: Run, user: Any) -> Run:
+    """Cancel a run: at once if nothing runs it, else via SIGTERM on the agents (409 if finished)."""
+    run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
+    if run.is_finished:
+        raise Conflict(f"run {run.pk} is already {run.status}", code="run_finished")
+    audit_record(action="run.cancel_requested", target=run, team_id=run.project.team_id, actor=user)
+    run.cancel_requested_at = run.cancel_requested_at or timezone.now()
+    run.save(update_fields=["cancel_requested_at", "updated_at"])
+    attempt = current_attempt(run=run)
+    live = attempt is not None and attempt.status not in ATTEMPT_ENDED
+    if live and attempt is not None and attempt.assignments.filter(state__in=[AssignmentState.CLAIMED, AssignmentState.STARTED]).exists():
+        _request_stop(attempt, StopKind.CANCEL)
+        return run
+    if live and attempt is not None:
+        _finish_attempt(attempt, AttemptStatus.CANCELLED, "cancelled before it started", None, None)
+    _set_run(run, status=RunStatus.CANCELLED, action="run.cancelled", reason="cancelled by user")
+    return run
+
+
+@transaction.atomic
+def run_preempt(*, run: Run, reason: str) -> Run:
+    """Ask the agents to checkpoint and stop the run; it is requeued when they report the exit."""
+    run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
+    attempt = current_attempt(run=run)
+    if run.is_finished or attempt is None or attempt.status in ATTEMPT_ENDED:
+        raise Conflict(f"run {run.pk} is not running", code="not_running")
+    attempt.reason = reason
+    _request_stop(attempt, StopKind.PREEMPT)
+    return run

@@ -1,0 +1,149 @@
+"""HTML: the run submission form (/runs/new/). The run page itself lives in apps.tracking."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from apps.core.errors import ServiceError
+from apps.jobtemplates.models import JobTemplate, TemplateKind
+from apps.jobtemplates.selectors import template_list
+from apps.nodes.models import NodePool
+from apps.runs.api.views import project_from_ref, snapshot_from_ref
+from apps.runs.forms import (
+    RESOURCE_FIELDS,
+    TAG_FIELDS,
+    expected_cost,
+    extra_tags_from_text,
+    param_fields,
+    params_from_post,
+    resources_from_post,
+)
+from apps.runs.models import Checkpoint, CodeSnapshot, Priority
+from apps.runs.selectors import run_list
+from apps.runs.services.submit import CANDIDATE_VALUES, INIT_KINDS, run_submit
+from apps.tenants.models import Project
+from apps.tenants.selectors import has_role, project_list
+
+KNOWN_INPUTS = {"project", "template", "priority", "name", "init_run", "init_checkpoint", "code_snapshot", "extra_tags"}
+FIELD_PREFIXES = {"params.": "p_", "tags.": "tag_", "resources.": "res_"}
+
+
+def _input_for(field: str) -> str:
+    for prefix, replacement in FIELD_PREFIXES.items():
+        if field.startswith(prefix):
+            return replacement + field[len(prefix):].split(".")[0]
+    return field
+
+
+def _engineer_projects(request: HttpRequest) -> list[Project]:
+    return [p for p in project_list(user=request.user) if has_role(user=request.user, team_id=p.team_id, at_least="engineer")]
+
+
+@login_required
+def run_new_page(request: HttpRequest) -> HttpResponse:
+    projects = _engineer_projects(request)
+    templates = list(template_list(user=request.user, published_only=True))
+    source = request.POST if request.method == "POST" else request.GET
+    project = next((p for p in projects if str(p.pk) == source.get("project")), projects[0] if projects else None)
+    wanted = source.get("template") or "digits-classifier"
+    template: JobTemplate | None = next((t for t in templates if t.slug == wanted), templates[0] if templates else None)
+    errors: dict[str, list[str]] = {}
+    values: dict[str, Any] = {}
+    status = 200
+    if request.method == "POST" and project is not None and template is not None and request.POST.get("action") != "reload":
+        params, values, errors = params_from_post(template=template, post=request.POST)
+        if str(project.pk) != request.POST.get("project"):
+            # Never fall back to another project on a POST: the run would land somewhere unasked.
+            errors.setdefault("project", []).append("no such project")
+        tags = {key: request.POST.get(f"tag_{key}", "").strip() for key in TAG_FIELDS}
+        extra, tag_errors = extra_tags_from_text(request.POST.get("extra_tags", ""))
+        if tag_errors:
+            errors.setdefault("extra_tags", []).extend(tag_errors)
+        if not errors:
+            try:
+                run = run_submit(
+                    project=project_from_ref(user=request.user, ref=project.pk),
+                    template=template,
+                    params=params,
+                    tags={**extra, **{k: v for k, v in tags.items() if v}},
+                    priority=request.POST.get("priority") or Priority.NORMAL,
+                    resources=resources_from_post(request.POST),
+                    user=request.user,
+                    name=request.POST.get("name", "").strip(),
+                    init_run=request.POST.get("init_run", "").strip() or None,
+                    code_snapshot=snapshot_from_ref(project=project, ref=request.POST.get("code_snapshot", "").strip()),
+                )
+            except ServiceError as err:
+                errors = {key: list(msgs) for key, msgs in err.fields.items()} or {"non_field_errors": [err.message]}
+            else:
+                return redirect(f"/runs/{run.pk}/")
+        status = 400
+    context = _context(request, projects=projects, templates=templates, project=project, template=template, values=values,
+                       errors=errors)
+    return render(request, "runs/submit.html", context, status=status)
+
+
+def _context(request: HttpRequest, *, projects: list[Project], templates: list[JobTemplate], project: Project | None,
+             template: JobTemplate | None, values: dict[str, Any], errors: dict[str, list[str]]) -> dict[str, Any]:
+    by_input: dict[str, list[str]] = {}
+    for field, messages in errors.items():
+        by_input.setdefault(_input_for(field), []).extend(messages)
+    fields = param_fields(template=template, values=values or None) if template else []
+    for f in fields:
+        f.errors = by_input.pop(f.input_name, [])
+    post = request.POST if request.method == "POST" else None
+    defaults = dict((template.resources if template else {}) or {})
+    resources = {name: (post.get(f"res_{name}") if post is not None else None) or defaults.get(name, "") for name in RESOURCE_FIELDS}
+    pools = list(NodePool.objects.order_by("name"))
+    pool = next((p for p in pools if p.name == resources["pool"]), None)
+    cost = None
+    try:
+        cost = expected_cost(price=pool.price_per_device_hour if pool else Decimal(0), nodes=int(resources["nodes"] or 1),
+                             devices_per_node=int(resources["devices_per_node"] or 1),
+                             max_runtime_s=int(resources["max_runtime_s"] or 0))
+    except (TypeError, ValueError):
+        cost = None
+    user = request.user
+    family_default = f"{template.slug}-{user.get_username()}" if template else ""
+    tag_defaults = {"task": template.kind if template else "", "dataset": "sklearn-digits", "candidate": "candidate",
+                    "family": family_default}
+    tags = {key: (post.get(f"tag_{key}") if post is not None else None) or tag_defaults[key] for key in TAG_FIELDS}
+    tag_rows = [{"key": key, "value": tags[key], "errors": by_input.pop(f"tag_{key}", [])} for key in TAG_FIELDS]
+    resource_rows = [{"key": key, "value": resources[key], "errors": by_input.pop(f"res_{key}", [])} for key in RESOURCE_FIELDS]
+    init_runs: list[Any] = []
+    snapshots: list[CodeSnapshot] = []
+    if template is not None and template.kind in INIT_KINDS:
+        with_ckpt = Checkpoint.objects.filter(deleted_at__isnull=True).values("run_id")
+        init_runs = list(run_list(user=user).filter(pk__in=with_ckpt).order_by("-created_at")[:50])
+    if template is not None and template.kind == TemplateKind.CUSTOM and project is not None:
+        snapshots = list(CodeSnapshot.objects.filter(project=project).order_by("-created_at")[:50])
+    return {
+        "projects": projects,
+        "templates": templates,
+        "project": project,
+        "template": template,
+        "fields": fields,
+        "tag_rows": tag_rows,
+        "resource_rows": resource_rows,
+        "candidate_values": CANDIDATE_VALUES,
+        "priorities": Priority.choices,
+        "priority": (post.get("priority") if post is not None else None) or Priority.NORMAL,
+        "name": post.get("name", "") if post is not None else "",
+        "extra_tags": post.get("extra_tags", "") if post is not None else "",
+        "pools": pools,
+        "cost": cost,
+        "init_runs": init_runs,
+        "init_run": post.get("init_run", "") if post is not None else request.GET.get("init_run", ""),
+        "snapshots": snapshots,
+        "code_snapshot": post.get("code_snapshot", "") if post is not None else "",
+        "field_errors": by_input,
+        "other_errors": [f"{key}: {msg}" for key, msgs in by_input.items() if key not in KNOWN_INPUTS for msg in msgs],
+        "has_errors": bool(errors),
+        "needs_init": template is not None and template.kind in INIT_KINDS,
+        "is_custom": template is not None and template.kind == TemplateKind.CUSTOM,
+    }

@@ -1,0 +1,51 @@
+"""alice submits digits-classifier from the form in Chromium and watches it succeed on the run
+page, with a real Celery worker and a real agent behind the live server."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from tests.fixtures.browser import login, screenshot
+from tests.runs.live_helpers import agent, recipe_stack
+
+__all__ = ["recipe_stack"]
+pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+
+def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> None:
+    stack, page = recipe_stack, browser_page
+    agent(stack, "node-a")
+    login(page, stack, "alice")
+    before = stack.query("SELECT COUNT(*) FROM runs_run")[0][0]  # seed_demo may add demo runs
+    page.goto(stack.url + "/runs/new/?template=digits-classifier")
+    # A bad value first: the error shows next to the field and nothing is queued.
+    page.fill("#id_p_lr", "5")
+    page.click("#submit-run")
+    page.wait_for_selector("#submit-errors")
+    assert "must be ≤ 1 (got 5)" in page.inner_text("[data-field=p_lr]")
+    screenshot(page, "runs-submit-error")
+    assert stack.query("SELECT COUNT(*) FROM runs_run")[0][0] == before
+    page.fill("#id_p_lr", "0.01")
+    page.fill("#id_p_steps", "30")
+    page.fill("#id_p_eval_every", "10")
+    page.fill("#id_p_hidden", "32")
+    page.fill("#id_p_warmup_steps", "2")
+    page.fill("#id_name", "from the browser")
+    screenshot(page, "runs-submit-form")
+    page.click("#submit-run")
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    deadline = time.monotonic() + 180
+    status = ""
+    while time.monotonic() < deadline:
+        status = page.inner_text("#run-status").strip()
+        if status in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(2)
+        page.reload()
+    screenshot(page, "runs-submitted-run")
+    assert status == "succeeded", f"run {run_id} ended {status!r}\n{stack.log('node-a')[-3000:]}"

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from apps.runs.models import Run
+from tests.runs.factories import local_pool, make_template
+
+
+@pytest.fixture
+def page(cast):
+    local_pool("2.0")
+    make_template()
+    client = Client()
+    client.force_login(cast.alice)
+    return client
+
+
+def form_data(cast, **changes):
+    data = {"project": str(cast.digits.pk), "template": "digits-classifier", "name": "from the form", "priority": "normal",
+            "p_steps": "25", "p_lr": "0.01", "p_hidden": "64", "p_arch": "mlp", "p_classes": "[0, 1]",
+            "tag_task": "classification", "tag_dataset": "digits", "tag_candidate": "baseline", "tag_family": "digits-form",
+            "extra_tags": "note=first try", "res_pool": "local", "res_nodes": "1", "res_devices_per_node": "1",
+            "res_max_runtime_s": "1800"}
+    data.update(changes)
+    return data
+
+
+def field_block(html: str, name: str) -> str:
+    match = re.search(rf'<div class="[^"]*" data-field="{name}">(.*?)</div>\s*(?=<div|</div>)', html, re.S)
+    assert match, f"no block for {name}"
+    return match.group(0)
+
+
+def test_form_is_generated_from_the_schema(cast, page):
+    html = page.get("/runs/new/").content.decode()
+    assert 'name="p_steps"' in html and 'min="1"' in html and 'max="100000"' in html and 'value="300"' in html
+    assert "Optimizer steps." in html and "[1 – 100000]" in html
+    assert '<option value="cnn">' in html and 'name="p_amp"' in html
+    assert "Expected cost: at most <strong id=\"expected-cost\">1.00</strong>" in html
+    assert 'href="/queue/"' in html
+
+
+def test_form_submits_and_redirects_to_the_run(cast, page):
+    response = page.post("/runs/new/", form_data(cast))
+    run = Run.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/runs/{run.pk}/"
+    assert run.params["steps"] == 25 and run.params["lr"] == 0.01 and run.params["classes"] == [0, 1] and run.params["amp"] is False
+    assert run.tags == {"task": "classification", "dataset": "digits", "candidate": "baseline", "family": "digits-form",
+                        "note": "first try", "owner": "alice"}
+
+
+@pytest.mark.parametrize(("changes", "block", "text"), [
+    ({"p_lr": "5"}, "p_lr", "must be ≤ 1.0 (got 5)"),
+    ({"p_steps": "lots"}, "p_steps", "must be of type integer"),
+    ({"p_classes": "[1, "}, "p_classes", "must be valid JSON"),
+    ({"tag_dataset": ""}, "tag_dataset", "this tag is required"),
+    ({"res_devices_per_node": "64"}, "res_devices_per_node", "must be ≤ 4 (got 64)"),
+])
+def test_form_errors_are_inline_and_nothing_is_queued(cast, page, changes, block, text):
+    response = page.post("/runs/new/", form_data(cast, **changes))
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Nothing was queued." in html
+    assert text in field_block(html, block)
+    assert Run.objects.count() == 0
+
+
+def test_form_lists_only_engineer_projects(cast):
+    local_pool()
+    make_template()
+    viewer = Client()
+    viewer.force_login(cast.victor)
+    html = viewer.get("/runs/new/").content.decode()
+    assert "you cannot submit runs" in html and "vision/digits" not in html
+    alice = Client()
+    alice.force_login(cast.alice)
+    response = alice.post("/runs/new/", form_data(cast, project=str(cast.tinylm.pk)))
+    # Not one of alice's projects: the form falls back to hers, never showing the other team's.
+    assert response.status_code == 400 and "nlp/tiny-lm" not in response.content.decode()
+    assert "no such project" in response.content.decode() and Run.objects.count() == 0
