@@ -1,3 +1,5 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.nodes.views import node_list_page
+
+urlpatterns: list[URLPattern | URLResolver] = [path("nodes/", node_list_page, name="nodes")]

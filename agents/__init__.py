@@ -1,0 +1,1 @@
+"""The Trainyard node agent: `python -m agents --server URL --join-token TOKEN --pool NAME`."""

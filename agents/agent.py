@@ -1,0 +1,223 @@
+"""The agent daemon: parts that start in order and stop in reverse.
+
+config -> client -> registration -> spool/shipper -> runner -> monitor -> heartbeat -> claimer.
+SIGTERM (or SIGINT) drains: stop claiming, let running attempts finish until --drain-timeout,
+then stop them as "drain" (the job checkpoints; the server requeues the run), ship what is
+left, and exit. A second signal stops the jobs at once (still as a drain).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+import uuid
+from types import FrameType
+
+from agents import protocol
+from agents.client import ApiError, Client, Unreachable
+from agents.config import Config, parse_args
+from agents.devices import Nvml, cpu_inventory, memory_bytes
+from agents.monitor import Monitor
+from agents.runner import Runner
+from agents.shipper import Shipper, Spool
+
+log = logging.getLogger("agents")
+MAIN_TICK_S = 0.2
+
+
+class Registration:
+    """The agent's identity (agent_uid in the workdir) and its node credential (mode 600)."""
+
+    def __init__(self, config: Config, client: Client, nvml: Nvml) -> None:
+        self.config = config
+        self.client = client
+        self.nvml = nvml
+        self.session = 0
+        self.node_id = 0
+        self.heartbeat_s = config.heartbeat_s
+        ident = config.workdir / "agent.json"
+        if ident.exists():
+            self.agent_uid = str(json.loads(ident.read_text())["agent_uid"])
+        else:
+            self.agent_uid = uuid.uuid4().hex
+            ident.write_text(json.dumps({"agent_uid": self.agent_uid}))
+        self.cred_path = config.workdir / "credential"
+        if self.cred_path.exists():
+            client.credential = self.cred_path.read_text().strip()
+
+    def devices(self) -> list[protocol.DeviceInfo]:
+        return self.nvml.inventory() if self.nvml.available else cpu_inventory(self.config.slots)
+
+    def register(self, running: list[protocol.RunningAttempt], stop: threading.Event) -> list[int]:
+        body: protocol.RegisterRequest = {
+            "protocol_version": protocol.PROTOCOL_VERSION, "agent_version": protocol.AGENT_VERSION, "agent_uid": self.agent_uid,
+            "join_token": self.config.join_token, "pool": self.config.pool, "hostname": self.config.name,
+            "name": self.config.name, "address": self.config.address, "cpus": os.cpu_count() or 1,
+            "memory_bytes": memory_bytes(), "devices": self.devices(), "running": running}
+        while not stop.is_set():
+            try:
+                resp = self.client.request("POST", protocol.API_PREFIX + "register/", body, retry_for=None)
+            except ApiError as err:
+                if err.status == 401 and self.client.credential:
+                    log.warning("stored node credential refused; registering again with the join token")
+                    self.client.credential = ""
+                    self.cred_path.unlink(missing_ok=True)
+                    continue
+                raise
+            if resp["credential"]:
+                self.client.credential = resp["credential"]
+                fd = os.open(self.cred_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(resp["credential"])
+                os.chmod(self.cred_path, 0o600)
+            self.session, self.node_id = int(resp["session"]), int(resp["node_id"])
+            log.info("registered as node %d (session %d, %d devices) with %s", self.node_id, self.session, len(body["devices"]),
+                     self.config.server)
+            return list(resp.get("kill") or [])
+        raise Unreachable("stopped before registering")
+
+
+class Agent:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.stop = threading.Event()  # everything winds down
+        self.draining = threading.Event()
+        self.signals = 0
+        config.workdir.mkdir(parents=True, exist_ok=True)
+        self.client = Client(config.server, timeout=config.request_timeout_s, stop=self.stop)
+        self.nvml = Nvml()
+        self.registration = Registration(config, self.client, self.nvml)
+        self.spool = Spool(config.spool_dir, config.spool_max_bytes)
+        self.shipper = Shipper(self.client, self.spool, interval=config.ship_interval_s, on_stale=self._stale)
+        self.runner = Runner(config, self.client, self.shipper)
+        self.monitor = Monitor(config, self.runner, self.shipper, self.nvml)
+        self.threads: list[threading.Thread] = []
+        self.server_drain = False
+        self.drain_deadline: float | None = None
+
+    def _stale(self, attempt_id: int, reason: str) -> None:
+        self.runner.kill(attempt_id, reason)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            log.warning("got %s: draining (no new work; running attempts get %.0fs, then are preempted)",
+                        signal.Signals(signum).name, self.config.drain_timeout_s)
+            self.draining.set()
+        else:
+            log.warning("got %s again: stopping running attempts now", signal.Signals(signum).name)
+            self.drain_deadline = time.monotonic()
+
+    # --- parts --------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self.stop.is_set():
+            body: protocol.HeartbeatRequest = {"session": self.registration.session, "draining": self.draining.is_set(),
+                                               "devices": self.monitor.samples(), "running": self.runner.running()}
+            try:
+                resp = self.client.request("POST", protocol.API_PREFIX + "heartbeat/", body, retry_for=self.config.heartbeat_s)
+                for order in resp.get("stop", []):
+                    self.runner.request_stop(int(order["attempt_id"]), str(order["kind"]), float(order["grace_period_s"]))
+                for attempt_id in resp.get("kill", []):
+                    self.runner.kill(int(attempt_id), "the server says this attempt is stale or finished")
+                self.server_drain = bool(resp.get("drain"))
+            except ApiError as err:
+                if err.status == 409:
+                    log.warning("heartbeat refused (%s); registering again", err)
+                    try:
+                        for attempt_id in self.registration.register(self.runner.running(), self.stop):
+                            self.runner.kill(attempt_id, "refused at re-registration")
+                    except (ApiError, Unreachable) as exc:
+                        log.error("re-registration failed: %s", exc)
+                else:
+                    log.error("heartbeat refused: %s", err)
+            except Unreachable as err:
+                log.warning("heartbeat: server unreachable (%s); jobs keep running", err)
+            self.stop.wait(self.config.heartbeat_s)
+
+    def _claim_loop(self) -> None:
+        while not self.stop.is_set():
+            if self.draining.is_set() or self.server_drain:
+                self.stop.wait(1.0)
+                continue
+            free = [d["index"] for d in self.registration.devices() if d["index"] not in self.runner.used_devices()]
+            if not free:
+                self.stop.wait(0.5)
+                continue
+            body: protocol.ClaimRequest = {"session": self.registration.session, "wait_s": self.config.claim_wait_s,
+                                           "free_devices": free}
+            try:
+                resp = self.client.request("POST", protocol.API_PREFIX + "claim/", body, retry_for=5.0,
+                                           timeout=self.config.claim_wait_s + self.config.request_timeout_s)
+            except ApiError as err:
+                log.warning("claim refused: %s", err)
+                self.stop.wait(self.config.heartbeat_s)
+                continue
+            except Unreachable as err:
+                log.warning("claim: server unreachable (%s)", err)
+                self.stop.wait(2.0)
+                continue
+            for spec in resp.get("assignments", []):
+                if self.draining.is_set():
+                    log.warning("claimed attempt %d while draining; it will be reported as failed to start", spec["attempt_id"])
+                log.info("claimed attempt %d of run %d (rank %d of %d)", spec["attempt_id"], spec["run_id"], spec["node_rank"],
+                         spec["world_size"])
+                self.runner.submit(spec)
+
+    def _thread(self, name: str, target: object) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+        t.start()
+        self.threads.append(t)
+
+    # --- run ----------------------------------------------------------------------------
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.runner.kill_leftovers()
+        try:
+            for attempt_id in self.registration.register([], self.draining):
+                log.info("server asks to kill attempt %d (not running here)", attempt_id)
+        except ApiError as err:
+            log.error("registration refused: %s", err)
+            return 2
+        except Unreachable:
+            log.warning("stopped before registering")
+            return 0
+        self.shipper.start()
+        self.monitor.start()
+        self._thread("heartbeat", self._heartbeat_loop)
+        self._thread("claimer", self._claim_loop)
+        while True:
+            self.runner.launch_ready()
+            self.runner.poll()
+            if self.draining.is_set():
+                if self.drain_deadline is None:
+                    self.drain_deadline = time.monotonic() + self.config.drain_timeout_s
+                if not self.runner.busy():
+                    break
+                if time.monotonic() >= self.drain_deadline:
+                    self.runner.stop_all("drain", 0 if self.signals > 1 else None)
+                    self.drain_deadline = float("inf")
+            time.sleep(MAIN_TICK_S)
+        log.info("drained; shipping what is left")
+        self.shipper.close(flush_timeout=15.0)
+        self.stop.set()
+        self.monitor.close()
+        for t in reversed(self.threads):
+            t.join(self.config.request_timeout_s + self.config.claim_wait_s)
+        log.info("agent stopped")
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("TRAINYARD_AGENT_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = parse_args(argv)
+    log.info("trainyard agent %s (protocol %d) on %s, python %s, workdir %s", protocol.AGENT_VERSION, protocol.PROTOCOL_VERSION,
+             config.name, platform.python_version(), config.workdir)
+    return Agent(config).run()

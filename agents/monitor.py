@@ -1,0 +1,177 @@
+"""The sampling thread: which processes belong to each job, their CPU time, device readings and
+energy per attempt (NVML energy counters; else RAPL shared by CPU time; else CPU time x watts
+per core, marked estimated)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from agents import protocol
+from agents.config import Config
+from agents.devices import Nvml, rapl_energy_uj
+from agents.runner import Runner
+from agents.shipper import Shipper
+
+log = logging.getLogger("agents.monitor")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class ProcInfo:
+    ppid: int
+    pgid: int
+    cpu_s: float
+
+
+def scan_procs() -> dict[int, ProcInfo]:
+    out: dict[int, ProcInfo] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue  # exited meanwhile
+        rest = raw[raw.rfind(b")") + 2:].split()
+        try:
+            out[int(name)] = ProcInfo(ppid=int(rest[1]), pgid=int(rest[2]), cpu_s=(int(rest[11]) + int(rest[12])) / CLK_TCK)
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def job_tree(root: int, procs: dict[int, ProcInfo]) -> set[int]:
+    """The root's descendants by parentage plus anything still in its process group."""
+    children: dict[int, list[int]] = {}
+    for pid, info in procs.items():
+        children.setdefault(info.ppid, []).append(pid)
+    tree = {pid for pid, info in procs.items() if info.pgid == root}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    tree |= seen
+    tree.discard(root)
+    return tree
+
+
+@dataclass
+class AttemptEnergy:
+    energy_j: float = 0.0
+    gpu_start: dict[int, float] = field(default_factory=dict)
+    last_cpu_s: float = 0.0
+    estimated: bool = False
+
+
+class Monitor:
+    def __init__(self, config: Config, runner: Runner, shipper: Shipper, nvml: Nvml) -> None:
+        self.config = config
+        self.runner = runner
+        self.shipper = shipper
+        self.nvml = nvml
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="monitor", daemon=True)
+        self.lock = threading.Lock()
+        self.device_samples: list[protocol.DeviceSample] = []
+        self.energy: dict[int, AttemptEnergy] = {}
+        self._rapl = rapl_energy_uj()
+        self._total_cpu = self._machine_cpu_s()
+        self._last_energy_ship = time.monotonic()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+    def samples(self) -> list[protocol.DeviceSample]:
+        with self.lock:
+            return list(self.device_samples)
+
+    @staticmethod
+    def _machine_cpu_s() -> float:
+        try:
+            with open("/proc/stat") as fh:
+                fields = fh.readline().split()[1:]
+            return sum(int(x) for x in fields[:3] + fields[5:8]) / CLK_TCK  # user nice system irq softirq steal
+        except (OSError, ValueError):
+            return 0.0
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.config.sample_interval_s):
+            try:
+                self.sample()
+            except OSError as err:
+                log.error("sampling failed: %s", err)
+
+    def sample(self) -> None:
+        interval = self.config.sample_interval_s
+        procs = scan_procs()
+        with self.runner.lock:
+            jobs = list(self.runner.jobs.values())
+        gpu = {r.index: r for r in self.nvml.read()} if self.nvml.available else {}
+        rapl = rapl_energy_uj()
+        total_cpu = self._machine_cpu_s()
+        rapl_j = (rapl - self._rapl) / 1e6 if rapl is not None and self._rapl is not None and rapl >= self._rapl else None
+        cpu_delta_total = max(1e-6, total_cpu - self._total_cpu)
+        self._rapl, self._total_cpu = rapl, total_cpu
+        samples: dict[int, protocol.DeviceSample] = {}
+        for job in jobs:
+            tree = job_tree(job.proc.pid, procs)
+            root = procs.get(job.proc.pid)
+            cpu = (root.cpu_s if root else 0.0) + sum(procs[p].cpu_s for p in tree if p in procs)
+            self.runner.update_tree(job.attempt_id, tree, cpu)
+            acc = self.energy.setdefault(job.attempt_id, AttemptEnergy(last_cpu_s=0.0))
+            cpu_delta = max(0.0, cpu - acc.last_cpu_s)
+            acc.last_cpu_s = max(acc.last_cpu_s, cpu)
+            if job.spec.get("device_kind") == "gpu" and gpu:
+                total = 0.0
+                for d in job.spec["devices"]:
+                    r = gpu.get(d)
+                    if r is None:
+                        continue
+                    if r.energy_j is not None:
+                        acc.gpu_start.setdefault(d, r.energy_j)
+                        total += r.energy_j - acc.gpu_start[d]
+                    elif r.power_w is not None:
+                        total += r.power_w * interval  # no counter: integrate power samples
+                        acc.estimated = True
+                acc.energy_j = total if all(gpu.get(d) and gpu[d].energy_j is not None for d in job.spec["devices"]) \
+                    else acc.energy_j + total
+            elif rapl_j is not None:
+                acc.energy_j += rapl_j * min(1.0, cpu_delta / cpu_delta_total)
+            else:
+                acc.energy_j += cpu_delta * self.config.watts_per_core
+                acc.estimated = True
+            if job.spec.get("device_kind") != "gpu":
+                for d in job.spec["devices"]:
+                    samples[d] = {"index": d, "utilization": round(100.0 * cpu_delta / interval / max(1, len(job.spec["devices"])), 1),
+                                  "power_w": round(cpu_delta / interval * self.config.watts_per_core, 2)}
+        for r in gpu.values():
+            samples[r.index] = {"index": r.index, "utilization": r.utilization, "power_w": r.power_w}
+        with self.lock:
+            self.device_samples = sorted(samples.values(), key=lambda s: s["index"])
+        live = {j.attempt_id for j in jobs}
+        if time.monotonic() - self._last_energy_ship >= self.config.energy_interval_s:
+            self._last_energy_ship = time.monotonic()
+            for job in jobs:
+                self.ship_energy(job.attempt_id, job.spec["number"])
+        for gone in set(self.energy) - live:
+            self.energy.pop(gone, None)
+
+    def ship_energy(self, attempt_id: int, number: int) -> None:
+        acc = self.energy.get(attempt_id)
+        if acc is None:
+            return
+        sample: protocol.EnergySampleMsg = {"device_index": -1, "at": round(time.time(), 3), "power_w": None,
+                                            "energy_j": round(acc.energy_j, 3), "utilization": None, "estimated": acc.estimated}
+        self.shipper.energy({"attempt_id": attempt_id, "number": number, "samples": [sample]})

@@ -1,0 +1,203 @@
+"""The agent protocol: message shapes shared by the agent (agents/) and the server (apps/nodes/api).
+
+Standard library only, so the agent runs without Django. Bump PROTOCOL_VERSION on any change
+that an older peer could misread; the server refuses registrations from a newer major version.
+
+Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` except register):
+  POST register/                 RegisterRequest -> RegisterResponse
+  POST heartbeat/                HeartbeatRequest -> HeartbeatResponse (409 = session superseded)
+  POST claim/                    ClaimRequest -> ClaimResponse (long poll, at most MAX_CLAIM_WAIT_S)
+  POST events/                   AttemptEvent -> {"ok": true}
+  POST logs/                     LogBatch -> {"accepted": n}
+  POST energy/                   EnergyBatch -> {"accepted": n}
+  POST progress/                 ProgressReport -> {"ok": true}
+  POST checkpoints/              CheckpointReport -> {"id", "stored"}
+  PUT  checkpoints/<id>/file/    raw bytes, header X-Sha256 -> {"stored": true}
+  GET  checkpoints/<id>/file/    raw bytes (for resume and init checkpoints)
+  POST metrics/                  MetricBatch (owned by apps.tracking) -> {"accepted": n}
+Every report carries the attempt id and its number (the fencing token): 409 means the attempt is
+stale or its run is finished, and the agent must stop sending for it and kill it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+PROTOCOL_VERSION = 1
+AGENT_VERSION = "0.1.0"
+API_PREFIX = "/api/v1/agent/"
+MAX_CLAIM_WAIT_S = 25
+MAX_METRIC_POINTS = 10_000
+MAX_LOG_CHUNK_BYTES = 64 * 1024
+MAX_LOG_CHUNKS = 200
+MAX_ENERGY_SAMPLES = 1000
+
+StopKindName = Literal["cancel", "preempt", "drain", "abort"]
+EventName = Literal["started", "exited", "failed_to_start"]
+
+
+class DeviceInfo(TypedDict):
+    index: int
+    kind: Literal["gpu", "cpu"]
+    uuid: str
+    model: str
+    memory_bytes: int
+
+
+class RunningAttempt(TypedDict):
+    attempt_id: int
+    number: int
+    node_rank: int
+
+
+class RegisterRequest(TypedDict):
+    protocol_version: int
+    agent_version: str
+    agent_uid: str
+    join_token: str
+    pool: str
+    hostname: str
+    name: str
+    address: str
+    cpus: int
+    memory_bytes: int
+    devices: list[DeviceInfo]
+    running: list[RunningAttempt]
+
+
+class RegisterResponse(TypedDict):
+    node_id: int
+    credential: str  # empty when the agent re-registered with its stored credential
+    session: int
+    heartbeat_interval_s: float
+    kill: list[int]
+
+
+class DeviceSample(TypedDict):
+    index: int
+    utilization: float | None
+    power_w: float | None
+
+
+class HeartbeatRequest(TypedDict):
+    session: int
+    draining: bool
+    devices: list[DeviceSample]
+    running: list[RunningAttempt]
+
+
+class StopOrder(TypedDict):
+    attempt_id: int
+    kind: StopKindName
+    grace_period_s: int
+
+
+class HeartbeatResponse(TypedDict):
+    stop: list[StopOrder]
+    kill: list[int]
+    drain: bool
+
+
+class ClaimRequest(TypedDict):
+    session: int
+    wait_s: float
+    free_devices: list[int]
+
+
+class CheckpointRef(TypedDict):
+    id: int
+    run_id: int
+    step: int
+    file: str
+    size: int
+    sha256: str
+
+
+class AssignmentSpec(TypedDict):
+    assignment_id: int
+    attempt_id: int
+    number: int
+    run_id: int
+    node_rank: int
+    world_size: int
+    devices: list[int]
+    device_kind: str
+    entrypoint: str
+    params: dict[str, object]
+    checkpoint_policy: dict[str, int]
+    grace_period_s: int
+    max_runtime_s: int
+    master_addr: str
+    master_port: int
+    resume_checkpoint: CheckpointRef | None
+    init_checkpoint: CheckpointRef | None
+
+
+class ClaimResponse(TypedDict):
+    assignments: list[AssignmentSpec]
+
+
+class AttemptEvent(TypedDict):
+    attempt_id: int
+    number: int
+    node_rank: int
+    event: EventName
+    exit_code: NotRequired[int | None]
+    signal: NotRequired[int | None]
+    # What the agent itself asked of the job before it exited (SIGTERM for cancel/preempt/drain).
+    stop_kind: NotRequired[StopKindName | None]
+    message: NotRequired[str]
+    log_tail: NotRequired[str]
+    time: float
+
+
+class LogChunkMsg(TypedDict):
+    rank: int
+    seq: int
+    stream: str
+    text: str
+
+
+class LogBatch(TypedDict):
+    attempt_id: int
+    number: int
+    chunks: list[LogChunkMsg]
+
+
+class EnergySampleMsg(TypedDict):
+    device_index: int
+    at: float
+    power_w: float | None
+    energy_j: float
+    utilization: float | None
+    estimated: bool
+
+
+class EnergyBatch(TypedDict):
+    attempt_id: int
+    number: int
+    samples: list[EnergySampleMsg]
+
+
+class ProgressReport(TypedDict):
+    attempt_id: int
+    number: int
+    total_steps: NotRequired[int | None]
+    steps_done: NotRequired[int | None]
+    lineage: NotRequired[dict[str, object]]
+
+
+class CheckpointReport(TypedDict):
+    attempt_id: int
+    number: int
+    step: int
+    file: str
+    size: int
+    sha256: str
+    metrics: dict[str, object]
+
+
+class MetricBatch(TypedDict):
+    attempt_id: int
+    attempt: int
+    points: list[list[object]]  # [key, step, value, wall_time]

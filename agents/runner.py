@@ -1,0 +1,321 @@
+"""Launches each assignment in its own process group and supervises it.
+
+Stopping (cancel, preempt, drain) sends SIGTERM to the group and to every descendant seen (a
+child that called setsid leaves the group but not our records), then SIGKILL after the grace
+period. Each job gets PR_SET_PDEATHSIG, so it dies with the agent; the agent also records every
+job's process group under <workdir>/jobs/ and kills leftovers on start (a job that outlived a
+kill -9 of its agent must not keep writing into a run that has moved on).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents import protocol
+from agents.client import ApiError, Client, Unreachable
+from agents.config import Config
+from agents.shipper import Shipper, Tail
+
+log = logging.getLogger("agents.runner")
+PR_SET_PDEATHSIG = 1
+LOG_TAIL_LINES = 20
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the agent (its parent) dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _signal_pids(pgid: int, pids: set[int], sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+@dataclass
+class Job:
+    spec: protocol.AssignmentSpec
+    proc: Any
+    root: Path
+    started: float
+    stop_kind: str | None = None
+    kill_at: float | None = None
+    tree: set[int] = field(default_factory=set)  # descendants seen by the monitor (may have left the group)
+    cpu_s: float = 0.0
+
+    @property
+    def attempt_id(self) -> int:
+        return self.spec["attempt_id"]
+
+
+class Runner:
+    def __init__(self, config: Config, client: Client, shipper: Shipper) -> None:
+        self.config = config
+        self.client = client
+        self.shipper = shipper
+        self.jobs: dict[int, Job] = {}
+        self.preparing: dict[int, protocol.AssignmentSpec] = {}
+        self.ready: queue.Queue[tuple[protocol.AssignmentSpec, dict[str, str]]] = queue.Queue()
+        self.lock = threading.RLock()
+        config.jobs_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- startup ----------------------------------------------------------------------
+    def kill_leftovers(self) -> None:
+        for record in self.config.jobs_dir.glob("*.json"):
+            try:
+                data = json.loads(record.read_text())
+                pgid, pids = int(data["pgid"]), {int(p) for p in data.get("tree", [])}
+            except (OSError, ValueError, KeyError) as err:
+                log.error("unreadable job record %s: %s", record, err)
+                record.unlink(missing_ok=True)
+                continue
+            log.warning("killing process group %d left by a previous agent (attempt %s)", pgid, record.stem)
+            _signal_pids(pgid, pids, signal.SIGKILL)
+            record.unlink(missing_ok=True)
+
+    # --- capacity ---------------------------------------------------------------------
+    def used_devices(self) -> set[int]:
+        with self.lock:
+            specs = [j.spec for j in self.jobs.values()] + list(self.preparing.values())
+        return {d for s in specs for d in s["devices"]}
+
+    def running(self) -> list[protocol.RunningAttempt]:
+        with self.lock:
+            specs = [j.spec for j in self.jobs.values()] + list(self.preparing.values())
+        return [{"attempt_id": s["attempt_id"], "number": s["number"], "node_rank": s["node_rank"]} for s in specs]
+
+    def busy(self) -> bool:
+        with self.lock:
+            return bool(self.jobs or self.preparing)
+
+    # --- launching --------------------------------------------------------------------
+    def submit(self, spec: protocol.AssignmentSpec) -> None:
+        """Prepare in a thread (downloads may take a while); the main thread then spawns."""
+        with self.lock:
+            if spec["attempt_id"] in self.jobs or spec["attempt_id"] in self.preparing:
+                return
+            self.preparing[spec["attempt_id"]] = spec
+        threading.Thread(target=self._prepare, args=(spec,), name=f"prepare-{spec['attempt_id']}", daemon=True).start()
+
+    def _paths(self, spec: protocol.AssignmentSpec) -> tuple[Path, Path, Path]:
+        root = self.config.runs_dir / str(spec["run_id"]) / f"a{spec['number']}-r{spec['node_rank']}"
+        return root, root / "job", self.config.runs_dir / str(spec["run_id"]) / "checkpoints"
+
+    def _prepare(self, spec: protocol.AssignmentSpec) -> None:
+        root, run_dir, ckpt_dir = self._paths(spec)
+        env: dict[str, str] = {}
+        try:
+            for d in (run_dir, root / "agent", ckpt_dir):
+                d.mkdir(parents=True, exist_ok=True)
+            resume = spec.get("resume_checkpoint")
+            if resume:
+                self._ensure_checkpoint(resume, ckpt_dir, spec["number"])
+            init = spec.get("init_checkpoint")
+            if init:
+                init_dir = self.config.runs_dir / str(spec["run_id"]) / "init"
+                init_dir.mkdir(parents=True, exist_ok=True)
+                path = self._fetch(init, init_dir)
+                env["TRAINYARD_INIT_CHECKPOINT"] = str(path)
+        except (ApiError, Unreachable, OSError, ValueError) as err:
+            log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
+            env["__error__"] = f"preparing the run directory failed: {err}"
+        self.ready.put((spec, env))
+
+    def _fetch(self, ref: protocol.CheckpointRef, directory: Path) -> Path:
+        dest = directory / ref["file"]
+        if not (dest.exists() and dest.stat().st_size == ref["size"] and _sha256(dest) == ref["sha256"]):
+            log.info("downloading checkpoint %d (step %d) of run %d", ref["id"], ref["step"], ref["run_id"])
+            self.client.download(f"{protocol.API_PREFIX}checkpoints/{ref['id']}/file/", dest)
+            if _sha256(dest) != ref["sha256"]:
+                dest.unlink(missing_ok=True)
+                raise ValueError(f"checkpoint {ref['id']} downloaded with a wrong sha256")
+        return dest
+
+    def _ensure_checkpoint(self, ref: protocol.CheckpointRef, ckpt_dir: Path, number: int) -> None:
+        """Attempt N>1 on a node without the run's latest checkpoint: fetch it and record it."""
+        dest = ckpt_dir / ref["file"]
+        if dest.exists() and dest.stat().st_size == ref["size"] and _sha256(dest) == ref["sha256"]:
+            return
+        self._fetch(ref, ckpt_dir)
+        record = {"step": ref["step"], "file": ref["file"], "size": ref["size"], "sha256": ref["sha256"], "metrics": {},
+                  "time": time.time(), "attempt": number - 1}
+        with open(ckpt_dir / "checkpoints.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def launch_ready(self) -> None:
+        """Main thread only: PR_SET_PDEATHSIG is tied to the thread that forks."""
+        while True:
+            try:
+                spec, extra = self.ready.get_nowait()
+            except queue.Empty:
+                return
+            self._spawn(spec, extra)
+
+    def _env(self, spec: protocol.AssignmentSpec, run_dir: Path, ckpt_dir: Path) -> dict[str, str]:
+        policy = spec.get("checkpoint_policy") or {}
+        repo = str(self.config.repo_root)
+        pythonpath = os.pathsep.join(p for p in [repo, str(self.config.repo_root / "sdk"), os.environ.get("PYTHONPATH", "")] if p)
+        env = {
+            **os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
+            "TRAINYARD_RUN_ID": str(spec["run_id"]), "TRAINYARD_ATTEMPT": str(spec["number"]),
+            "TRAINYARD_RUN_DIR": str(run_dir), "TRAINYARD_CHECKPOINT_DIR": str(ckpt_dir),
+            "TRAINYARD_PARAMS": json.dumps(spec.get("params") or {}),
+            "TRAINYARD_CHECKPOINT_EVERY_STEPS": str(int(policy.get("every_steps", 0) or 0)),
+            "TRAINYARD_CHECKPOINT_EVERY_SECONDS": str(int(policy.get("every_seconds", 0) or 0)),
+            "TRAINYARD_CHECKPOINT_KEEP": str(int(policy.get("keep_last", 0) or 0)),
+            "MASTER_ADDR": spec["master_addr"] or "127.0.0.1", "MASTER_PORT": str(spec["master_port"]),
+            "RANK": str(spec["node_rank"]), "WORLD_SIZE": str(spec["world_size"]), "LOCAL_RANK": "0",
+        }
+        env.pop("TRAINYARD_INIT_CHECKPOINT", None)
+        if spec.get("device_kind") == "gpu":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec["devices"])
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        for name in [k for k in env if k.startswith("TRAINYARD_AGENT_")]:
+            env.pop(name)
+        return env
+
+    def _spawn(self, spec: protocol.AssignmentSpec, extra: dict[str, str]) -> None:
+        root, run_dir, ckpt_dir = self._paths(spec)
+        base = {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": spec["node_rank"]}
+        error = extra.pop("__error__", "")
+        proc = None
+        if not error:
+            try:
+                argv = shlex.split(spec["entrypoint"])
+                if argv and argv[0] in ("python", "python3"):
+                    argv[0] = sys.executable  # the agent's interpreter: same venv, same torch
+                env = {**self._env(spec, run_dir, ckpt_dir), **extra}
+                with open(root / "agent" / "stdout.log", "ab") as out, open(root / "agent" / "stderr.log", "ab") as err:
+                    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, preexec_fn=_die_with_parent)
+            except (OSError, ValueError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            self.preparing.pop(spec["attempt_id"], None)
+            if proc is None:
+                log.error("attempt %d rank %d failed to start: %s", spec["attempt_id"], spec["node_rank"], error)
+                self.shipper.event({**base, "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
+                return
+            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic())
+            self.jobs[spec["attempt_id"]] = job
+            self._record(job)
+        log.info("attempt %d (run %d, rank %d) started as pid %d: %s", spec["attempt_id"], spec["run_id"], spec["node_rank"],
+                 proc.pid, spec["entrypoint"])
+        self.shipper.add(Tail(attempt_id=spec["attempt_id"], number=spec["number"], rank=spec["node_rank"], run_dir=run_dir,
+                              checkpoint_dir=ckpt_dir, log_dir=root / "agent", state_path=root / "agent" / "ship-state.json"))
+        self.shipper.event({**base, "event": "started", "time": time.time()})  # type: ignore[typeddict-item]
+
+    def _record(self, job: Job) -> None:
+        path = self.config.jobs_dir / f"{job.attempt_id}.json"
+        path.write_text(json.dumps({"pgid": job.proc.pid, "tree": sorted(job.tree), "run_id": job.spec["run_id"]}))
+
+    # --- stopping ---------------------------------------------------------------------
+    def request_stop(self, attempt_id: int, kind: str, grace_s: float) -> None:
+        with self.lock:
+            job = self.jobs.get(attempt_id)
+            if job is None or job.stop_kind is not None:
+                return
+            job.stop_kind = kind
+            job.kill_at = time.monotonic() + max(0.0, grace_s)
+            log.info("attempt %d: %s: SIGTERM, SIGKILL in %.0fs", attempt_id, kind, grace_s)
+            _signal_pids(job.proc.pid, job.tree, signal.SIGTERM)
+
+    def kill(self, attempt_id: int, reason: str) -> None:
+        with self.lock:
+            job = self.jobs.get(attempt_id)
+            if job is None:
+                return
+            log.warning("attempt %d: killing (%s)", attempt_id, reason)
+            job.stop_kind = job.stop_kind or "abort"
+            job.kill_at = time.monotonic()
+            _signal_pids(job.proc.pid, job.tree, signal.SIGKILL)
+
+    def stop_all(self, kind: str, grace_s: float | None = None) -> None:
+        with self.lock:
+            jobs = list(self.jobs.values())
+        for job in jobs:
+            self.request_stop(job.attempt_id, kind, job.spec["grace_period_s"] if grace_s is None else grace_s)
+
+    # --- supervision ------------------------------------------------------------------
+    def poll(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            jobs = list(self.jobs.values())
+        for job in jobs:
+            code = job.proc.poll()
+            if code is None:
+                if job.kill_at is not None and now >= job.kill_at:
+                    _signal_pids(job.proc.pid, job.tree, signal.SIGKILL)
+                continue
+            self._exited(job, code)
+
+    def _exited(self, job: Job, code: int) -> None:
+        # Whatever the job left behind in its group or tree goes with it.
+        _signal_pids(job.proc.pid, job.tree, signal.SIGKILL)
+        with self.lock:
+            self.jobs.pop(job.attempt_id, None)
+        self.shipper.finish(job.attempt_id)
+        exit_code, sig = (code, None) if code >= 0 else (None, -code)
+        log.info("attempt %d exited: %s%s", job.attempt_id, f"code {exit_code}" if sig is None else f"signal {sig}",
+                 f" after {job.stop_kind}" if job.stop_kind else "")
+        self.shipper.event({"attempt_id": job.attempt_id, "number": job.spec["number"], "node_rank": job.spec["node_rank"],
+                            "event": "exited", "exit_code": exit_code, "signal": sig,
+                            "stop_kind": job.stop_kind, "log_tail": self._log_tail(job), "time": time.time()})  # type: ignore[typeddict-item]
+        (self.config.jobs_dir / f"{job.attempt_id}.json").unlink(missing_ok=True)
+
+    def _log_tail(self, job: Job) -> str:
+        lines: list[str] = []
+        for stream in ("stdout", "stderr"):
+            try:
+                with open(job.root / "agent" / f"{stream}.log", "rb") as fh:
+                    fh.seek(max(0, os.fstat(fh.fileno()).st_size - 8192))
+                    lines += fh.read().decode("utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            except FileNotFoundError:
+                continue
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    def update_tree(self, attempt_id: int, pids: set[int], cpu_s: float) -> None:
+        with self.lock:
+            job = self.jobs.get(attempt_id)
+            if job is None:
+                return
+            new = pids - job.tree
+            job.tree |= pids
+            job.cpu_s = max(job.cpu_s, cpu_s)
+            if new:
+                self._record(job)
+            if job.kill_at is not None and new:
+                # A child born during the grace period still gets the stop signal.
+                _signal_pids(job.proc.pid, new, signal.SIGTERM if time.monotonic() < job.kill_at else signal.SIGKILL)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,343 @@
+"""Ships what jobs write (metrics, events, checkpoint records and files, logs) and what the agent
+measures (energy) and decides (attempt events) to the server, through a bounded disk spool.
+
+Tailers read new complete lines from each attempt's files, turn them into spool items (one JSON
+file each, fsync'd) and only then advance their durable offsets, so a crash replays at worst a
+batch the server already has (replays are idempotent server-side). One sender thread posts
+items oldest first; when the server is unreachable it backs off and keeps them, so jobs keep
+running. Past `spool_max_bytes` the oldest metric batches are dropped, and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents import protocol
+from agents.client import ApiError, Client, Unreachable
+
+log = logging.getLogger("agents.shipper")
+P = protocol.API_PREFIX
+
+
+def _atomic_write(path: Path, text: str, *, fsync: bool = True) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class Spool:
+    """An ordered on-disk queue of requests to make."""
+
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.dropped_points = 0
+        names = sorted(p.name for p in self.dir.glob("*.json"))
+        self.counter = max([time.time_ns()] + [int(n.split("-", 1)[0]) for n in names if n.split("-", 1)[0].isdigit()])
+        self.bytes = sum(p.stat().st_size for p in self.dir.glob("*.json"))
+
+    def put(self, kind: str, item: dict[str, Any]) -> None:
+        text = json.dumps({"kind": kind, **item}, separators=(",", ":"), allow_nan=False)
+        with self.lock:
+            self.counter += 1
+            path = self.dir / f"{self.counter:020d}-{kind}.json"
+            _atomic_write(path, text)
+            self.bytes += len(text)
+            if self.bytes > self.max_bytes:
+                self._shed()
+        self.wake.set()
+
+    def _shed(self) -> None:
+        for path in sorted(self.dir.glob("*-metrics.json")):
+            if self.bytes <= self.max_bytes:
+                return
+            try:
+                item = json.loads(path.read_text())
+                size = path.stat().st_size
+                path.unlink()
+            except (OSError, ValueError):
+                continue
+            self.bytes -= size
+            self.dropped_points += len(item.get("body", {}).get("points", []))
+            log.warning("spool over %d bytes: dropped the oldest metric batch; %d points dropped so far",
+                        self.max_bytes, self.dropped_points)
+
+    def items(self) -> list[Path]:
+        return sorted(self.dir.glob("*.json"))
+
+    def remove(self, path: Path) -> None:
+        with self.lock:
+            try:
+                size = path.stat().st_size
+                path.unlink()
+                self.bytes -= size
+            except FileNotFoundError:
+                return
+
+
+@dataclass
+class Tail:
+    """Offsets and counters of one attempt's files, kept in <attempt>/agent/ship-state.json."""
+
+    attempt_id: int
+    number: int
+    rank: int
+    run_dir: Path
+    checkpoint_dir: Path
+    log_dir: Path
+    state_path: Path
+    offsets: dict[str, int] = field(default_factory=dict)
+    log_seq: int = 0
+    last_step: int | None = None
+    total_steps: int | None = None
+    progress_sent: tuple[int | None, int | None] = (None, None)
+    progress_at: float = 0.0
+
+    def save(self) -> None:
+        _atomic_write(self.state_path, json.dumps({"offsets": self.offsets, "log_seq": self.log_seq, "last_step": self.last_step,
+                                                   "total_steps": self.total_steps, "progress_sent": list(self.progress_sent)}))
+
+    def load(self) -> None:
+        if self.state_path.exists():
+            data = json.loads(self.state_path.read_text())
+            self.offsets, self.log_seq = data["offsets"], data["log_seq"]
+            self.last_step, self.total_steps = data.get("last_step"), data.get("total_steps")
+            self.progress_sent = tuple(data.get("progress_sent") or (None, None))  # type: ignore[assignment]
+
+
+def _read_new(path: Path, offset: int, *, final: bool, limit: int = 8 << 20) -> tuple[bytes, int]:
+    """New complete lines from offset (a trailing fragment waits, unless the writer has exited)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(limit)
+    except FileNotFoundError:
+        return b"", offset
+    if not final or len(data) == limit:
+        cut = data.rfind(b"\n") + 1
+        if cut == 0 and len(data) >= protocol.MAX_LOG_CHUNK_BYTES:
+            cut = protocol.MAX_LOG_CHUNK_BYTES  # one endless line: ship it in pieces
+        data = data[:cut]
+    return data, offset + len(data)
+
+
+class Shipper:
+    def __init__(self, client: Client, spool: Spool, *, interval: float, on_stale: Callable[[int, str], None]) -> None:
+        self.client = client
+        self.spool = spool
+        self.interval = interval
+        self.on_stale = on_stale
+        self.tails: dict[int, Tail] = {}
+        self.lock = threading.RLock()
+        self.stale: set[int] = set()
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    # --- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        for name, target in (("shipper-tail", self._tail_loop), ("shipper-send", self._send_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def close(self, flush_timeout: float) -> None:
+        """Tail once more, give the sender up to flush_timeout to empty the spool, then stop."""
+        with self.lock:
+            for tail in list(self.tails.values()):
+                self._tail(tail, final=False)
+        deadline = time.monotonic() + flush_timeout
+        while self.spool.items() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = len(self.spool.items())
+        if left:
+            log.warning("stopping with %d items still in the spool %s; they are sent on the next start", left, self.spool.dir)
+        self.stop.set()
+        self.spool.wake.set()
+        for t in self.threads:
+            t.join(5)
+
+    # --- attempts ---------------------------------------------------------------------
+    def add(self, tail: Tail) -> None:
+        tail.load()
+        with self.lock:
+            self.tails[tail.attempt_id] = tail
+
+    def finish(self, attempt_id: int) -> None:
+        """The job exited: ship everything it wrote, including a last line without newline."""
+        with self.lock:
+            tail = self.tails.pop(attempt_id, None)
+            if tail is not None:
+                self._tail(tail, final=True)
+
+    def event(self, body: protocol.AttemptEvent) -> None:
+        self.spool.put("event", {"path": P + "events/", "attempt_id": body["attempt_id"], "body": body})
+
+    def energy(self, body: protocol.EnergyBatch) -> None:
+        self.spool.put("energy", {"path": P + "energy/", "attempt_id": body["attempt_id"], "body": body})
+
+    # --- tailing ----------------------------------------------------------------------
+    def _tail_loop(self) -> None:
+        while not self.stop.wait(self.interval):
+            with self.lock:
+                for tail in list(self.tails.values()):
+                    try:
+                        self._tail(tail, final=False)
+                    except (OSError, ValueError) as err:
+                        log.error("tailing attempt %d failed: %s", tail.attempt_id, err)
+
+    def _tail(self, tail: Tail, *, final: bool) -> None:
+        if tail.attempt_id in self.stale:
+            return
+        changed = self._tail_metrics(tail, final) | self._tail_events(tail, final) | self._tail_checkpoints(tail, final)
+        for stream in ("stdout", "stderr"):
+            changed |= self._tail_log(tail, stream, final)
+        progress = (tail.total_steps, tail.last_step)
+        if progress != tuple(tail.progress_sent) and (final or time.monotonic() - tail.progress_at >= 2.0):
+            body: protocol.ProgressReport = {"attempt_id": tail.attempt_id, "number": tail.number,
+                                             "total_steps": tail.total_steps, "steps_done": tail.last_step}
+            self.spool.put("progress", {"path": P + "progress/", "attempt_id": tail.attempt_id, "body": body})
+            tail.progress_sent, tail.progress_at, changed = progress, time.monotonic(), True
+        if changed:
+            tail.save()
+
+    def _lines(self, tail: Tail, key: str, path: Path, final: bool) -> list[dict[str, Any]]:
+        data, new = _read_new(path, tail.offsets.get(key, 0), final=final)
+        if not data:
+            return []
+        tail.offsets[key] = new
+        out = []
+        for raw in data.splitlines():
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                log.warning("attempt %d: skipping a malformed line in %s", tail.attempt_id, path.name)
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    def _tail_metrics(self, tail: Tail, final: bool) -> bool:
+        lines = self._lines(tail, "metrics", tail.run_dir / "metrics.jsonl", final)
+        if not lines:
+            return False
+        points: list[list[Any]] = []
+        for line in lines:
+            step, when, metrics = line.get("step"), line.get("time", time.time()), line.get("metrics")
+            if not isinstance(step, int) or not isinstance(metrics, dict):
+                continue
+            tail.last_step = step if tail.last_step is None else max(tail.last_step, step)
+            points.extend([key, step, value, when] for key, value in metrics.items())
+        for i in range(0, len(points), protocol.MAX_METRIC_POINTS):
+            body: protocol.MetricBatch = {"attempt_id": tail.attempt_id, "attempt": tail.number,
+                                          "points": points[i:i + protocol.MAX_METRIC_POINTS]}
+            self.spool.put("metrics", {"path": P + "metrics/", "attempt_id": tail.attempt_id, "body": body})
+        return True
+
+    def _tail_events(self, tail: Tail, final: bool) -> bool:
+        lines = self._lines(tail, "events", tail.run_dir / "events.jsonl", final)
+        lineage: dict[str, Any] = {}
+        for line in lines:
+            if line.get("type") == "progress" and isinstance(line.get("total_steps"), int):
+                tail.total_steps = line["total_steps"]
+            elif line.get("type") == "lineage" and isinstance(line.get("data"), dict):
+                lineage.update(line["data"])
+        if lineage:
+            body: protocol.ProgressReport = {"attempt_id": tail.attempt_id, "number": tail.number, "lineage": lineage}
+            self.spool.put("progress", {"path": P + "progress/", "attempt_id": tail.attempt_id, "body": body})
+        return bool(lines)
+
+    def _tail_checkpoints(self, tail: Tail, final: bool) -> bool:
+        lines = self._lines(tail, "checkpoints", tail.checkpoint_dir / "checkpoints.jsonl", final)
+        for rec in lines:
+            body: protocol.CheckpointReport = {"attempt_id": tail.attempt_id, "number": tail.number, "step": rec.get("step", 0),
+                                               "file": rec.get("file", ""), "size": rec.get("size", 0),
+                                               "sha256": rec.get("sha256", ""), "metrics": rec.get("metrics") or {}}
+            self.spool.put("checkpoint", {"path": P + "checkpoints/", "attempt_id": tail.attempt_id, "body": body,
+                                          "file": str(tail.checkpoint_dir / str(rec.get("file", "")))})
+        return bool(lines)
+
+    def _tail_log(self, tail: Tail, stream: str, final: bool) -> bool:
+        data, new = _read_new(tail.log_dir / f"{stream}.log", tail.offsets.get(stream, 0), final=final)
+        if not data:
+            return False
+        tail.offsets[stream] = new
+        chunks: list[protocol.LogChunkMsg] = []
+        size = protocol.MAX_LOG_CHUNK_BYTES // 2  # characters may take up to 2x after decoding/escaping
+        for i in range(0, len(data), size):
+            tail.log_seq += 1
+            chunks.append({"rank": tail.rank, "seq": tail.log_seq, "stream": stream,
+                           "text": data[i:i + size].decode("utf-8", errors="replace")})
+        for i in range(0, len(chunks), protocol.MAX_LOG_CHUNKS):
+            body: protocol.LogBatch = {"attempt_id": tail.attempt_id, "number": tail.number,
+                                       "chunks": chunks[i:i + protocol.MAX_LOG_CHUNKS]}
+            self.spool.put("logs", {"path": P + "logs/", "attempt_id": tail.attempt_id, "body": body})
+        return True
+
+    # --- sending ----------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        while not self.stop.is_set():
+            items = self.spool.items()
+            if not items:
+                self.spool.wake.wait(1.0)
+                self.spool.wake.clear()
+                continue
+            for path in items:
+                if self.stop.is_set():
+                    return
+                try:
+                    item = json.loads(path.read_text())
+                except FileNotFoundError:
+                    continue  # shed meanwhile
+                except ValueError:
+                    log.error("dropping unreadable spool item %s", path.name)
+                    self.spool.remove(path)
+                    continue
+                try:
+                    self._send(item)
+                except Unreachable as err:
+                    log.warning("server unreachable, keeping %d spooled items: %s", len(items), err)
+                    self.stop.wait(1.0)
+                    break
+                self.spool.remove(path)
+
+    def _send(self, item: dict[str, Any]) -> None:
+        attempt_id = int(item.get("attempt_id", 0))
+        if attempt_id in self.stale:
+            return
+        try:
+            resp = self.client.request("POST", item["path"], item["body"], retry_for=10.0)
+            if item["kind"] == "checkpoint" and isinstance(resp, dict) and not resp.get("stored"):
+                self._upload(int(resp["id"]), Path(item["file"]))
+        except ApiError as err:
+            if err.status == 409:
+                log.warning("attempt %d is stale or finished (%s); dropping its reports and killing it", attempt_id, err)
+                self.stale.add(attempt_id)
+                self.on_stale(attempt_id, str(err))
+            else:
+                log.error("server refused a %s batch, dropping it: %s", item["kind"], err)
+
+    def _upload(self, checkpoint_id: int, path: Path) -> None:
+        try:
+            fh = open(path, "rb")
+        except FileNotFoundError:
+            log.info("checkpoint file %s is gone (keep-last-K); not uploaded", path.name)
+            return
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            self.client.request("PUT", f"{P}checkpoints/{checkpoint_id}/file/", data=fh, retry_for=30.0, timeout=300,
+                                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})

@@ -1,0 +1,298 @@
+"""The agent protocol endpoints (/api/v1/agent/). Message shapes: agents/protocol.py.
+
+Views parse and bound the input, run the fencing check, and call services; replays are
+idempotent through unique constraints (bulk_create ignore_conflicts = ON CONFLICT DO NOTHING).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import time
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Q
+from django.http import FileResponse
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agents import protocol
+from apps.audit.context import acting_as
+from apps.core.errors import FieldError, NotFound
+from apps.nodes.auth import AgentAPIView
+from apps.nodes.models import Node
+from apps.nodes.services import HEARTBEAT_INTERVAL_S, node_claim, node_heartbeat, node_register
+from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
+from apps.runs.selectors import attempt_for_node_report
+from apps.runs.services import lifecycle
+
+FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _int(data: Any, field: str, *, minimum: int = 0, maximum: int = 2**62, default: int | None = None) -> int:
+    value = data.get(field, default) if isinstance(data, dict) else default
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise FieldError(field, f"an integer from {minimum} to {maximum}")
+    return value
+
+
+def _list(data: Any, field: str, limit: int) -> list[Any]:
+    value = data.get(field) if isinstance(data, dict) else None
+    if not isinstance(value, list) or len(value) > limit:
+        raise FieldError(field, f"a list of at most {limit} items")
+    return value
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not isinstance(request.data, dict):
+        raise FieldError("body", "a JSON object")
+    return request.data
+
+
+def _report(view: AgentAPIView, data: Any, *, allow_finished: bool = True) -> Attempt:
+    attempt_id = _int(data, "attempt_id", minimum=1)
+    number = _int(data, "number", minimum=1, maximum=1_000_000)
+    return attempt_for_node_report(node_id=view.node.pk, attempt_id=attempt_id, number=number, allow_finished=allow_finished)
+
+
+class AgentView(AgentAPIView):
+    """Agent endpoints audit as "agent:<host>"; the node is known only once authenticated."""
+
+    _actor: AbstractContextManager[None] | None = None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        self._actor = acting_as(label=f"agent:{self.node.hostname}")
+        self._actor.__enter__()
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        actor = getattr(self, "_actor", None)
+        if actor is not None:
+            actor.__exit__(None, None, None)
+            self._actor = None
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class RegisterView(AgentAPIView):
+    """Join token in, node credential out; an agent with a stored credential re-registers with it."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        node = request.auth if isinstance(request.auth, Node) else None
+        node, credential, kill = node_register(data=_body(request), node=node)
+        body: protocol.RegisterResponse = {"node_id": node.pk, "credential": credential, "session": node.session,
+                                           "heartbeat_interval_s": HEARTBEAT_INTERVAL_S, "kill": kill}
+        return Response(body, status=201 if credential else 200)
+
+
+
+class HeartbeatView(AgentView):
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        _int(data, "session")
+        return Response(node_heartbeat(node=self.node, data=data))
+
+
+class ClaimView(AgentView):
+    """Long poll: answers as soon as an assignment is pending, or after wait_s with none."""
+
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        wait = data.get("wait_s", 10)
+        if not isinstance(wait, int | float) or not 0 <= wait <= protocol.MAX_CLAIM_WAIT_S:
+            raise FieldError("wait_s", f"a number from 0 to {protocol.MAX_CLAIM_WAIT_S}")
+        deadline = time.monotonic() + float(wait)
+        while True:
+            node = Node.objects.get(pk=self.node.pk)
+            if node.session != data.get("session"):
+                return Response({"assignments": [], "stale_session": True}, status=409)
+            found = node_claim(node=node)
+            if found or time.monotonic() >= deadline:
+                return Response({"assignments": found})
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+class EventView(AgentView):
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data)
+        rank = _int(data, "node_rank", maximum=100_000)
+        event = data.get("event")
+        if event == "started":
+            lifecycle.assignment_started(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank)
+        elif event == "exited":
+            code = data.get("exit_code")
+            sig = data.get("signal")
+            stop_kind = data.get("stop_kind") or None
+            if stop_kind not in (None, "cancel", "preempt", "drain", "abort"):
+                raise FieldError("stop_kind", "one of cancel, preempt, drain, abort")
+            lifecycle.assignment_exited(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank,
+                                        exit_code=code if isinstance(code, int) else None,
+                                        signal=sig if isinstance(sig, int) else None, stop_kind=stop_kind,
+                                        log_tail=str(data.get("log_tail", ""))[-lifecycle.LOG_TAIL_CHARS:])
+        elif event == "failed_to_start":
+            lifecycle.assignment_failed_to_start(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank,
+                                                 message=str(data.get("message", ""))[:2000])
+        else:
+            raise FieldError("event", "one of started, exited, failed_to_start")
+        return Response({"ok": True})
+
+
+class LogView(AgentView):
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data)
+        rows = []
+        for i, chunk in enumerate(_list(data, "chunks", protocol.MAX_LOG_CHUNKS)):
+            text = chunk.get("text") if isinstance(chunk, dict) else None
+            if not isinstance(text, str) or len(text) > protocol.MAX_LOG_CHUNK_BYTES:
+                raise FieldError(f"chunks[{i}].text", f"a string of at most {protocol.MAX_LOG_CHUNK_BYTES} characters")
+            stream = chunk.get("stream", "stdout")
+            if stream not in ("stdout", "stderr"):
+                raise FieldError(f"chunks[{i}].stream", "stdout or stderr")
+            rows.append(LogChunk(run_id=attempt.run_id, attempt=attempt, rank=_int(chunk, "rank", maximum=100_000),
+                                 seq=_int(chunk, "seq", maximum=2**31 - 1), stream=stream, text=text.replace("\x00", "")))
+        LogChunk.objects.bulk_create(rows, ignore_conflicts=True)
+        return Response({"accepted": len(rows)})
+
+
+class EnergyView(AgentView):
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data)
+        rows = []
+        for i, s in enumerate(_list(data, "samples", protocol.MAX_ENERGY_SAMPLES)):
+            if not isinstance(s, dict):
+                raise FieldError(f"samples[{i}]", "an object")
+            at, energy = s.get("at"), s.get("energy_j")
+            if not isinstance(at, int | float) or not isinstance(energy, int | float) or not math.isfinite(energy) or energy < 0:
+                raise FieldError(f"samples[{i}]", "at (unix time) and energy_j (finite, >= 0) are required")
+            power = s.get("power_w")
+            util = s.get("utilization")
+            rows.append(EnergySample(attempt=attempt, node=self.node, device_index=_int(s, "device_index", minimum=-1, maximum=1024),
+                                     at=datetime.fromtimestamp(float(at), tz=UTC), energy_j=float(energy),
+                                     power_w=float(power) if isinstance(power, int | float) else None,
+                                     utilization=float(util) if isinstance(util, int | float) else None,
+                                     estimated=bool(s.get("estimated", False))))
+        with transaction.atomic():
+            EnergySample.objects.bulk_create(rows, ignore_conflicts=True)
+            _energy_rollup(attempt)
+        return Response({"accepted": len(rows)})
+
+
+def _energy_rollup(attempt: Attempt) -> None:
+    """Samples carry cumulative energy per device: the attempt's energy is the sum of the maxima."""
+    per_device = EnergySample.objects.filter(attempt=attempt).values("node_id", "device_index").annotate(m=Max("energy_j"))
+    total = sum(row["m"] or 0.0 for row in per_device)
+    Attempt.objects.filter(pk=attempt.pk).update(energy_j=total)
+    run_total = sum(Attempt.objects.filter(run_id=attempt.run_id).values_list("energy_j", flat=True))
+    estimated = EnergySample.objects.filter(attempt__run_id=attempt.run_id, estimated=True).exists()
+    Run.objects.filter(pk=attempt.run_id).update(energy_j=run_total, energy_estimated=estimated)
+
+
+class ProgressView(AgentView):
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data)
+        updates: dict[str, Any] = {}
+        if data.get("total_steps") is not None:
+            updates["total_steps"] = _int(data, "total_steps")
+        if data.get("steps_done") is not None:
+            updates["steps_done"] = _int(data, "steps_done")
+            updates["progress_at"] = timezone.now()
+        with transaction.atomic():
+            if updates:
+                Run.objects.filter(pk=attempt.run_id).update(**updates)
+            lineage = data.get("lineage")
+            if lineage is not None:
+                if not isinstance(lineage, dict) or len(str(lineage)) > 100_000:
+                    raise FieldError("lineage", "an object of at most 100000 characters")
+                locked = Attempt.objects.select_for_update().get(pk=attempt.pk)
+                locked.lineage = {**locked.lineage, **lineage}
+                locked.save(update_fields=["lineage"])
+        return Response({"ok": True})
+
+
+class CheckpointView(AgentView):
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data)
+        name, sha = data.get("file"), data.get("sha256")
+        if not isinstance(name, str) or not FILE_NAME.match(name):
+            raise FieldError("file", "a plain file name of at most 200 characters")
+        if not isinstance(sha, str) or not SHA256.match(sha):
+            raise FieldError("sha256", "64 lowercase hex digits")
+        metrics = data.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            raise FieldError("metrics", "an object")
+        ckpt, _ = Checkpoint.objects.get_or_create(
+            run_id=attempt.run_id, sha256=sha, step=_int(data, "step"),
+            defaults={"attempt": attempt, "file_name": name, "size": _int(data, "size"), "metrics": metrics})
+        return Response({"id": ckpt.pk, "stored": bool(ckpt.stored_path)})
+
+
+def _checkpoint_for(node: Node, checkpoint_id: int) -> Checkpoint:
+    ckpt = Checkpoint.objects.filter(pk=checkpoint_id).first()
+    if ckpt is None:
+        raise NotFound(f"checkpoint {checkpoint_id} not found")
+    allowed = Attempt.objects.filter(assignments__node=node).filter(Q(run_id=ckpt.run_id) | Q(run__init_checkpoint=ckpt)).exists()
+    if not allowed:
+        raise NotFound(f"checkpoint {checkpoint_id} not found")
+    return ckpt
+
+
+class CheckpointFileView(AgentView):
+    """PUT stores the file (sha256 verified) under MEDIA_ROOT/checkpoints/<run>/; GET serves it."""
+
+    @extend_schema(request=None, responses=None)
+    def put(self, request: Request, checkpoint_id: int) -> Response:
+        ckpt = _checkpoint_for(self.node, checkpoint_id)
+        if ckpt.stored_path:
+            return Response({"stored": True})
+        rel = Path("checkpoints") / str(ckpt.run_id) / f"{ckpt.step:010d}-{ckpt.sha256[:16]}-{ckpt.file_name}"
+        dest = Path(settings.MEDIA_ROOT) / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        digest = hashlib.sha256()
+        size = 0
+        with open(tmp, "wb") as fh:
+            while chunk := request.stream.read(1 << 20) if request.stream is not None else b"":
+                digest.update(chunk)
+                size += len(chunk)
+                fh.write(chunk)
+                if size > ckpt.size:
+                    break
+            fh.flush()
+            os.fsync(fh.fileno())
+        if size != ckpt.size or digest.hexdigest() != ckpt.sha256:
+            tmp.unlink(missing_ok=True)
+            raise FieldError("body", f"expected {ckpt.size} bytes with sha256 {ckpt.sha256}; got {size} bytes with another digest")
+        os.replace(tmp, dest)
+        Checkpoint.objects.filter(pk=ckpt.pk).update(stored_path=str(rel))
+        return Response({"stored": True})
+
+    def get(self, request: Request, checkpoint_id: int) -> FileResponse:
+        ckpt = _checkpoint_for(self.node, checkpoint_id)
+        if not ckpt.stored_path or ckpt.deleted_at is not None:
+            raise NotFound(f"checkpoint {checkpoint_id} has no stored file")
+        return FileResponse(open(Path(settings.MEDIA_ROOT) / ckpt.stored_path, "rb"), content_type="application/octet-stream")

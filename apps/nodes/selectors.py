@@ -1,0 +1,62 @@
+"""Reads for the Nodes page and GET /api/v1/nodes/: pools, nodes, devices and what runs where.
+
+Nodes are shared hardware (no tenant owns them); the runs on them are tenant data, so a run's
+details appear only to members of its team (others see "another team's run").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from apps.nodes.models import Node, NodePool
+from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment
+from apps.tenants.selectors import AnyUser, team_ids_for_user
+
+
+def node_display_state(*, node: Node, used: int, total: int) -> str:
+    if node.state == "ready" and total and used >= total:
+        return "busy"
+    return str(node.state)
+
+
+def node_overview(*, user: AnyUser) -> list[dict[str, Any]]:
+    teams = set(team_ids_for_user(user=user))
+    now = timezone.now()
+    held = Assignment.objects.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).select_related("attempt__run__project__team")
+    by_node: dict[int, list[Assignment]] = {}
+    for a in held:
+        by_node.setdefault(a.node_id, []).append(a)
+    pools = []
+    for pool in NodePool.objects.prefetch_related("nodes__devices").order_by("name"):
+        nodes: list[dict[str, Any]] = []
+        for node in pool.nodes.all():
+            assignments = by_node.get(node.pk, [])
+            device_runs: dict[int, dict[str, Any]] = {}
+            runs = []
+            for a in assignments:
+                run = a.attempt.run
+                mine = run.project.team_id in teams
+                info = ({"id": run.pk, "name": run.name or f"run {run.pk}", "project": f"{run.project.team.slug}/{run.project.slug}",
+                         "status": run.status, "attempt": a.attempt.number, "rank": a.node_rank}
+                        if mine else {"id": None, "name": "another team's run", "project": None, "status": None,
+                                      "attempt": None, "rank": None})
+                runs.append(info)
+                for d in a.devices:
+                    device_runs[int(d)] = info
+            devices = [{"index": d.index, "kind": d.kind, "model": d.model, "uuid": d.uuid, "memory_bytes": d.memory_bytes,
+                        "utilization": d.utilization, "power_w": d.power_w, "used": d.index in device_runs,
+                        "run": device_runs.get(d.index)} for d in node.devices.all()]
+            used = len(device_runs)
+            age = (now - node.last_heartbeat_at).total_seconds() if node.last_heartbeat_at else None
+            nodes.append({"id": node.pk, "hostname": node.hostname, "address": node.address, "pool": pool.name,
+                          "state": node_display_state(node=node, used=used, total=len(devices)), "cpus": node.cpus,
+                          "memory_bytes": node.memory_bytes, "agent_version": node.agent_version,
+                          "heartbeat_age_s": round(age, 1) if age is not None else None,
+                          "devices_total": len(devices), "devices_used": used, "devices_free": len(devices) - used,
+                          "devices": devices, "runs": runs})
+        pools.append({"name": pool.name, "kind": pool.kind, "description": pool.description,
+                      "price_per_device_hour": str(pool.price_per_device_hour), "nodes": nodes,
+                      "devices_total": sum(n["devices_total"] for n in nodes), "devices_free": sum(n["devices_free"] for n in nodes)})
+    return pools

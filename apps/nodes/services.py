@@ -1,0 +1,286 @@
+"""Node lifecycle: join tokens, registration, heartbeats, claims, drain and the lost-node sweep."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents import protocol
+from apps.audit.context import acting_as
+from apps.audit.services import audit_record
+from apps.core.errors import Conflict, FieldError, Forbidden
+from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
+from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState
+from apps.runs.models import (
+    ASSIGNMENT_HOLDS_DEVICES,
+    ATTEMPT_ENDED,
+    Assignment,
+    AssignmentState,
+    Attempt,
+    AttemptStatus,
+    Checkpoint,
+    RunStatus,
+)
+from apps.runs.services import lifecycle
+from apps.runs.services.placement import request_scheduling_pass
+
+JOIN_TOKEN_PREFIX = "tyj_"
+HEARTBEAT_INTERVAL_S = 5.0
+
+
+def join_token_create(*, pool: NodePool, name: str = "", ttl_hours: float | None = 24) -> tuple[JoinToken, str]:
+    """A new join token for the pool; the plaintext is returned once and only its hash is kept."""
+    secret = JOIN_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    expires = timezone.now() + timedelta(hours=ttl_hours) if ttl_hours else None
+    token = JoinToken.objects.create(pool=pool, name=name, token_hash=hash_secret(secret), prefix=secret[:10], expires_at=expires)
+    audit_record(action="node.join_token_created", target=token, after={"pool": pool.name, "name": name})
+    return token, secret
+
+
+def _join_token_check(*, secret: str, pool_name: str) -> NodePool:
+    token = JoinToken.objects.select_related("pool").filter(token_hash=hash_secret(secret)).first()
+    now = timezone.now()
+    if token is None or token.revoked_at is not None or (token.expires_at is not None and token.expires_at < now):
+        raise Forbidden("join_token: unknown, revoked or expired", code="bad_join_token")
+    if pool_name and token.pool.name != pool_name:
+        raise FieldError("pool", f"the join token is for pool {token.pool.name!r}, not {pool_name!r}")
+    return token.pool
+
+
+def _validate_register(data: dict[str, Any]) -> None:
+    if int(data.get("protocol_version", 0)) > protocol.PROTOCOL_VERSION:
+        raise FieldError("protocol_version", f"server speaks up to {protocol.PROTOCOL_VERSION}")
+    uid = str(data.get("agent_uid", ""))
+    if not uid or len(uid) > 64:
+        raise FieldError("agent_uid", "required, at most 64 characters")
+    if not str(data.get("hostname", "")) or len(str(data.get("hostname"))) > 253:
+        raise FieldError("hostname", "required, at most 253 characters")
+    devices = data.get("devices")
+    if not isinstance(devices, list) or not devices or len(devices) > 1024:
+        raise FieldError("devices", "a list of 1 to 1024 devices")
+
+
+@transaction.atomic
+def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str, list[int]]:
+    """Register (join token) or re-register (stored credential) an agent; bumps the session.
+
+    Returns the node, a new credential ("" when the stored one stays valid) and the attempts
+    the agent reported running that it must kill. Assignments the server thinks run on this node
+    but the agent does not report died with the previous agent process: they are lost.
+    """
+    _validate_register(data)
+    uid = str(data["agent_uid"])
+    credential = ""
+    if node is None or node.agent_uid != uid:
+        pool = _join_token_check(secret=str(data.get("join_token", "")), pool_name=str(data.get("pool", "")))
+        node = Node.objects.select_for_update().filter(agent_uid=uid).first() or Node(agent_uid=uid, pool=pool)
+        if node.pk is not None and node.pool_id != pool.pk:
+            raise FieldError("pool", f"this agent is already registered in pool {node.pool.name!r}")
+        credential = NODE_CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+        node.credential_hash = hash_secret(credential)
+    else:
+        node = Node.objects.select_for_update().get(pk=node.pk)
+    before = {"state": node.state, "session": node.session}
+    node.hostname = str(data["hostname"])[:253]
+    node.address = str(data.get("address", ""))[:253]
+    node.cpus = max(0, int(data.get("cpus", 0)))
+    node.memory_bytes = max(0, int(data.get("memory_bytes", 0)))
+    node.agent_version = str(data.get("agent_version", ""))[:50]
+    node.protocol_version = int(data.get("protocol_version", 1))
+    node.session += 1
+    node.state = NodeState.READY
+    node.drain_deadline = None
+    node.registered_at = node.last_heartbeat_at = timezone.now()
+    node.save()
+    _sync_devices(node, data["devices"])
+    with acting_as(label=f"agent:{node.hostname}"):
+        audit_record(action="node.registered", target=node, before=before, after={"state": node.state, "session": node.session})
+        kill = _reconcile(node, data.get("running") or [])
+    request_scheduling_pass()
+    return node, credential, kill
+
+
+def _sync_devices(node: Node, devices: list[dict[str, Any]]) -> None:
+    seen = []
+    for dev in devices:
+        index = int(dev.get("index", 0))
+        seen.append(index)
+        Device.objects.update_or_create(node=node, index=index, defaults={
+            "kind": "gpu" if dev.get("kind") == "gpu" else "cpu", "uuid": str(dev.get("uuid", ""))[:100],
+            "model": str(dev.get("model", ""))[:200], "memory_bytes": int(dev.get("memory_bytes", 0))})
+    node.devices.exclude(index__in=seen).delete()
+
+
+def _valid_running(node: Node, running: list[Any]) -> tuple[set[int], list[int]]:
+    """(attempt ids the node may keep running, attempt ids it must kill)."""
+    keep: set[int] = set()
+    kill: list[int] = []
+    for item in running:
+        attempt_id = int(item.get("attempt_id", 0)) if isinstance(item, dict) else 0
+        assignment = Assignment.objects.select_related("attempt").filter(attempt_id=attempt_id, node=node).first()
+        if assignment is None or assignment.attempt.status in ATTEMPT_ENDED or assignment.state not in ASSIGNMENT_HOLDS_DEVICES:
+            kill.append(attempt_id)
+            continue
+        latest = Attempt.objects.filter(run_id=assignment.attempt.run_id).order_by("-number").values_list("pk", flat=True).first()
+        if latest != attempt_id:
+            kill.append(attempt_id)
+        else:
+            keep.add(attempt_id)
+    return keep, kill
+
+
+def _reconcile(node: Node, running: list[Any]) -> list[int]:
+    keep, kill = _valid_running(node, running)
+    gone = Assignment.objects.filter(node=node, state__in=[AssignmentState.CLAIMED, AssignmentState.STARTED]).exclude(
+        attempt_id__in=keep).values_list("attempt_id", flat=True)
+    for attempt_id in set(gone):
+        lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"node {node.hostname} restarted; its job did not survive")
+    return kill
+
+
+def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:
+    if int(data.get("session", -1)) != node.session:
+        raise Conflict(f"session {data.get('session')} was superseded by {node.session}; register again", code="stale_session")
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        before = locked.state
+        if locked.state == NodeState.LOST:
+            locked.state = NodeState.READY
+        if data.get("draining") and locked.state == NodeState.READY:
+            locked.state = NodeState.DRAINING
+        locked.last_heartbeat_at = now
+        devices = data.get("devices") or []
+        locked.last_status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
+        locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
+        for dev in devices[:1024]:
+            if isinstance(dev, dict):
+                Device.objects.filter(node=locked, index=int(dev.get("index", -1))).update(
+                    utilization=dev.get("utilization"), power_w=dev.get("power_w"))
+        if locked.state != before:
+            with acting_as(label=f"agent:{locked.hostname}"):
+                audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
+        if before == NodeState.LOST:
+            request_scheduling_pass()
+    _, kill = _valid_running(locked, data.get("running") or [])
+    stop: list[protocol.StopOrder] = []
+    for a in Assignment.objects.filter(node=locked, state__in=ASSIGNMENT_HOLDS_DEVICES).exclude(attempt__stop_kind="").select_related(
+            "attempt__run"):
+        stop.append({"attempt_id": a.attempt_id, "kind": a.attempt.stop_kind,  # type: ignore[typeddict-item]
+                     "grace_period_s": a.attempt.run.grace_period_s})
+    # Ended attempts (aborted, lost) whose processes an agent may still hold are killed outright.
+    return {"stop": stop, "kill": kill, "drain": locked.state == NodeState.DRAINING}
+
+
+def _spec(a: Assignment) -> protocol.AssignmentSpec:
+    attempt, run = a.attempt, a.attempt.run
+    resume = Checkpoint.objects.filter(run=run, deleted_at__isnull=True).exclude(stored_path="").order_by("-step", "-pk").first()
+    return {
+        "assignment_id": a.pk, "attempt_id": attempt.pk, "number": attempt.number, "run_id": run.pk, "node_rank": a.node_rank,
+        "world_size": run.nodes, "devices": [int(d) for d in a.devices],
+        "device_kind": a.node.devices.filter(index__in=a.devices).values_list("kind", flat=True).first() or "cpu",
+        "entrypoint": run.entrypoint, "params": run.params, "checkpoint_policy": run.checkpoint_policy or {},
+        "grace_period_s": run.grace_period_s, "max_runtime_s": run.max_runtime_s,
+        "master_addr": attempt.master_addr, "master_port": attempt.master_port or 29500,
+        "resume_checkpoint": _ref(resume) if attempt.number > 1 else None,
+        "init_checkpoint": _ref(run.init_checkpoint) if run.init_checkpoint_id else None,
+    }
+
+
+def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
+    if ckpt is None:
+        return None
+    return {"id": ckpt.pk, "run_id": ckpt.run_id, "step": ckpt.step, "file": ckpt.file_name, "size": ckpt.size, "sha256": ckpt.sha256}
+
+
+def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
+    """Claim this node's pending assignments (conditional update: each is claimed once)."""
+    if node.state not in (NodeState.READY,):
+        return []
+    out: list[protocol.AssignmentSpec] = []
+    pending = Assignment.objects.filter(node=node, state=AssignmentState.PENDING, attempt__status=AttemptStatus.STARTING)
+    for a in pending.select_related("attempt__run", "node").order_by("pk"):
+        if Assignment.objects.filter(pk=a.pk, state=AssignmentState.PENDING).update(state=AssignmentState.CLAIMED,
+                                                                                    claimed_at=timezone.now()):
+            with acting_as(label=f"agent:{node.hostname}"):
+                audit_record(action="assignment.claimed", target=a.attempt, team_id=None, after={"node": node.hostname,
+                                                                                                  "rank": a.node_rank})
+            out.append(_spec(a))
+    return out
+
+
+@transaction.atomic
+def node_drain(*, node: Node, user: Any, deadline_s: int = 0) -> Node:
+    if not getattr(user, "is_staff", False):
+        raise Forbidden("only administrators may drain nodes")
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if node.state == NodeState.LOST:
+        raise Conflict(f"node {node.hostname} is lost", code="node_lost")
+    before = node.state
+    node.state = NodeState.DRAINING
+    node.drain_deadline = timezone.now() + timedelta(seconds=deadline_s) if deadline_s else None
+    node.save(update_fields=["state", "drain_deadline"])
+    audit_record(action="node.draining", target=node, actor=user, before={"state": before}, after={"state": node.state})
+    return node
+
+
+@transaction.atomic
+def node_undrain(*, node: Node, user: Any) -> Node:
+    if not getattr(user, "is_staff", False):
+        raise Forbidden("only administrators may undrain nodes")
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if node.state != NodeState.DRAINING:
+        raise Conflict(f"node {node.hostname} is {node.state}, not draining", code="not_draining")
+    node.state = NodeState.READY
+    node.drain_deadline = None
+    node.save(update_fields=["state", "drain_deadline"])
+    audit_record(action="node.ready", target=node, actor=user, before={"state": NodeState.DRAINING}, after={"state": node.state})
+    request_scheduling_pass()
+    return node
+
+
+def node_mark_lost(*, node_id: int) -> bool:
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        if node.state == NodeState.LOST:
+            return False
+        before = node.state
+        node.state = NodeState.LOST
+        node.save(update_fields=["state"])
+        audit_record(action="node.lost", target=node, before={"state": before}, after={"state": node.state})
+        attempts = set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", flat=True))
+    for attempt_id in sorted(attempts):
+        reason = f"node {node.hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)"
+        lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason)
+    return True
+
+
+def nodes_sweep() -> dict[str, int]:
+    """Declare silent nodes lost, abort gangs that did not fully start, preempt past drain deadlines."""
+    now = timezone.now()
+    counts = {"lost": 0, "aborted": 0, "drained": 0}
+    with acting_as(label="system"):
+        silent = now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
+        for node_id in Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING],
+                                           last_heartbeat_at__lt=silent).values_list("pk", flat=True):
+            counts["lost"] += int(node_mark_lost(node_id=node_id))
+        late = now - timedelta(seconds=settings.TRAINYARD_GANG_START_TIMEOUT_S)
+        for attempt_id in Attempt.objects.filter(status=AttemptStatus.STARTING, created_at__lt=late).values_list("pk", flat=True):
+            why = f"not every rank started within {settings.TRAINYARD_GANG_START_TIMEOUT_S}s"
+            lifecycle.attempt_abort(attempt_id=attempt_id, reason=why)
+            counts["aborted"] += 1
+        for node in Node.objects.filter(state=NodeState.DRAINING, drain_deadline__lt=now):
+            for a in Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES, attempt__stop_kind="").select_related(
+                    "attempt__run"):
+                lifecycle.attempt_request_stop(attempt_id=a.attempt_id, kind="drain")
+                counts["drained"] += 1
+    return counts
+
+
+def run_is_active(status: str) -> bool:
+    return status in (RunStatus.SCHEDULED, RunStatus.RUNNING)

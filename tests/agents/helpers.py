@@ -1,0 +1,74 @@
+"""Helpers for agent tests: start agents against a live stack, submit raw-entrypoint runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.live import PYTHON, LiveStack
+
+
+def join_token(stack: LiveStack, pool: str = "local") -> str:
+    return stack.manage("agent_join_token", "--pool", pool).stdout.strip()
+
+
+def start_agent(stack: LiveStack, name: str, *, token: str | None = None, extra: list[str] | None = None,
+                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    workdir = stack.workdir / f"agent-{name}"
+    argv = [PYTHON, "-m", "agents", "--server", stack.url, "--join-token", token or join_token(stack), "--pool", "local",
+            "--workdir", str(workdir), "--name", name, "--heartbeat", "1", "--claim-wait", "5", "--drain-timeout", "5",
+            "--energy-interval", "1", *(extra or [])]
+    return stack.spawn(name, argv, env={"TRAINYARD_AGENT_NO_GPU": "1", **(env or {})})
+
+
+def submit(stack: LiveStack, entrypoint: str, *, nodes: int = 1, grace: int = 30, every_steps: int = 0, params: str = "{}") -> int:
+    out = stack.manage("debug_run", "submit", "--entrypoint", entrypoint, "--nodes", str(nodes), "--grace", str(grace),
+                       "--checkpoint-every-steps", str(every_steps), "--params", params)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def run_row(stack: LiveStack, run_id: int) -> dict[str, Any]:
+    rows = stack.query("SELECT status, status_reason, steps_done, total_steps, energy_j, energy_estimated, restarts "
+                       "FROM runs_run WHERE id=?", (run_id,))
+    keys = ["status", "status_reason", "steps_done", "total_steps", "energy_j", "energy_estimated", "restarts"]
+    return dict(zip(keys, rows[0], strict=True))
+
+
+def wait_status(stack: LiveStack, run_id: int, statuses: set[str], timeout: float) -> dict[str, Any]:
+    return stack.wait_for(lambda: (r := run_row(stack, run_id))["status"] in statuses and r, timeout,
+                          f"run {run_id} to become one of {sorted(statuses)}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def kill9(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+class AgentLiveStack(LiveStack):
+    """A LiveStack whose processes build tables from models (see tests/agents/live_settings.py)."""
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        self.env["DJANGO_SETTINGS_MODULE"] = "tests.agents.live_settings"
+        if args and args[0] == "migrate":
+            args = (*args, "--run-syncdb")
+        return super().manage(*args, check=check)

@@ -1,0 +1,176 @@
+"""The server side of the agent protocol, in-process: registration, fencing (acceptance 5),
+claims, placement, exit handling, cancel and the lost-node sweep."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from apps.jobtemplates.models import JobTemplate
+from apps.nodes.models import Node, NodePool
+from apps.nodes.services import join_token_create, nodes_sweep
+from apps.runs.models import Assignment, Attempt, Run
+from apps.runs.services.lifecycle import run_cancel
+from apps.runs.services.placement import NodeFree, RunNeed, first_fit, placement_pass
+
+A = "/api/v1/agent/"
+
+
+@pytest.fixture
+def pool(db: Any) -> NodePool:
+    return NodePool.objects.create(name="local")
+
+
+def register(pool: NodePool, uid: str, slots: int = 1, running: list[Any] | None = None) -> tuple[APIClient, dict[str, Any]]:
+    _, secret = join_token_create(pool=pool)
+    client = APIClient()
+    body = {"protocol_version": 1, "agent_version": "t", "agent_uid": uid, "join_token": secret, "pool": "local",
+            "hostname": uid, "name": uid, "address": "127.0.0.1", "cpus": 2, "memory_bytes": 1,
+            "devices": [{"index": i, "kind": "cpu", "uuid": "", "model": "cpu", "memory_bytes": 0} for i in range(slots)],
+            "running": running or []}
+    resp = client.post(A + "register/", body, format="json")
+    assert resp.status_code == 201, resp.content
+    client.credentials(HTTP_AUTHORIZATION=f"Node {resp.json()['credential']}")
+    return client, resp.json()
+
+
+def make_run(cast: Any, pool: NodePool, nodes: int = 1) -> Run:
+    template, _ = JobTemplate.objects.get_or_create(slug="t", version=1, defaults={"title": "t", "kind": "custom", "entrypoint": "x"})
+    return Run.objects.create(project=cast.digits, template=template, pool=pool, entrypoint="python x.py", nodes=nodes,
+                              queued_at=timezone.now())
+
+
+def claim(client: APIClient, session: int) -> list[dict[str, Any]]:
+    resp = client.post(A + "claim/", {"session": session, "wait_s": 0, "free_devices": [0]}, format="json")
+    assert resp.status_code == 200, resp.content
+    return list(resp.json()["assignments"])
+
+
+def test_register_rejects_bad_join_token_and_bad_input(pool: NodePool) -> None:
+    resp = APIClient().post(A + "register/", {"agent_uid": "x", "hostname": "h", "join_token": "tyj_nope",
+                                              "devices": [{"index": 0}]}, format="json")
+    assert resp.status_code == 403
+    resp = APIClient().post(A + "register/", {"agent_uid": "", "hostname": "h", "devices": []}, format="json")
+    assert resp.status_code == 400 and "agent_uid" in resp.json()["error"]["fields"]
+
+
+def test_stale_attempt_reports_are_refused(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    other, _ = register(pool, "n2")
+    run = make_run(cast, pool)
+    assert placement_pass() == 1
+    [spec] = claim(client, reg["session"])
+    first = spec["attempt_id"]
+    report = {"attempt_id": first, "number": 1, "node_rank": 0, "event": "started", "time": 0}
+    assert client.post(A + "events/", report, format="json").status_code == 200
+    assert Run.objects.get(pk=run.pk).status == "running"
+    # Another node may not report for this attempt at all.
+    assert other.post(A + "events/", report, format="json").status_code == 404
+    # The node goes silent: the attempt is lost, the run requeued and placed again (attempt 2).
+    Node.objects.filter(agent_uid="n1").update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
+    nodes_sweep()
+    assert Attempt.objects.get(pk=first).status == "lost"
+    assert Run.objects.get(pk=run.pk).status == "queued"
+    Attempt.objects.create(run=run, number=2)
+    bodies: list[tuple[str, dict[str, Any]]] = [("logs/", {"chunks": [{"rank": 0, "seq": 1, "stream": "stdout", "text": "x"}]}),
+                       ("progress/", {"steps_done": 5}), ("events/", {"node_rank": 0, "event": "exited", "exit_code": 0}),
+                       ("checkpoints/", {"step": 1, "file": "ckpt-0000000001.pt", "size": 1, "sha256": "a" * 64, "metrics": {}})]
+    for path, body in bodies:
+        resp = client.post(A + path, {"attempt_id": first, "number": 1, **body}, format="json")
+        assert resp.status_code == 409, (path, resp.content)
+        assert resp.json()["error"]["code"] == "stale_attempt"
+    # A wrong fencing number is refused the same way.
+    assert client.post(A + "logs/", {"attempt_id": first, "number": 7, "chunks": []}, format="json").status_code == 409
+    # The heartbeat tells the node to kill the stale attempt it still runs.
+    resp = client.post(A + "heartbeat/", {"session": reg["session"], "draining": False, "devices": [],
+                                          "running": [{"attempt_id": first, "number": 1, "node_rank": 0}]}, format="json")
+    assert resp.status_code == 200 and resp.json()["kill"] == [first]
+
+
+def test_exit_codes_cancel_and_audit(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    placement_pass()
+    [spec] = claim(client, reg["session"])
+    base = {"attempt_id": spec["attempt_id"], "number": 1, "node_rank": 0, "time": 0}
+    client.post(A + "events/", {**base, "event": "started"}, format="json")
+    resp = client.post(A + "events/", {**base, "event": "exited", "exit_code": 2, "log_tail": "Traceback\nKeyError: 'x'"},
+                       format="json")
+    assert resp.status_code == 200
+    run.refresh_from_db()
+    assert run.status == "failed" and "exit code 2" in run.status_reason and "KeyError" in run.status_reason
+    with pytest.raises(Exception) as err:
+        run_cancel(run=run, user=cast.alice)
+    assert getattr(err.value, "status_code", None) == 409
+
+    run2 = make_run(cast, pool)
+    placement_pass()
+    [spec] = claim(client, reg["session"])
+    base = {"attempt_id": spec["attempt_id"], "number": 1, "node_rank": 0, "time": 0}
+    client.post(A + "events/", {**base, "event": "started"}, format="json")
+    run_cancel(run=run2, user=cast.alice)
+    hb = client.post(A + "heartbeat/", {"session": reg["session"], "draining": False, "devices": [],
+                                        "running": [{"attempt_id": spec["attempt_id"], "number": 1, "node_rank": 0}]}, format="json")
+    assert hb.json()["stop"] == [{"attempt_id": spec["attempt_id"], "kind": "cancel", "grace_period_s": 30}]
+    client.post(A + "events/", {**base, "event": "exited", "exit_code": 0, "stop_kind": "cancel"}, format="json")
+    run2.refresh_from_db()
+    assert run2.status == "cancelled"
+
+
+def test_drain_exit_requeues_never_succeeds(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    placement_pass()
+    [spec] = claim(client, reg["session"])
+    base = {"attempt_id": spec["attempt_id"], "number": 1, "node_rank": 0, "time": 0}
+    client.post(A + "events/", {**base, "event": "started"}, format="json")
+    client.post(A + "events/", {**base, "event": "exited", "exit_code": 0, "stop_kind": "drain"}, format="json")
+    run.refresh_from_db()
+    assert run.status == "queued" and run.reason_code == "preempted" and run.restarts == 0
+    assert Attempt.objects.get(pk=spec["attempt_id"]).status == "preempted"
+
+
+def test_gang_all_or_nothing(cast: Any, pool: NodePool) -> None:
+    register(pool, "n1")
+    run = make_run(cast, pool, nodes=2)
+    assert placement_pass() == 0  # one node is not enough for two ranks
+    register(pool, "n2")
+    assert placement_pass() == 1
+    assert Assignment.objects.filter(attempt__run=run).count() == 2
+    placements = first_fit(runs=[RunNeed(run_id=1, pool_id=1, nodes=2, devices_per_node=1)],
+                           nodes=[NodeFree(node_id=1, pool_id=1, free=(0,)), NodeFree(node_id=2, pool_id=2, free=(0,))])
+    assert placements == []
+
+
+def test_nodes_api_hides_other_teams_runs(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    make_run(cast, pool)
+    placement_pass()
+    claim(client, reg["session"])
+    mine = cast.client(cast.alice).get("/api/v1/nodes/").json()
+    theirs = cast.client(cast.bob).get("/api/v1/nodes/").json()
+    assert mine["nodes"][0]["runs"][0]["project"] == "vision/digits"
+    assert theirs["nodes"][0]["runs"][0] == {"id": None, "name": "another team's run", "project": None, "status": None,
+                                             "attempt": None, "rank": None}
+    assert theirs["nodes"][0]["state"] == "busy"
+    node_id = mine["nodes"][0]["id"]
+    assert cast.client(cast.alice).post(f"/api/v1/nodes/{node_id}/drain/").status_code == 403
+    assert cast.client(cast.admin).post(f"/api/v1/nodes/{node_id}/drain/").json()["state"] == "draining"
+    assert cast.client(cast.admin).post(f"/api/v1/nodes/{node_id}/undrain/").json()["state"] == "ready"
+
+
+def test_nodes_page_renders(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    make_run(cast, pool)
+    placement_pass()
+    claim(client, reg["session"])
+    from django.test import Client
+
+    web = Client()
+    web.force_login(cast.bob)
+    page = web.get("/nodes/").content.decode()
+    assert "n1" in page and "another team&#x27;s run" in page and "vision/digits" not in page
