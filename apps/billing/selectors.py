@@ -1,0 +1,408 @@
+"""Reads over prices, the ledger and budgets. Money is summed from the ledger, never cached."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.apps import apps as django_apps
+from django.db.models import Q, QuerySet, Sum
+from django.utils import timezone
+
+from apps.billing import costmodel
+from apps.billing.costmodel import ZERO, PricePoint
+from apps.billing.models import Budget, BudgetAlert, EntryKind, PoolPrice, Quota, UsageEntry
+from apps.nodes.models import NodePool
+from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
+from apps.tenants.models import Project
+
+WASTE_OUTCOMES = ("failed", "cancelled", "lost")
+
+
+@dataclass(frozen=True)
+class Period:
+    key: str
+    label: str
+    start: datetime
+    end: datetime
+
+
+def period_for(*, at: datetime) -> Period:
+    start = costmodel.month_start(at)
+    return Period(key=f"{start:%Y-%m}", label=f"{start:%B %Y}", start=start, end=costmodel.next_month_start(start))
+
+
+def period_parse(*, key: str) -> Period | None:
+    """'2026-11' -> that month; None when the key is not a month."""
+    try:
+        start = datetime.strptime(key, "%Y-%m").replace(tzinfo=costmodel.EPOCH.tzinfo)
+    except ValueError:
+        return None
+    return period_for(at=start)
+
+
+def pool_price_points(*, pool: NodePool) -> list[PricePoint]:
+    """The pool's dated prices; a pool that never had one is charged its list price throughout."""
+    points = [
+        PricePoint(effective_from=p.effective_from, price=p.price_per_device_hour)
+        for p in PoolPrice.objects.filter(pool=pool).order_by("effective_from")
+    ]
+    return points or [PricePoint(effective_from=costmodel.EPOCH, price=pool.price_per_device_hour)]
+
+
+def pool_price_now(*, pool: NodePool, at: datetime | None = None) -> Decimal:
+    return costmodel.price_in_force(pool_price_points(pool=pool), at or timezone.now())
+
+
+def budgets_for_project(*, project: Project) -> list[Budget]:
+    """The project's own budget and its team's, in primary-key order (the locking order)."""
+    return list(
+        Budget.objects.filter(Q(project=project) | Q(team_id=project.team_id, project__isnull=True))
+        .select_related("team", "project", "project__team")
+        .order_by("pk")
+    )
+
+
+def _scope_filter(budget: Budget) -> Q:
+    return Q(project_id=budget.project_id) if budget.project_id else Q(team_id=budget.team_id)
+
+
+def budget_spent(*, budget: Budget, period: Period) -> Decimal:
+    total = (
+        UsageEntry.objects.filter(_scope_filter(budget), period_start__gte=period.start, period_start__lt=period.end)
+        .aggregate(total=Sum("cost"))["total"]
+    )
+    return total or ZERO
+
+
+def run_predicted_devices(*, run: Run) -> int:
+    # A sweep's controller run holds no devices (devices_per_node 0) and so reserves nothing.
+    return int(run.nodes or 0) * int(run.devices_per_node or 0)
+
+
+def run_predicted_cost(*, run: Run, price: Decimal | None = None) -> tuple[Decimal, int, Decimal]:
+    """(cost, devices, price) of the run if it uses its whole max runtime."""
+    price = pool_price_now(pool=run.pool) if price is None else price
+    devices = run_predicted_devices(run=run)
+    return costmodel.predicted_cost(devices=devices, runtime_s=int(run.max_runtime_s), price=price), devices, price
+
+
+def budget_reserved(*, budget: Budget, exclude_run_id: int | None = None) -> Decimal:
+    """What admitted-but-unfinished runs may still spend: predicted cost less what they spent."""
+    runs = Run.objects.exclude(status__in=FINISHED_STATUSES).select_related("pool")
+    runs = runs.filter(project_id=budget.project_id) if budget.project_id else runs.filter(project__team_id=budget.team_id)
+    if exclude_run_id is not None:
+        runs = runs.exclude(pk=exclude_run_id)
+    run_list = list(runs)
+    if not run_list:
+        return ZERO
+    spent = dict(
+        UsageEntry.objects.filter(run_id__in=[r.pk for r in run_list]).values("run_id").annotate(s=Sum("cost")).values_list("run_id", "s")
+    )
+    prices: dict[int, Decimal] = {}
+    total = ZERO
+    for run in run_list:
+        if run.pool_id not in prices:
+            prices[run.pool_id] = pool_price_now(pool=run.pool)
+        predicted, _, _ = run_predicted_cost(run=run, price=prices[run.pool_id])
+        total += max(ZERO, predicted - (spent.get(run.pk) or ZERO))
+    return total
+
+
+def budget_name(*, budget: Budget, period: Period) -> str:
+    return f"{budget.scope_label} {period.label}"
+
+
+@dataclass
+class BudgetStatus:
+    budget: Budget | None
+    period: Period
+    spent: Decimal
+    reserved: Decimal
+    forecast: Decimal
+    burndown: list[tuple[str, Decimal]] = field(default_factory=list)  # (day ISO, cumulative spend)
+    alerts: list[BudgetAlert] = field(default_factory=list)
+
+    @property
+    def amount(self) -> Decimal | None:
+        return self.budget.amount if self.budget else None
+
+    @property
+    def remaining(self) -> Decimal | None:
+        return None if self.budget is None else self.budget.amount - self.spent
+
+    @property
+    def percent(self) -> float | None:
+        if self.budget is None or not self.budget.amount:
+            return None
+        return float(self.spent / self.budget.amount * 100)
+
+    @property
+    def name(self) -> str:
+        return budget_name(budget=self.budget, period=self.period) if self.budget else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        cents = costmodel.to_cents
+        budget = self.budget
+        return {
+            "period": {"key": self.period.key, "label": self.period.label, "start": self.period.start, "end": self.period.end},
+            "budget": None
+            if budget is None
+            else {
+                "id": budget.pk,
+                "name": self.name,
+                "scope": "project" if budget.project_id else "team",
+                "amount": str(budget.amount),
+                "thresholds": budget.thresholds,
+                "action": budget.action,
+            },
+            "currency": "USD",
+            "spent": str(cents(self.spent)),
+            "reserved": str(cents(self.reserved)),
+            "remaining": None if self.remaining is None else str(cents(self.remaining)),
+            "percent": None if self.percent is None else round(self.percent, 2),
+            "forecast": str(cents(self.forecast)),
+            "burndown": [{"date": day, "spent": str(cents(value))} for day, value in self.burndown],
+            "alerts": [{"threshold": a.threshold, "at": a.created_at} for a in self.alerts],
+        }
+
+
+def _burndown(entries: QuerySet[UsageEntry], period: Period, now: datetime) -> list[tuple[str, Decimal]]:
+    per_day: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for start, cost in entries.values_list("period_start", "cost"):
+        per_day[f"{costmodel.day_floor(start):%Y-%m-%d}"] += cost
+    out, running = [], ZERO
+    for day in costmodel.days_between(period.start, min(period.end, now + timedelta(seconds=1))):
+        key = f"{day:%Y-%m-%d}"
+        running += per_day.get(key, ZERO)
+        out.append((key, running))
+    return out
+
+
+def project_budget_status(*, project: Project, now: datetime | None = None) -> BudgetStatus:
+    """Spend this period vs the project's budget (its own, else the team's), with burn-down."""
+    now = now or timezone.now()
+    period = period_for(at=now)
+    budgets = budgets_for_project(project=project)
+    budget = next((b for b in budgets if b.project_id == project.pk), budgets[0] if budgets else None)
+    scope = _scope_filter(budget) if budget else Q(project_id=project.pk)
+    entries = UsageEntry.objects.filter(scope, period_start__gte=period.start, period_start__lt=period.end)
+    spent = entries.aggregate(total=Sum("cost"))["total"] or ZERO
+    return BudgetStatus(
+        budget=budget,
+        period=period,
+        spent=spent,
+        reserved=budget_reserved(budget=budget) if budget else ZERO,
+        forecast=costmodel.linear_forecast(spent=spent, period_start=period.start, period_end=period.end, now=now),
+        burndown=_burndown(entries, period, now),
+        alerts=list(BudgetAlert.objects.filter(budget=budget, period=period.key).order_by("threshold")) if budget else [],
+    )
+
+
+# --- finance reports ----------------------------------------------------------------------------
+
+GROUPS = {
+    "team": ("team_id", "team__slug"),
+    "project": ("project_id", None),
+    "pool": ("pool_id", "pool__name"),
+    "template": ("template__slug", "template__slug"),
+}
+
+
+def ledger_filter(*, params: dict[str, str]) -> tuple[QuerySet[UsageEntry], dict[str, list[str]]]:
+    """The ledger narrowed by query parameters; returns (queryset, field errors)."""
+    errors: dict[str, list[str]] = {}
+    qs = UsageEntry.objects.select_related("team", "project", "pool", "template").order_by("period_start", "id")
+    for name, lookup in [("team", "team__slug"), ("pool", "pool__name"), ("template", "template__slug")]:
+        if params.get(name):
+            qs = qs.filter(**{lookup: params[name]})
+    if params.get("project"):
+        value = params["project"]
+        if value.isdigit():
+            qs = qs.filter(project_id=int(value))
+        elif "/" in value:
+            team, slug = value.split("/", 1)
+            qs = qs.filter(project__team__slug=team, project__slug=slug)
+        else:
+            errors["project"] = ["use a project id or team/project slug"]
+    for name, lookup in [("run", "run_id"), ("attempt", "attempt_id")]:
+        if params.get(name):
+            if not params[name].isdigit():
+                errors[name] = ["must be an integer id"]
+            else:
+                qs = qs.filter(**{lookup: int(params[name])})
+    if params.get("kind"):
+        if params["kind"] not in EntryKind.values:
+            errors["kind"] = [f"one of {', '.join(EntryKind.values)}"]
+        qs = qs.filter(kind=params["kind"])
+    if params.get("period") and params["period"] != "all":
+        period = period_parse(key=params["period"])
+        if period is None:
+            errors["period"] = ["use YYYY-MM or 'all'"]
+        else:
+            qs = qs.filter(period_start__gte=period.start, period_start__lt=period.end)
+    for name, lookup in [("since", "period_start__gte"), ("until", "period_start__lt")]:
+        if params.get(name):
+            try:
+                when = datetime.fromisoformat(params[name])
+            except ValueError:
+                errors[name] = ["use an ISO date or date-time, e.g. 2026-11-01"]
+                continue
+            if timezone.is_naive(when):
+                when = timezone.make_aware(when, costmodel.EPOCH.tzinfo)
+            qs = qs.filter(**{lookup: when})
+    return qs, errors
+
+
+def spend_by(*, entries: QuerySet[UsageEntry], group_by: str) -> dict[str, Any]:
+    """Totals and a daily series per group (for stacked charts)."""
+    key_field, label_field = GROUPS[group_by]
+    fields = [key_field, "period_start", "cost", "device_seconds", "energy_kwh", "co2_g"]
+    labels: dict[Any, str] = {}
+    if group_by == "project":
+        fields += ["project__team__slug", "project__slug"]
+    elif label_field:
+        fields.append(label_field)
+    totals: dict[Any, dict[str, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
+    series: dict[Any, dict[str, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
+    for row in entries.values(*fields):
+        key = row[key_field]
+        if group_by == "project":
+            labels[key] = f"{row['project__team__slug']}/{row['project__slug']}"
+        else:
+            labels[key] = str(row[label_field]) if label_field else str(key)
+        for name in ("cost", "device_seconds", "energy_kwh", "co2_g"):
+            totals[key][name] += row[name]
+        series[key][f"{costmodel.day_floor(row['period_start']):%Y-%m-%d}"] += row["cost"]
+    rows = sorted(totals, key=lambda k: -totals[k]["cost"])
+    return {
+        "group_by": group_by,
+        "rows": [
+            {
+                "key": key,
+                "label": labels[key],
+                "cost": str(costmodel.to_cents(totals[key]["cost"])),
+                "device_hours": round(float(totals[key]["device_seconds"]) / 3600, 3),
+                "energy_kwh": round(float(totals[key]["energy_kwh"]), 6),
+                "co2_g": round(float(totals[key]["co2_g"]), 3),
+            }
+            for key in rows
+        ],
+        "series": [
+            {"key": key, "label": labels[key], "points": [[day, float(cost)] for day, cost in sorted(series[key].items())]}
+            for key in rows
+        ],
+    }
+
+
+def waste_attempt_ids(*, entries: QuerySet[UsageEntry]) -> QuerySet[UsageEntry, int]:
+    return entries.filter(kind=EntryKind.CLOSE, outcome__in=WASTE_OUTCOMES).values_list("attempt_id", flat=True)
+
+
+def waste_by_outcome(*, entries: QuerySet[UsageEntry]) -> list[dict[str, Any]]:
+    outcomes = dict(
+        UsageEntry.objects.filter(kind=EntryKind.CLOSE, outcome__in=WASTE_OUTCOMES).values_list("attempt_id", "outcome")
+    )
+    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    for attempt_id, cost in entries.filter(attempt_id__in=list(outcomes)).values_list("attempt_id", "cost"):
+        totals[outcomes[attempt_id]] += cost
+    return [{"outcome": o, "cost": costmodel.to_cents(totals[o])} for o in WASTE_OUTCOMES if o in totals]
+
+
+def family_costs(*, entries: QuerySet[UsageEntry]) -> list[dict[str, Any]]:
+    """Cost per successful experiment: a family's whole cost divided by its successful runs."""
+    cost: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    run_ids: dict[str, set[int]] = defaultdict(set)
+    for family, slug, run_id, value in entries.values_list("run__family", "template__slug", "run_id", "cost"):
+        name = family or f"{slug} (no family)"
+        cost[name] += value
+        run_ids[name].add(run_id)
+    succeeded = set(
+        Run.objects.filter(pk__in={r for ids in run_ids.values() for r in ids}, status=RunStatus.SUCCEEDED).values_list("pk", flat=True)
+    )
+    out = []
+    for name in sorted(cost, key=lambda n: -cost[n]):
+        ok = len(run_ids[name] & succeeded)
+        out.append(
+            {
+                "family": name,
+                "runs": len(run_ids[name]),
+                "succeeded": ok,
+                "cost": costmodel.to_cents(cost[name]),
+                "cost_per_success": costmodel.to_cents(cost[name] / ok) if ok else None,
+            }
+        )
+    return out
+
+
+def top_runs(*, entries: QuerySet[UsageEntry], limit: int = 10) -> list[dict[str, Any]]:
+    rows = list(
+        entries.values("run_id")
+        .annotate(cost=Sum("cost"), energy=Sum("energy_kwh"), device_seconds=Sum("device_seconds"))
+        .order_by("-cost")[:limit]
+    )
+    runs = Run.objects.select_related("project__team", "template").in_bulk([r["run_id"] for r in rows])
+    summaries = final_metrics(run_ids=[r["run_id"] for r in rows])
+    out = []
+    for row in rows:
+        run = runs.get(row["run_id"])
+        steps = run.steps_done if run else 0
+        energy_wh = float(row["energy"] or 0) * 1000
+        out.append(
+            {
+                "run_id": row["run_id"],
+                "run": run,
+                "cost": costmodel.to_cents(row["cost"] or ZERO),
+                "device_hours": round(float(row["device_seconds"] or 0) / 3600, 3),
+                "energy_kwh": float(row["energy"] or 0),
+                "wh_per_step": round(energy_wh / steps, 4) if steps else None,
+                "final_metric": summaries.get(row["run_id"]),
+            }
+        )
+    return out
+
+
+def final_metrics(*, run_ids: Iterable[int]) -> dict[int, str]:
+    """'key=value' of each run's headline metric, from tracking's summaries when that app has
+    them; empty when it does not (billing must not depend on tracking being there)."""
+    try:
+        summary = django_apps.get_model("tracking", "MetricSummary")
+    except LookupError:
+        return {}
+    preferred = ["accuracy", "val_accuracy", "eval_accuracy", "val_loss", "eval_loss", "loss"]
+    found: dict[int, dict[str, Any]] = defaultdict(dict)
+    for run_id, key, value in summary.objects.filter(run_id__in=list(run_ids), key__in=preferred).values_list(
+        "run_id", "key", "last_value"
+    ):
+        found[run_id][key] = value
+    out = {}
+    for run_id, metrics in found.items():
+        key = next(k for k in preferred if k in metrics)
+        value = metrics[key]
+        out[run_id] = f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+    return out
+
+
+def energy_by_team(*, entries: QuerySet[UsageEntry]) -> list[dict[str, Any]]:
+    rows = entries.values("team__slug").annotate(kwh=Sum("energy_kwh"), co2=Sum("co2_g"), cost=Sum("cost")).order_by("team__slug")
+    return [
+        {
+            "team": r["team__slug"],
+            "energy_kwh": float(r["kwh"] or 0),
+            "co2_g": float(r["co2"] or 0),
+            "cost": costmodel.to_cents(r["cost"] or ZERO),
+        }
+        for r in rows
+    ]
+
+
+def budget_list() -> QuerySet[Budget]:
+    return Budget.objects.select_related("team", "project", "project__team").order_by("team__slug", "project__slug")
+
+
+def quota_list() -> QuerySet[Quota]:
+    return Quota.objects.select_related("team", "pool").order_by("team__slug", "pool__name")

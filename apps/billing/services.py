@@ -1,0 +1,508 @@
+"""Writes for money and limits: prices, ledger accrual, admission against budgets, alerts,
+budgets and quotas. Every change to a budget or quota is audited; the ledger only grows."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Q, Sum
+from django.utils import timezone
+
+from apps.audit.services import audit_record, snapshot
+from apps.billing import costmodel
+from apps.billing.costmodel import ZERO
+from apps.billing.models import (
+    Budget,
+    BudgetAction,
+    BudgetAlert,
+    EntryKind,
+    PoolPrice,
+    Quota,
+    TeamWebhook,
+    UsageEntry,
+)
+from apps.billing.selectors import (
+    budget_name,
+    budget_reserved,
+    budget_spent,
+    budgets_for_project,
+    period_for,
+    pool_price_points,
+    run_predicted_cost,
+)
+from apps.core.errors import FieldError, ServiceError
+from apps.nodes.models import NodePool
+from apps.runs.models import Attempt, Run, RunStatus
+from apps.tenants.models import Membership, Project, Role, Team
+from apps.tenants.selectors import FINANCE_GROUP
+
+log = logging.getLogger(__name__)
+
+MAX_AMOUNT = Decimal("1000000000")
+MAX_DEVICES = 100_000
+KWH_PER_J = Decimal(1) / Decimal(3_600_000)
+# Energy reported after an attempt closed is booked as a correction for this long.
+LATE_ENERGY_WINDOW = timedelta(hours=1)
+
+
+def money(amount: Decimal) -> str:
+    return f"${costmodel.to_cents(amount):,.2f}"
+
+
+def _price_text(price: Decimal) -> str:
+    text = f"{price:.4f}".rstrip("0")
+    whole, _, frac = text.partition(".")
+    return f"${whole}.{frac.ljust(2, '0')}"
+
+
+def _hours_text(seconds: int) -> str:
+    hours = Decimal(seconds) / Decimal(3600)
+    return f"{hours:.1f}" if (hours * 10) == (hours * 10).to_integral_value() else f"{hours:.2f}"
+
+
+# --- prices -------------------------------------------------------------------------------------
+
+
+def pool_price_set(*, pool: NodePool, price: Decimal, effective_from: datetime | None = None, allow_past: bool = False) -> PoolPrice:
+    """A new dated price. It may not start in the past: time already charged stays charged."""
+    now = timezone.now()
+    effective_from = effective_from or now
+    if price < 0 or price > MAX_AMOUNT:
+        raise FieldError("price_per_device_hour", f"must be between 0 and {MAX_AMOUNT}")
+    if not allow_past and effective_from < now - timedelta(seconds=5):
+        raise FieldError("effective_from", "must not be in the past: a price change never rewrites what was charged")
+    with transaction.atomic():
+        before = pool.price_per_device_hour
+        entry = PoolPrice.objects.create(pool=pool, price_per_device_hour=price, effective_from=effective_from)
+        if effective_from <= now:
+            NodePool.objects.filter(pk=pool.pk).update(price_per_device_hour=price)
+        audit_record(action="pool.price_set", target=pool, before={"price": str(before)},
+                     after={"price": str(price), "effective_from": effective_from.isoformat()})
+    return entry
+
+
+# --- accrual ------------------------------------------------------------------------------------
+
+
+def _attempt_devices(attempt: Attempt) -> int:
+    devices = sum(len(a.devices or []) for a in attempt.assignments.all())
+    return devices or int(attempt.run.nodes) * int(attempt.run.devices_per_node)
+
+
+def _entry(attempt: Attempt, run: Run, pool: NodePool, **fields: Any) -> UsageEntry:
+    return UsageEntry(
+        attempt_id=attempt.pk,
+        run_id=run.pk,
+        project_id=run.project_id,
+        team_id=run.project.team_id,
+        pool_id=pool.pk,
+        template_id=run.template_id,
+        **fields,
+    )
+
+
+def attempt_accrue(*, attempt_id: int, now: datetime) -> int:
+    """Bring one attempt's ledger up to ``now`` (or its end, then close it). Returns entries added.
+
+    The attempt row is locked so two workers accruing at once queue instead of double-charging;
+    the ledger's unique constraints are the backstop where locks are no-ops (SQLite).
+    """
+    try:
+        with transaction.atomic():
+            attempt = (
+                Attempt.objects.select_for_update(of=("self",))
+                .select_related("run", "run__project", "run__pool")
+                .filter(pk=attempt_id, started_at__isnull=False)
+                .first()
+            )
+            if attempt is None or attempt.started_at is None:
+                return 0
+            run, pool = attempt.run, attempt.run.pool
+            state = UsageEntry.objects.filter(attempt_id=attempt.pk).aggregate(
+                accrued_to=Max("period_end", filter=Q(kind__in=[EntryKind.ACCRUAL, EntryKind.CLOSE])),
+                kwh=Sum("energy_kwh"),
+                closed=Max("id", filter=Q(kind=EntryKind.CLOSE)),
+            )
+            kwh_now = (Decimal(str(attempt.energy_j)) * KWH_PER_J).quantize(costmodel.COST_QUANTUM)
+            kwh_delta = kwh_now - (state["kwh"] or ZERO)
+            carbon = pool.carbon_g_per_kwh
+            if state["closed"]:
+                # Energy that arrived after the close is booked as a correction, never edited in.
+                if kwh_delta <= 0:
+                    return 0
+                _entry(attempt, run, pool, kind=EntryKind.CORRECTION, period_start=attempt.ended_at or now,
+                       period_end=attempt.ended_at or now, energy_kwh=kwh_delta, co2_g=(kwh_delta * carbon).quantize(Decimal("0.001")),
+                       note="energy reported after close").save()
+                return 1
+            plan = costmodel.accrual_plan(
+                prices=pool_price_points(pool=pool),
+                devices=_attempt_devices(attempt),
+                started_at=attempt.started_at,
+                ended_at=attempt.ended_at,
+                accrued_to=state["accrued_to"],
+                now=now,
+            )
+            entries = [
+                _entry(attempt, run, pool, kind=EntryKind.ACCRUAL, period_start=s.start, period_end=s.end, devices=s.devices,
+                       device_seconds=s.device_seconds, price_per_device_hour=s.price, cost=s.cost)
+                for s in plan.segments
+            ]
+            entries += [
+                _entry(attempt, run, pool, kind=EntryKind.CORRECTION, period_start=s.start, period_end=s.end, devices=s.devices,
+                       device_seconds=s.device_seconds, price_per_device_hour=s.price, cost=s.cost,
+                       note="refund: charged past the attempt's reported end")
+                for s in plan.refunds
+            ]
+            if plan.closes:
+                entries.append(
+                    _entry(attempt, run, pool, kind=EntryKind.CLOSE, period_start=plan.accrued_to, period_end=plan.accrued_to,
+                           devices=plan.segments[-1].devices if plan.segments else 0, outcome=attempt.status)
+                )
+            if entries and kwh_delta > 0:
+                target = entries[-1]
+                target.energy_kwh = kwh_delta
+                target.co2_g = (kwh_delta * carbon).quantize(Decimal("0.001"))
+            for entry in entries:
+                entry.save()
+            return len(entries)
+    except IntegrityError:
+        log.info("attempt %s: another worker accrued it first", attempt_id)
+        return 0
+
+
+def accrual_run(*, now: datetime | None = None) -> int:
+    """Accrue every started, unclosed attempt up to now; close the ended ones. Idempotent."""
+    now = now or timezone.now()
+    closed = UsageEntry.objects.filter(kind=EntryKind.CLOSE).values_list("attempt_id", flat=True)
+    open_ids = list(Attempt.objects.filter(started_at__isnull=False).exclude(pk__in=closed).values_list("pk", flat=True))
+    late_energy = list(
+        UsageEntry.objects.filter(kind=EntryKind.CLOSE, created_at__gte=now - LATE_ENERGY_WINDOW).values_list("attempt_id", flat=True)
+    )
+    added = 0
+    for attempt_id in sorted({*open_ids, *late_energy}):
+        added += attempt_accrue(attempt_id=attempt_id, now=now)
+    return added
+
+
+# --- admission ----------------------------------------------------------------------------------
+
+
+def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_: Any) -> None:
+    """Refuse a run whose worst-case cost does not fit what its budgets have left.
+
+    Called inside the submit transaction. The budget rows are locked (pk order) until that
+    transaction commits, so a concurrent submission waits, then sees this run among the
+    unfinished ones and counts its reservation: budgets cannot be overspent by racing.
+    """
+    if not run.pool_id:
+        return
+    ids = [b.pk for b in budgets_for_project(project=project)]
+    if not ids:
+        return
+    locked = Budget.objects.select_for_update(of=("self",)).filter(pk__in=ids).order_by("pk")
+    budgets = list(locked.select_related("team", "project", "project__team"))
+    period = period_for(at=timezone.now())
+    predicted, devices, price = run_predicted_cost(run=run)
+    for budget in budgets:
+        spent = budget_spent(budget=budget, period=period)
+        reserved = budget_reserved(budget=budget, exclude_run_id=run.pk)
+        left = budget.amount - spent - reserved
+        if predicted > left:
+            held = f" ({money(reserved)} held by unfinished runs)" if reserved > 0 else ""
+            raise ServiceError(
+                f"Budget '{budget_name(budget=budget, period=period)}' has {money(max(left, ZERO))} left of "
+                f"{money(budget.amount)}{held}; this run would cost up to {money(predicted)} "
+                f"({devices} device{'s' if devices != 1 else ''} × {_hours_text(int(run.max_runtime_s))} h × "
+                f"{_price_text(price)}/device-hour).",
+                code="budget_exceeded",
+            )
+
+
+# --- budgets, quotas, webhooks ------------------------------------------------------------------
+
+BUDGET_FIELDS = ["amount", "thresholds", "action", "period"]
+
+
+def _clean_amount(value: Any) -> Decimal:
+    try:
+        amount = Decimal(str(value))
+    except (InvalidOperation, ValueError) as exc:
+        raise FieldError("amount", "must be a number") from exc
+    if not amount.is_finite() or amount < 0 or amount > MAX_AMOUNT:
+        raise FieldError("amount", f"must be between 0 and {MAX_AMOUNT}")
+    return amount.quantize(costmodel.CENT)
+
+
+def _clean_thresholds(value: Any) -> list[int]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(" ", "").split(",") if v]
+    if not isinstance(value, list) or not 1 <= len(value) <= 10:
+        raise FieldError("thresholds", "give 1 to 10 percentages, e.g. [50, 80, 100]")
+    try:
+        out = sorted({int(v) for v in value})
+    except (TypeError, ValueError) as exc:
+        raise FieldError("thresholds", "percentages must be whole numbers") from exc
+    if out[0] < 1 or out[-1] > 1000:
+        raise FieldError("thresholds", "each percentage must be between 1 and 1000")
+    return out
+
+
+def _clean_action(value: Any) -> str:
+    if value not in BudgetAction.values:
+        raise FieldError("action", f"one of {', '.join(BudgetAction.values)}")
+    return str(value)
+
+
+def budget_create(
+    *, team: Team, project: Project | None, amount: Any, thresholds: Any = None, action: str = BudgetAction.BLOCK_NEW
+) -> Budget:
+    if project is not None and project.team_id != team.pk:
+        raise FieldError("project", "belongs to another team")
+    exists = Budget.objects.filter(project=project) if project else Budget.objects.filter(team=team, project__isnull=True)
+    if exists.exists():
+        raise FieldError("project" if project else "team", "already has a budget; edit it instead")
+    budget = Budget.objects.create(
+        team=team,
+        project=project,
+        amount=_clean_amount(amount),
+        thresholds=_clean_thresholds(thresholds if thresholds is not None else [50, 80, 100]),
+        action=_clean_action(action),
+    )
+    audit_record(action="budget.create", target=budget, team_id=team.pk, after=snapshot(budget, BUDGET_FIELDS))
+    return budget
+
+
+def budget_update(*, budget: Budget, **changes: Any) -> Budget:
+    cleaners = {"amount": _clean_amount, "thresholds": _clean_thresholds, "action": _clean_action}
+    unknown = set(changes) - set(cleaners)
+    if unknown:
+        raise FieldError(sorted(unknown)[0], "cannot be changed")
+    with transaction.atomic():
+        locked = Budget.objects.select_for_update().get(pk=budget.pk)
+        before = snapshot(locked, BUDGET_FIELDS)
+        for name, value in changes.items():
+            setattr(locked, name, cleaners[name](value))
+        locked.save()
+        audit_record(action="budget.update", target=locked, team_id=locked.team_id, before=before,
+                     after=snapshot(locked, BUDGET_FIELDS))
+    return locked
+
+
+QUOTA_FIELDS = ["guaranteed_devices", "borrow_limit"]
+
+
+def _clean_devices(name: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise FieldError(name, "must be a whole number") from exc
+    if not 0 <= number <= MAX_DEVICES:
+        raise FieldError(name, f"must be between 0 and {MAX_DEVICES}")
+    return number
+
+
+def quota_set(*, team: Team, pool: NodePool, guaranteed_devices: Any, borrow_limit: Any) -> Quota:
+    with transaction.atomic():
+        quota, created = Quota.objects.select_for_update().get_or_create(team=team, pool=pool)
+        before = None if created else snapshot(quota, QUOTA_FIELDS)
+        quota.guaranteed_devices = _clean_devices("guaranteed_devices", guaranteed_devices)
+        quota.borrow_limit = _clean_devices("borrow_limit", borrow_limit)
+        quota.save()
+        audit_record(action="quota.create" if created else "quota.update", target=quota, team_id=team.pk, before=before,
+                     after=snapshot(quota, QUOTA_FIELDS))
+    return quota
+
+
+def quota_update(*, quota: Quota, **changes: Any) -> Quota:
+    unknown = set(changes) - set(QUOTA_FIELDS)
+    if unknown:
+        raise FieldError(sorted(unknown)[0], "cannot be changed")
+    return quota_set(
+        team=quota.team,
+        pool=quota.pool,
+        guaranteed_devices=changes.get("guaranteed_devices", quota.guaranteed_devices),
+        borrow_limit=changes.get("borrow_limit", quota.borrow_limit),
+    )
+
+
+def team_webhook_set(*, team: Team, url: str, secret: str) -> TeamWebhook:
+    if not url.startswith(("http://", "https://")):
+        raise FieldError("url", "must be an http(s) URL")
+    if len(secret) < 16:
+        raise FieldError("secret", "must be at least 16 characters")
+    hook = TeamWebhook.objects.create(team=team, url=url, secret=secret)
+    audit_record(action="webhook.create", target=hook, team_id=team.pk, after={"url": url})
+    return hook
+
+
+# --- alerts -------------------------------------------------------------------------------------
+
+
+def budget_alerts_check(
+    *,
+    now: datetime | None = None,
+    notify: Callable[[int], None] | None = None,
+    stop_running: Callable[[int], None] | None = None,
+) -> list[BudgetAlert]:
+    """Record each threshold crossed this period once; after commit, ``notify(alert_id)`` (the
+    task module queues e-mail and webhooks) and, at 100% of a stop_running budget,
+    ``stop_running(budget_id)``.
+
+    A new period has no alerts yet, so thresholds re-arm by themselves at roll-over.
+    """
+    now = now or timezone.now()
+    period = period_for(at=now)
+    fired: list[BudgetAlert] = []
+    for budget in Budget.objects.select_related("team", "project", "project__team").order_by("pk"):
+        if not budget.amount:
+            continue
+        spent = budget_spent(budget=budget, period=period)
+        percent = spent / budget.amount * 100
+        done = set(BudgetAlert.objects.filter(budget=budget, period=period.key).values_list("threshold", flat=True))
+        for threshold in sorted(int(t) for t in budget.thresholds):
+            if percent < threshold or threshold in done:
+                continue
+            try:
+                with transaction.atomic():
+                    alert = BudgetAlert.objects.create(budget=budget, period=period.key, threshold=threshold, spent=spent,
+                                                       amount=budget.amount)
+                    audit_record(action="budget.alert", target=budget, team_id=budget.team_id,
+                                 after={"period": period.key, "threshold": threshold, "spent": str(costmodel.to_cents(spent))})
+            except IntegrityError:
+                continue  # another worker recorded it
+            fired.append(alert)
+            if notify is not None:
+                transaction.on_commit(lambda alert_id=alert.pk: notify(alert_id))  # type: ignore[misc]
+            if threshold >= 100 and budget.action == BudgetAction.STOP_RUNNING and stop_running is not None:
+                transaction.on_commit(lambda budget_id=budget.pk: stop_running(budget_id))  # type: ignore[misc]
+    return fired
+
+
+def alert_recipients(*, budget: Budget) -> list[str]:
+    User = get_user_model()
+    admins = Membership.objects.filter(team_id=budget.team_id, role=Role.ADMIN).values_list("user__email", flat=True)
+    finance = User.objects.filter(groups__name=FINANCE_GROUP, is_active=True).values_list("email", flat=True)
+    return sorted({e for e in [*admins, *finance] if e})
+
+
+def alert_message(*, alert: BudgetAlert) -> tuple[str, str]:
+    budget = alert.budget
+    period = period_for(at=datetime.strptime(alert.period, "%Y-%m").replace(tzinfo=costmodel.EPOCH.tzinfo))
+    name = budget_name(budget=budget, period=period)
+    subject = f"[Trainyard] Budget '{name}' reached {alert.threshold}%"
+    body = (
+        f"Budget '{name}' has spent {money(alert.spent)} of {money(alert.amount)} "
+        f"({float(alert.spent / alert.amount * 100):.1f}%), crossing the {alert.threshold}% threshold.\n"
+    )
+    if alert.threshold >= 100:
+        body += "New runs that would exceed it are refused" + (
+            "; running ones are being stopped.\n" if budget.action == BudgetAction.STOP_RUNNING else ".\n"
+        )
+    return subject, body
+
+
+def alert_email(*, alert_id: int) -> bool:
+    """Send the alert's e-mail at most once (claimed by a conditional update)."""
+    if not BudgetAlert.objects.filter(pk=alert_id, emailed_at__isnull=True).update(emailed_at=timezone.now()):
+        return False
+    alert = BudgetAlert.objects.select_related("budget__team", "budget__project__team").get(pk=alert_id)
+    recipients = alert_recipients(budget=alert.budget)
+    if recipients:
+        subject, body = alert_message(alert=alert)
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
+    return True
+
+
+def alert_webhook_ids(*, alert_id: int) -> list[int]:
+    alert = BudgetAlert.objects.select_related("budget").get(pk=alert_id)
+    return list(TeamWebhook.objects.filter(team_id=alert.budget.team_id, active=True).values_list("pk", flat=True))
+
+
+def webhook_sign(*, secret: str, timestamp: int, body: bytes) -> str:
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def webhook_body(*, alert: BudgetAlert) -> bytes:
+    budget = alert.budget
+    period = period_for(at=datetime.strptime(alert.period, "%Y-%m").replace(tzinfo=costmodel.EPOCH.tzinfo))
+    payload = {
+        "type": "budget.threshold",
+        "alert_id": alert.pk,
+        "budget": {"id": budget.pk, "name": budget_name(budget=budget, period=period), "amount": str(alert.amount)},
+        "team": budget.team.slug,
+        "project": budget.project.full_slug if budget.project else None,
+        "period": alert.period,
+        "threshold": alert.threshold,
+        "spent": str(costmodel.to_cents(alert.spent)),
+        "at": alert.created_at.isoformat(),
+    }
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+class WebhookFailed(Exception):
+    """The receiver was unreachable or answered 5xx/429: worth retrying."""
+
+
+def webhook_deliver(*, alert_id: int, webhook_id: int, timeout: float = 10.0) -> int:
+    alert = BudgetAlert.objects.select_related("budget__team", "budget__project__team").get(pk=alert_id)
+    hook = TeamWebhook.objects.get(pk=webhook_id)
+    body = webhook_body(alert=alert)
+    timestamp = int(time.time())
+    request = urllib.request.Request(
+        hook.url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "Trainyard-Webhook/1",
+            "X-Trainyard-Timestamp": str(timestamp),
+            "X-Trainyard-Signature": webhook_sign(secret=hook.secret, timestamp=timestamp, body=body),
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        if err.code >= 500 or err.code == 429:
+            raise WebhookFailed(f"{hook.url}: HTTP {err.code}") from err
+        log.warning("webhook %s refused alert %s: HTTP %s; not retrying", hook.pk, alert_id, err.code)
+        return int(err.code)
+    except (urllib.error.URLError, OSError) as err:
+        raise WebhookFailed(f"{hook.url}: {err}") from err
+
+
+def budget_stop_running(*, budget_id: int, cancel: Any = None) -> list[int]:
+    """For a stop_running budget at 100%: ask every active run in its scope to stop.
+
+    ``cancel`` is the runs app's ``run_cancel(*, run, user)`` (passed in by the task); runs
+    that finished meanwhile are skipped.
+    """
+    budget = Budget.objects.get(pk=budget_id)
+    runs = Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.SCHEDULED, RunStatus.RUNNING])
+    runs = runs.filter(project_id=budget.project_id) if budget.project_id else runs.filter(project__team_id=budget.team_id)
+    stopped: list[int] = []
+    if cancel is None:
+        return stopped
+    for run in runs:
+        try:
+            cancel(run=run, user=None)
+        except ServiceError as err:
+            log.info("budget %s: run %s not stopped: %s", budget_id, run.pk, err.message)
+            continue
+        stopped.append(run.pk)
+    return stopped
