@@ -16,5 +16,9 @@ NAV = [
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
     path = request.path
-    items = [{"label": label, "url": url, "active": path.startswith(url)} for label, url in NAV]
+    nav = list(NAV)
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and (user.is_superuser or user.groups.filter(name="finance").exists()):
+        nav.append(("Finance", "/finance/"))
+    items = [{"label": label, "url": url, "active": path.startswith(url)} for label, url in nav]
     return {"nav_items": items}
