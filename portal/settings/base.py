@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "apps.scheduling",
     "apps.billing",
     "apps.webhooks",
+    "apps.vault",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class VaultConfig(AppConfig):
+    name = "apps.vault"
+    label = "vault"
