@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.helpers import AgentLiveStack, start_agent
+from tests.agents.helpers import start_agent
 from tests.fixtures.live import LiveStack
 
 TAGS = {"task": "classification", "dataset": "sklearn-digits", "candidate": "baseline", "family": "e2e"}
@@ -22,7 +22,7 @@ SMALL = {"steps": 30, "eval_every": 10, "batch_size": 32, "hidden": 32, "warmup_
 
 @pytest.fixture
 def recipe_stack(tmp_path: Path, redis_url: str) -> Iterator[LiveStack]:
-    stack = AgentLiveStack(tmp_path, redis_url)
+    stack = LiveStack(tmp_path, redis_url)
     try:
         stack.start_web()
         stack.start_worker()
