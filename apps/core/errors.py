@@ -6,10 +6,14 @@ rely on one shape whatever went wrong.
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, HttpRequest, JsonResponse
+from django.db import InterfaceError, OperationalError
+from django.db.models import ProtectedError, RestrictedError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -75,6 +79,11 @@ def _flatten(detail: Any) -> dict[str, list[str]]:
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ServiceError):
         return Response(error_body(exc.status_code, exc.code, exc.message, exc.fields), status=exc.status_code)
+    if isinstance(exc, (ProtectedError, RestrictedError)):
+        # Deleting an object others still point at (a project with runs): a state conflict, not a 500.
+        names = sorted({obj._meta.verbose_name_plural for obj in list(exc.args[1])[:50]}) if len(exc.args) > 1 else []
+        message = "Cannot delete: it is still referenced" + (f" by {', '.join(str(n) for n in names)}" if names else "") + "."
+        return Response(error_body(409, "protected", message), status=409)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -96,6 +105,29 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     return response
 
 
+log = logging.getLogger(__name__)
+
+DATABASE_UNAVAILABLE = "The database is unavailable right now; nothing was changed. Please retry shortly."
+
+
+def is_database_unavailable(exc: BaseException | None) -> bool:
+    """A connection-level database failure (not a constraint violation, not a busy SQLite lock)."""
+    return isinstance(exc, (OperationalError, InterfaceError)) and "locked" not in str(exc).lower()
+
+
+def database_unavailable_response(request: HttpRequest, exc: BaseException) -> HttpResponse:
+    log.warning("database unavailable (%s %s): %s", request.method, request.path, exc)
+    response: HttpResponse
+    if request.path.startswith("/api/") or "json" in request.headers.get("Accept", ""):
+        response = JsonResponse(error_body(503, "database_unavailable", DATABASE_UNAVAILABLE), status=503)
+    else:
+        # No template: rendering base.html would ask the database for the user again.
+        response = HttpResponse(f"<!doctype html><title>Unavailable</title><h1>Service unavailable</h1><p>{DATABASE_UNAVAILABLE}</p>",
+                                status=503, content_type="text/html; charset=utf-8")
+    response["Retry-After"] = "5"
+    return response
+
+
 def json_error_response(status_code: int, code: str, message: str) -> JsonResponse:
     return JsonResponse(error_body(status_code, code, message), status=status_code)
 
@@ -109,6 +141,12 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Any:
 
 
 def handler500(request: HttpRequest) -> Any:
+    # Reached for exceptions outside the view too (session, auth and other middleware), which
+    # DatabaseUnavailableMiddleware.process_exception never sees: a database outage is a 503.
+    exc = sys.exc_info()[1]
+    if is_database_unavailable(exc):
+        assert exc is not None
+        return database_unavailable_response(request, exc)
     if request.path.startswith("/api/"):
         return json_error_response(500, "server_error", "Internal server error; it has been logged.")
     from django.views.defaults import server_error

@@ -1,6 +1,15 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_save
 
 
 class WebhooksConfig(AppConfig):
     name = "apps.webhooks"
     label = "webhooks"
+
+    def ready(self) -> None:
+        from apps.audit.models import AuditEvent
+        from apps.webhooks import signals
+
+        # Every state change is audited; the audit log is the one stream all apps already
+        # feed, so listening there needs no hook in their services.
+        post_save.connect(signals.on_audit_event, sender=AuditEvent, dispatch_uid="webhooks.on_audit_event")

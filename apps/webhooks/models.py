@@ -1,1 +1,92 @@
-"""Models arrive with this app's issue."""
+"""Per-project outgoing webhooks: endpoints, the events emitted to them, one delivery per pair."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class EventType(models.TextChoices):
+    RUN_SUCCEEDED = "run.succeeded", "Run succeeded"
+    RUN_FAILED = "run.failed", "Run failed"
+    RUN_CANCELLED = "run.cancelled", "Run cancelled"
+    RUN_PREEMPTED = "run.preempted", "Run preempted"
+    BUDGET_THRESHOLD = "budget.threshold", "Budget threshold crossed"
+    NODE_LOST = "node.lost", "Node lost"
+    PING = "ping", "Test ping"
+
+
+class WebhookEndpoint(models.Model):
+    """Where a project's events are POSTed, signed with HMAC-SHA256 over "<timestamp>.<body>"."""
+
+    project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="webhook_endpoints")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=128)
+    # Empty: every event type.
+    events = models.JSONField(default=list, blank=True)
+    description = models.CharField(max_length=200, blank=True, default="")
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} -> {self.url}"
+
+    def wants(self, event_type: str) -> bool:
+        return not self.events or event_type in self.events
+
+
+class WebhookEvent(models.Model):
+    """One thing that happened; ``key`` makes emitting the same happening twice a no-op."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="webhook_events")
+    type = models.CharField(max_length=40, choices=EventType.choices)
+    key = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["project", "key"], name="webhook_event_unique_key")]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id}"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SENDING = "sending", "Sending"
+    SUCCEEDED = "succeeded", "Delivered"
+    FAILED = "failed", "Failed"
+
+
+class WebhookDelivery(models.Model):
+    """One event to one endpoint: attempted until a 2xx, a permanent 4xx, or out of attempts."""
+
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="deliveries")
+    status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_status_code = models.IntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    # While SENDING: a worker holds it until then; past it, another may take it over.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [models.UniqueConstraint(fields=["endpoint", "event"], name="webhook_delivery_once")]
+        indexes = [models.Index(fields=["status", "next_retry_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} -> {self.endpoint_id}: {self.status}"

@@ -1,3 +1,7 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.webhooks import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("projects/<int:pk>/webhooks/", views.delivery_log_page, name="project-webhooks"),
+]

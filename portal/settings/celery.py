@@ -17,6 +17,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A publish from a web request gives up within about a second when Redis is down
+# (apps.core.queueing logs it; the beat redoes the work from the database).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Longer than any task may run: an unacked task is redelivered after this many seconds.
     "visibility_timeout": env_int("TRAINYARD_CELERY_VISIBILITY_TIMEOUT_S", 600),
@@ -29,4 +33,5 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "scheduler-pass": {"task": "scheduling.pass", "schedule": 10.0, "options": {"queue": "default"}},
     "nodes-sweep-lost": {"task": "nodes.sweep_lost", "schedule": 5.0, "options": {"queue": "default"}},
     "billing-accrue": {"task": "billing.accrue", "schedule": 30.0, "options": {"queue": "default"}},
+    "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 30.0, "options": {"queue": "default"}},
 }

@@ -1,0 +1,269 @@
+"""Outgoing webhooks: manage endpoints, emit events, deliver them signed, retry with backoff.
+
+Other apps call :func:`webhook_emit`; the run lifecycle, node and budget events arrive through
+``apps.webhooks.signals`` (a receiver on the audit log), so their services need no import of
+this app. Each event is delivered at most once per endpoint: a WebhookDelivery row per
+(endpoint, event) is claimed with a conditional update before every attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.core.errors import FieldError
+from apps.core.queueing import enqueue
+from apps.tenants.models import Project
+from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
+
+log = logging.getLogger(__name__)
+
+MAX_ENDPOINTS_PER_PROJECT = 20
+MIN_SECRET_CHARS = 16
+USER_AGENT = "Trainyard-Webhook/1"
+SUBSCRIBABLE = [t for t in EventType.values if t != EventType.PING]
+
+
+def _setting(name: str, default: float) -> float:
+    """Settings win; the environment is read too so a live stack can shorten retries for tests."""
+    return float(getattr(settings, name, os.environ.get(name, default)))
+
+
+def retry_base_s() -> float:
+    return _setting("TRAINYARD_WEBHOOK_RETRY_BASE_S", 10.0)
+
+
+def max_attempts() -> int:
+    return int(_setting("TRAINYARD_WEBHOOK_MAX_ATTEMPTS", 8))
+
+
+def request_timeout_s() -> float:
+    return _setting("TRAINYARD_WEBHOOK_TIMEOUT_S", 10.0)
+
+
+def retry_delay_s(*, attempts: int) -> float:
+    """Exponential backoff after the n-th failed attempt: base, 2x base, 4x base ... capped at an hour."""
+    return float(min(3600.0, retry_base_s() * 2 ** max(0, attempts - 1)))
+
+
+def webhook_sign(*, secret: str, timestamp: int, body: bytes) -> str:
+    """The X-Trainyard-Signature value: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def webhook_verify(*, secret: str, timestamp: str, body: bytes, signature: str, tolerance_s: int = 300,
+                   now: float | None = None) -> bool:
+    """What a receiver does (documented for users; used by the tests): constant-time compare, recent timestamp."""
+    if not timestamp.isdigit() or abs((now or time.time()) - int(timestamp)) > tolerance_s:
+        return False
+    return hmac.compare_digest(webhook_sign(secret=secret, timestamp=int(timestamp), body=body), signature)
+
+
+# --- endpoints ------------------------------------------------------------------------------------
+
+def _clean_url(url: Any) -> str:
+    text = str(url or "").strip()
+    if not text.startswith(("http://", "https://")) or len(text) > 500 or " " in text:
+        raise FieldError("url", "must be an http(s) URL of at most 500 characters")
+    return text
+
+
+def _clean_events(events: Any) -> list[str]:
+    if events in (None, ""):
+        return []
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        raise FieldError("events", f"must be a list of event types ({', '.join(SUBSCRIBABLE)}); empty = all")
+    unknown = [e for e in events if e not in SUBSCRIBABLE]
+    if unknown:
+        raise FieldError("events", f"unknown event type {unknown[0]!r} (allowed: {', '.join(SUBSCRIBABLE)})")
+    return sorted(set(events))
+
+
+def _clean_secret(secret: Any) -> str:
+    text = str(secret or "")
+    if not MIN_SECRET_CHARS <= len(text) <= 128:
+        raise FieldError("secret", f"must be {MIN_SECRET_CHARS} to 128 characters (or leave it out to get a generated one)")
+    return text
+
+
+def webhook_endpoint_create(*, project: Project, user: Any, url: Any, events: Any = None, secret: Any = None,
+                            description: str = "") -> WebhookEndpoint:
+    if WebhookEndpoint.objects.filter(project=project).count() >= MAX_ENDPOINTS_PER_PROJECT:
+        raise FieldError("url", f"a project has at most {MAX_ENDPOINTS_PER_PROJECT} webhook endpoints")
+    endpoint = WebhookEndpoint.objects.create(
+        project=project, url=_clean_url(url), events=_clean_events(events),
+        secret=_clean_secret(secret) if secret else "whsec_" + secrets.token_urlsafe(32),
+        description=str(description or "")[:200], created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    audit_record(action="webhook.create", target=endpoint, team_id=project.team_id,
+                 after={"url": endpoint.url, "events": endpoint.events, "project": project.pk})
+    return endpoint
+
+
+def webhook_endpoint_update(*, endpoint: WebhookEndpoint, **changes: Any) -> WebhookEndpoint:
+    before = {"url": endpoint.url, "events": endpoint.events, "active": endpoint.active, "description": endpoint.description}
+    if "url" in changes:
+        endpoint.url = _clean_url(changes["url"])
+    if "events" in changes:
+        endpoint.events = _clean_events(changes["events"])
+    if "active" in changes:
+        endpoint.active = bool(changes["active"])
+    if "description" in changes:
+        endpoint.description = str(changes["description"] or "")[:200]
+    rotated = bool(changes.get("secret"))
+    if rotated:
+        endpoint.secret = _clean_secret(changes["secret"])
+    endpoint.save()
+    after = {"url": endpoint.url, "events": endpoint.events, "active": endpoint.active, "description": endpoint.description,
+             "secret_rotated": rotated}
+    audit_record(action="webhook.update", target=endpoint, team_id=endpoint.project.team_id, before=before, after=after)
+    return endpoint
+
+
+def webhook_endpoint_delete(*, endpoint: WebhookEndpoint) -> None:
+    audit_record(action="webhook.delete", target=endpoint, team_id=endpoint.project.team_id,
+                 before={"url": endpoint.url, "events": endpoint.events})
+    endpoint.delete()
+
+
+# --- emitting -------------------------------------------------------------------------------------
+
+def _queue(delivery_id: int, countdown: float = 0) -> None:
+    from apps.webhooks.tasks import deliver  # tasks imports this module
+
+    # The webhook sweep re-queues a delivery whose message never made it (Redis down).
+    enqueue(deliver, args=[delivery_id], countdown=countdown, queue="default", what=f"webhook delivery {delivery_id}")
+
+
+def webhook_emit(*, project_id: int, event: str, payload: dict[str, Any], key: str | None = None,
+                 endpoint_ids: list[int] | None = None) -> WebhookEvent | None:
+    """Records an event for a project and queues one delivery per subscribed, active endpoint.
+
+    Call it inside the transaction that made the change: deliveries are queued only after it
+    commits, and vanish with it if it rolls back. ``key`` (default: a fresh id) makes a repeated
+    emit of the same happening a no-op; it returns None then.
+    """
+    if event not in EventType.values:
+        raise ValueError(f"unknown webhook event type {event!r}")
+    try:
+        with transaction.atomic():
+            record = WebhookEvent.objects.create(project_id=project_id, type=event, key=key or secrets.token_hex(16),
+                                                 payload=json.loads(json.dumps(payload, default=str)))
+    except IntegrityError:
+        return None  # emitted before
+    endpoints = WebhookEndpoint.objects.filter(project_id=project_id, active=True)
+    if endpoint_ids is not None:
+        endpoints = endpoints.filter(pk__in=endpoint_ids)
+    for endpoint in endpoints.order_by("pk"):
+        if event != EventType.PING and not endpoint.wants(event):
+            continue
+        delivery = WebhookDelivery.objects.create(endpoint=endpoint, event=record)
+        transaction.on_commit(lambda delivery_id=delivery.pk: _queue(delivery_id))  # type: ignore[misc]
+    return record
+
+
+def event_body(*, event: WebhookEvent) -> bytes:
+    project = event.project
+    body = {"id": str(event.id), "type": event.type, "created_at": event.created_at.isoformat(),
+            "project": {"id": project.pk, "full_slug": project.full_slug}, "data": event.payload}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+# --- delivering -----------------------------------------------------------------------------------
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # URL set by a team admin
+            return int(response.status), ""
+    except urllib.error.HTTPError as err:
+        return int(err.code), f"HTTP {err.code}"
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        return None, str(getattr(err, "reason", err))[:500]
+
+
+def _permanent(code: int | None) -> bool:
+    """A 4xx other than timeout / rate limit means the receiver refuses this event: do not retry."""
+    return code is not None and 400 <= code < 500 and code not in (408, 409, 425, 429)
+
+
+def webhook_deliver(*, delivery_id: int, now: datetime | None = None, timeout: float | None = None) -> float | None:
+    """One attempt at one delivery, if it is due. Returns seconds until the next attempt, or None
+    when nothing is left to do (delivered, given up, not due, or another worker holds it)."""
+    now = now or timezone.now()
+    timeout = request_timeout_s() if timeout is None else timeout
+    due = Q(status=DeliveryStatus.PENDING) & (Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now))
+    stale = Q(status=DeliveryStatus.SENDING, lease_until__lt=now)  # a worker died mid-attempt
+    claimed = WebhookDelivery.objects.filter(due | stale, pk=delivery_id).update(
+        status=DeliveryStatus.SENDING, lease_until=now + timedelta(seconds=timeout + 30), attempts=F("attempts") + 1,
+        last_attempt_at=now)
+    if not claimed:
+        return None
+    delivery = WebhookDelivery.objects.select_related("endpoint", "event__project").get(pk=delivery_id)
+    endpoint, event = delivery.endpoint, delivery.event
+    if not endpoint.active:
+        code, error = None, "endpoint disabled"
+    else:
+        body = event_body(event=event)
+        timestamp = int(time.time())
+        headers = {
+            "Content-Type": "application/json", "User-Agent": USER_AGENT,
+            "X-Trainyard-Event": event.type, "X-Trainyard-Delivery": str(event.id),
+            "X-Trainyard-Timestamp": str(timestamp),
+            "X-Trainyard-Signature": webhook_sign(secret=endpoint.secret, timestamp=timestamp, body=body),
+        }
+        code, error = _post(endpoint.url, body, headers, timeout)
+    done_at = timezone.now()
+    fields: dict[str, Any] = {"last_status_code": code, "last_error": error, "lease_until": None}
+    retry_in: float | None = None
+    if code is not None and 200 <= code < 300:
+        fields.update(status=DeliveryStatus.SUCCEEDED, delivered_at=done_at, next_retry_at=None)
+    elif not endpoint.active or _permanent(code) or delivery.attempts >= max_attempts():
+        fields.update(status=DeliveryStatus.FAILED, next_retry_at=None)
+        log.warning("webhook delivery %s to %s failed for good after %s attempts: %s", delivery.pk, endpoint.url,
+                    delivery.attempts, error)
+    else:
+        retry_in = retry_delay_s(attempts=delivery.attempts)
+        fields.update(status=DeliveryStatus.PENDING, next_retry_at=done_at + timedelta(seconds=retry_in))
+    WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.SENDING).update(**fields)
+    return retry_in
+
+
+def webhook_redeliver(*, delivery: WebhookDelivery, user: Any) -> WebhookDelivery:
+    """An admin's manual retry of a failed delivery: one more round of attempts."""
+    if delivery.status in (DeliveryStatus.PENDING, DeliveryStatus.SENDING):
+        return delivery
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.PENDING, next_retry_at=None, attempts=0)
+    audit_record(action="webhook.redeliver", target=delivery, team_id=delivery.endpoint.project.team_id, actor=user,
+                 after={"event": str(delivery.event_id)})
+    transaction.on_commit(lambda: _queue(delivery.pk))
+    delivery.refresh_from_db()
+    return delivery
+
+
+def webhook_due_ids(*, now: datetime | None = None, limit: int = 500) -> list[int]:
+    """Deliveries whose retry is due (or whose worker died): the sweep re-queues them, so a lost
+    broker message delays a delivery but never drops it."""
+    now = now or timezone.now()
+    # A fresh delivery (no retry time) is normally sent at once; the sweep takes it only if its
+    # first message seems lost.
+    fresh_lost = Q(next_retry_at__isnull=True, created_at__lte=now - timedelta(seconds=60))
+    due = (Q(status=DeliveryStatus.PENDING) & (Q(next_retry_at__lte=now) | fresh_lost)) \
+        | Q(status=DeliveryStatus.SENDING, lease_until__lt=now)
+    return list(WebhookDelivery.objects.filter(due).order_by("pk").values_list("pk", flat=True)[:limit])

@@ -1,0 +1,70 @@
+"""Turns audited state changes into webhook events, so the run lifecycle, the node sweep and the
+budget alerts emit webhooks without importing this app: every state change of theirs is audited
+(audit_record), and this receiver runs inside the same transaction as the change.
+
+The audit event's id is the webhook event's key: one happening, one event, however often the
+receiver runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.audit.models import AuditEvent
+from apps.billing.models import Budget
+from apps.nodes.models import Node
+from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Run
+from apps.tenants.models import Project
+from apps.webhooks.models import EventType
+from apps.webhooks.services import webhook_emit
+
+RUN_ACTIONS = {"run.succeeded": EventType.RUN_SUCCEEDED, "run.failed": EventType.RUN_FAILED,
+               "run.cancelled": EventType.RUN_CANCELLED}
+
+
+def run_payload(run: Run) -> dict[str, Any]:
+    return {"run": {"id": run.pk, "name": run.name, "status": run.status, "status_reason": run.status_reason,
+                    "reason_code": run.reason_code, "template": run.template.slug, "project": run.project.full_slug,
+                    "tags": run.tags, "family": run.family, "steps_done": run.steps_done, "total_steps": run.total_steps,
+                    "restarts": run.restarts, "started_at": run.started_at, "finished_at": run.finished_at,
+                    "url": f"/runs/{run.pk}/"}}
+
+
+def on_audit_event(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
+    if not created or kwargs.get("raw"):
+        return
+    action, key = instance.action, f"audit:{instance.pk}"
+    if action in RUN_ACTIONS or action == "run.requeued":
+        run = Run.objects.select_related("project__team", "template").filter(pk=instance.object_id).first()
+        if run is None:
+            return
+        if action == "run.requeued":
+            if run.reason_code != "preempted":
+                return
+            webhook_emit(project_id=run.project_id, event=EventType.RUN_PREEMPTED, payload=run_payload(run), key=key)
+            return
+        webhook_emit(project_id=run.project_id, event=RUN_ACTIONS[action], payload=run_payload(run), key=key)
+    elif action == "node.lost":
+        node = Node.objects.select_related("pool").filter(pk=instance.object_id).first()
+        if node is None:
+            return
+        # Projects with work on the node now: their runs are about to be requeued.
+        held = Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES)
+        runs: dict[int, list[int]] = {}
+        for project_id, run_id in held.values_list("attempt__run__project_id", "attempt__run_id").order_by("attempt__run_id"):
+            runs.setdefault(project_id, []).append(run_id)
+        for project_id, run_ids in runs.items():
+            webhook_emit(project_id=project_id, event=EventType.NODE_LOST, key=key,
+                         payload={"node": {"id": node.pk, "hostname": node.hostname, "pool": node.pool.name}, "runs": run_ids})
+    elif action == "budget.alert":
+        budget = Budget.objects.filter(pk=instance.object_id).first()
+        if budget is None:
+            return
+        after = instance.after or {}
+        projects = [budget.project_id] if budget.project_id else list(
+            Project.objects.filter(team_id=budget.team_id).values_list("pk", flat=True))
+        payload = {"budget": {"id": budget.pk, "scope": "project" if budget.project_id else "team", "amount": str(budget.amount),
+                              "action": budget.action},
+                   "period": after.get("period"), "threshold": after.get("threshold"), "spent": after.get("spent")}
+        for project_id in projects:
+            webhook_emit(project_id=project_id, event=EventType.BUDGET_THRESHOLD, payload=payload, key=key)

@@ -1,0 +1,459 @@
+"""The ``trainyard`` command line: submit, watch and compare runs from a terminal.
+
+Standard library only (argparse + urllib through :mod:`trainyard.client`). Tables and progress
+go to the terminal; ``--json`` on every read command prints one JSON document on stdout instead
+(``logs --follow --json`` prints one JSON object per chunk, a line each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainyard import _config
+from trainyard._cli_reports import cmd_budget, cmd_checkpoints, cmd_compare, cmd_nodes, cmd_queue, cmd_show
+from trainyard._clibase import (
+    EXIT_AUTH,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_SERVER,
+    EXIT_USAGE,
+    FINISHED,
+    CliError,
+    Progress,
+    _cell,
+    _client,
+    _kv_pairs,
+    _metric_table,
+    _out,
+    _run_result,
+    _table,
+    progress_line,
+)
+from trainyard.client import (
+    ApiError,
+    AuthError,
+    Client,
+    ConnectionFailed,
+    ServerError,
+    git_commit_of,
+    snapshot_tar,
+)
+
+EPILOG = """\
+exit codes:
+  0  ok
+  1  the run failed or was cancelled (submit --wait, logs --follow)
+  2  usage error (bad arguments)
+  3  authentication error (not logged in, bad or revoked token)
+  4  not found (no such run or project, or one of another team's)
+  5  server or connection error
+  6  refused by the server (validation, budget, quota, role, state conflict)
+
+environment:
+  TRAINYARD_SERVER, TRAINYARD_TOKEN  override the server and token stored by `trainyard login`
+  XDG_CONFIG_HOME                    the config file is $XDG_CONFIG_HOME/trainyard/config.json
+                                     (default ~/.config/trainyard/config.json, mode 600)
+"""
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    server = (args.server or _config.config_load().server or "").rstrip("/")
+    if not server:
+        raise CliError("no server given", EXIT_USAGE, "run `trainyard login --server URL`")
+    username = args.username or input("Username: ").strip()
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"Password for {username}@{server}: ")
+    if not password:
+        raise CliError("empty password", EXIT_USAGE)
+    client = Client.login(server, username, password, timeout=args.timeout)
+    assert client.token is not None
+    path = _config.config_save(server=server, token=client.token, username=username)
+    print(f"logged in to {server} as {username}; token saved in {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    path = _config.config_path()
+    path.unlink(missing_ok=True)
+    print(f"removed {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_templates(args: argparse.Namespace) -> int:
+    templates = _client(args).templates()
+    if args.json:
+        _out(templates)
+        return EXIT_OK
+    _table(["slug", "version", "kind", "title"], [[t["slug"], t["version"], t["kind"], t["title"]] for t in templates])
+    return EXIT_OK
+
+
+def _submit_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
+    params = _kv_pairs(args.param, "param", parse_json=True)
+    tags = {k: str(v) for k, v in _kv_pairs(args.tag, "tag", parse_json=False).items()}
+    template = args.template or ("custom" if args.code else None)
+    if not template:
+        raise CliError("give a TEMPLATE (see `trainyard templates`), or --code DIR for the custom template", EXIT_USAGE)
+    if args.command is not None:
+        params["command"] = args.command
+    snapshot = None
+    if args.code:
+        try:
+            data = snapshot_tar(args.code)
+        except FileNotFoundError as err:
+            raise CliError(str(err), EXIT_USAGE) from None
+        commit = git_commit_of(args.code)
+        uploaded = client.upload_snapshot(project=args.project, data=data, git_commit=commit)
+        snapshot = str(uploaded["sha256"])
+        print(
+            f"uploaded {args.code} ({len(data)} bytes, sha256 {snapshot[:12]}{', commit ' + commit[:12] if commit else ''})",
+            file=sys.stderr,
+        )
+    return {
+        "project": args.project,
+        "template": template,
+        "params": params,
+        "tags": tags,
+        "priority": args.priority,
+        "name": args.name,
+        "code_snapshot": snapshot,
+        "template_version": args.template_version,
+        "init_run": args.init_run,
+    }
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    client = _client(args)
+    run = client.submit(**_submit_body(args, client))
+    url = f"{client.url}/runs/{run['id']}/"
+    if not args.wait:
+        if args.json:
+            _out(run)
+        else:
+            print(f"submitted run {run['id']} ({run['status']}): {url}")
+        return EXIT_OK
+    print(f"submitted run {run['id']}: {url}", file=sys.stderr)
+    return _wait(client, int(run["id"]), args)
+
+
+def _wait(client: Client, run_id: int, args: argparse.Namespace) -> int:
+    bar = Progress(sys.stderr)
+    deadline = time.monotonic() + args.timeout_wait if args.timeout_wait else None
+    errors = 0
+    try:
+        while True:
+            try:
+                state = client.metric_keys(run_id)
+                errors = 0
+            except (ServerError, ConnectionFailed) as err:
+                # A restarting server should not kill a long wait: keep polling a while.
+                errors += 1
+                if errors > 30:
+                    raise
+                bar.show(f"run {run_id}: {err}; retrying")
+                time.sleep(min(10.0, args.poll * errors))
+                continue
+            info = state["run"]
+            bar.show(progress_line(run_id, info["status"], info.get("progress") or {}))
+            if info.get("is_finished") or info["status"] in FINISHED:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                bar.done()
+                raise CliError(
+                    f"run {run_id} still {info['status']} after {args.timeout_wait}s; not cancelled",
+                    EXIT_SERVER,
+                    f"`trainyard show {run_id}` to check on it",
+                )
+            time.sleep(args.poll)
+    except KeyboardInterrupt:
+        bar.done()
+        print(f"stopped waiting; run {run_id} goes on (`trainyard cancel {run_id}` to stop it)", file=sys.stderr)
+        return 130
+    bar.done()
+    run = client.run(run_id)
+    keys = client.metric_keys(run_id)["keys"]
+    if args.json:
+        _out({"run": run, "metrics": keys})
+    else:
+        line = f"run {run_id} {run['status']}"
+        if run.get("status_reason"):
+            line += f": {run['status_reason']}"
+        print(line)
+        if keys:
+            _metric_table(keys)
+    return _run_result(run["status"])
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    tags = {k: str(v) for k, v in _kv_pairs(args.tag, "tag", parse_json=False).items()}
+    runs = []
+    for run in _client(args).runs(
+        project=args.project, status=args.status, template=args.template, tags=tags, family=args.family, search=args.search
+    ):
+        runs.append(run)
+        if args.limit and len(runs) >= args.limit:
+            break
+    if args.json:
+        _out(runs)
+        return EXIT_OK
+    _table(
+        ["id", "name", "project", "template", "status", "progress", "family", "created"],
+        [
+            [
+                r["id"],
+                r.get("name") or "",
+                r.get("project_slug"),
+                f"{r['template']}@{r.get('template_version')}",
+                r["status"],
+                "-" if r.get("progress") is None else f"{r['progress'] * 100:.0f}%",
+                r.get("family") or "",
+                str(r.get("created_at", ""))[:19],
+            ]
+            for r in runs
+        ],
+    )
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = _client(args)
+    cursor = args.after
+    if not args.follow:
+        page = client.logs(args.run, after=cursor, limit=1000)
+        chunks = list(page["chunks"])
+        while page.get("more"):
+            page = client.logs(args.run, after=page["next"], limit=1000)
+            chunks += page["chunks"]
+        if args.json:
+            _out({"chunks": chunks, "next": chunks[-1]["id"] if chunks else cursor})
+        else:
+            for chunk in chunks:
+                sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+        return EXIT_OK
+    finished_seen = 0
+    status = ""
+    try:
+        while True:
+            page = client.logs(args.run, after=cursor, limit=1000)
+            for chunk in page["chunks"]:
+                if args.json:
+                    sys.stdout.write(json.dumps(chunk) + "\n")
+                else:
+                    sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+            cursor = page["next"]
+            if page.get("more"):
+                continue
+            status = client.metric_keys(args.run)["run"]["status"]
+            if status in FINISHED:
+                # Agents ship the last lines around the moment they report the exit: drain for
+                # one more quiet poll after the run ends before stopping.
+                finished_seen += 1
+                if finished_seen > 1 and not page["chunks"]:
+                    break
+            time.sleep(args.poll)
+    except KeyboardInterrupt:
+        return 130
+    if not args.json:
+        print(f"-- run {args.run} {status}", file=sys.stderr)
+    return _run_result(status)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    data = _client(args).metrics(args.run, args.key, max_points=args.max_points)
+    if args.json:
+        _out(data)
+        return EXIT_OK
+    series = data.get("series") or []
+    if not series:
+        raise CliError(f"run {args.run} has no metric {args.key!r}", EXIT_NOT_FOUND, f"`trainyard metrics {args.run} --keys`")
+    for s in series:
+        if not s.get("count"):
+            raise CliError(
+                f"run {args.run} has no metric {s.get('key')!r}", EXIT_NOT_FOUND, f"`trainyard keys {args.run}` lists its metrics"
+            )
+        print(
+            f"# {s.get('key')}: {s['count']} points, {len(s.get('x') or [])} shown (bucket {s.get('bucket_steps')} steps); "
+            f"min {_cell(s.get('true_min'))} max {_cell(s.get('true_max'))}",
+            file=sys.stderr,
+        )
+        _table(
+            [s.get("x_axis") or "step", "mean", "min", "max"],
+            zip(s.get("x") or [], s.get("mean") or [], s.get("min") or [], s.get("max") or [], strict=False),
+        )
+    return EXIT_OK
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    data = _client(args).metric_keys(args.run)
+    if args.json:
+        _out(data)
+        return EXIT_OK
+    _metric_table(data["keys"])
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    run = _client(args).cancel(args.run)
+    if args.json:
+        _out(run)
+    else:
+        print(
+            f"run {run['id']} {run['status']}" + (" (cancel requested; the job is being stopped)" if run["status"] not in FINISHED else "")
+        )
+    return EXIT_OK
+
+
+# --- parser ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", help="portal URL (default: from `trainyard login` or TRAINYARD_SERVER)")
+    common.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)")
+    reader = argparse.ArgumentParser(add_help=False)
+    reader.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+    parser = argparse.ArgumentParser(
+        prog="trainyard",
+        description="Submit, watch and compare Trainyard training runs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version="trainyard 0.1.0")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str, read: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            parents=[common, reader] if read else [common],
+            help=help_text,
+            description=help_text,
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    p = add("login", cmd_login, "get an API token and store it (config file, mode 600)", read=False)
+    p.add_argument("--username", "-u", help="your username (prompted if missing)")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    add("logout", cmd_logout, "forget the stored server and token", read=False)
+
+    add("templates", cmd_templates, "list the published job templates")
+
+    p = add("submit", cmd_submit, "submit a run from a template (or your own code with --code)")
+    p.add_argument("template", nargs="?", help="template slug, e.g. digits-classifier (default with --code: custom)")
+    p.add_argument("--project", "-p", required=True, help="project id or team/project")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="a parameter; VALUE is JSON if it parses, else a string (repeat)"
+    )
+    p.add_argument(
+        "--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag (repeat); task, dataset, candidate and family are required"
+    )
+    p.add_argument("--priority", default="normal", choices=["urgent", "normal", "low"])
+    p.add_argument("--name", default="", help="a display name")
+    p.add_argument("--template-version", type=int, help="a specific published template version")
+    p.add_argument("--init-run", help="fine-tune/evaluate: the run whose latest checkpoint to start from")
+    p.add_argument("--code", metavar="DIR", help="tar DIR (without .git, __pycache__, .venv), upload it and run it")
+    p.add_argument("--command", help="the command the custom template runs in DIR, e.g. 'python train.py'")
+    p.add_argument("--wait", action="store_true", help="show progress until the run ends; exit 0 if it succeeded, 1 if not")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls with --wait (default 1)")
+    p.add_argument("--timeout-wait", type=float, default=0, help="give up waiting after this many seconds (0 = never)")
+
+    p = add("runs", cmd_runs, "list runs (newest first)")
+    p.add_argument("--project", "-p", help="project id or team/project")
+    p.add_argument("--status", help="one status or several, comma-separated")
+    p.add_argument("--template", help="template slug")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="require this tag (repeat)")
+    p.add_argument("--family", help="runs of one family (a sweep)")
+    p.add_argument("--search", help="match name, family or id")
+    p.add_argument("--limit", type=int, default=0, help="at most this many runs (0 = all)")
+
+    p = add("show", cmd_show, "show one run: status, progress, params, attempts, cost")
+    p.add_argument("run", type=int)
+
+    p = add("logs", cmd_logs, "print a run's log; --follow streams it until the run ends")
+    p.add_argument("run", type=int)
+    p.add_argument("--follow", "-f", action="store_true", help="keep streaming until the run ends (exit code as submit --wait)")
+    p.add_argument("--after", type=int, default=0, help="start after this chunk id (cursor)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls with --follow (default 1)")
+
+    p = add("metrics", cmd_metrics, "a metric's (downsampled) series")
+    p.add_argument("run", type=int)
+    p.add_argument("key", help="metric key; several comma-separated")
+    p.add_argument("--max-points", type=int, default=None, help="at most this many points (server default 500)")
+
+    p = add("keys", cmd_keys, "a run's metric keys with last/min/max summaries")
+    p.add_argument("run", type=int)
+
+    p = add("checkpoints", cmd_checkpoints, "a run's checkpoints")
+    p.add_argument("run", type=int)
+
+    p = add("compare", cmd_compare, "compare runs side by side: differing params and metric summaries")
+    p.add_argument("runs", type=int, nargs="+", metavar="RUN")
+    p.add_argument("--keys", help="metric keys, comma-separated (default: all, up to 20)")
+    p.add_argument("--all", action="store_true", help="also show params and tags that do not differ")
+    p.add_argument("--open", action="store_true", help="print the compare page's URL for the browser instead")
+
+    add("queue", cmd_queue, "queued runs in order, with position, reason and estimated start")
+
+    p = add("budget", cmd_budget, "a project's spend against its budget this period")
+    p.add_argument("project", help="project id or team/project")
+
+    p = add("cancel", cmd_cancel, "cancel a run (a sweep cancels its children)", read=True)
+    p.add_argument("run", type=int)
+
+    add("nodes", cmd_nodes, "nodes and pools, with free and used devices")
+    return parser
+
+
+def _api_error_exit(err: ApiError) -> tuple[int, str]:
+    if isinstance(err, AuthError):
+        return EXIT_AUTH, "run `trainyard login --server URL` again (the token may be revoked)"
+    if err.status == 404:
+        return EXIT_NOT_FOUND, "check the id with `trainyard runs`; another team's objects read as not found"
+    if isinstance(err, (ServerError, ConnectionFailed)) or err.status >= 500 or err.status == 0:
+        return EXIT_SERVER, "check the server URL (`trainyard login --server URL`) and that the portal is up"
+    return EXIT_REFUSED, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except CliError as err:
+        code, message, hint = err.code, err.message, err.hint
+    except ApiError as err:
+        code, hint = _api_error_exit(err)
+        message = str(err)
+        if err.code == "invalid_credentials":
+            code, hint = EXIT_AUTH, ""
+    except BrokenPipeError:
+        return EXIT_OK  # `trainyard runs | head`
+    print(f"error: {message}" + (f" — {hint}" if hint else ""), file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
