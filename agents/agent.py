@@ -3,7 +3,8 @@
 config -> client -> registration -> spool/shipper -> runner -> monitor -> heartbeat -> claimer.
 SIGTERM (or SIGINT) drains: stop claiming, let running attempts finish until --drain-timeout,
 then stop them as "drain" (the job checkpoints; the server requeues the run), ship what is
-left, and exit. A second signal stops the jobs at once (still as a drain).
+left, tell the server the node is going offline (so it is not declared lost), and exit 0. A
+second signal shortens the jobs' grace period to nothing (still as a drain).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ class Agent:
         self.config = config
         self.stop = threading.Event()  # everything winds down
         self.draining = threading.Event()
+        self.beat_now = threading.Event()  # wakes the heartbeat early (the drain is news to the server)
+        self.claiming = threading.Event()  # a claim long-poll is in flight
         self.signals = 0
         config.workdir.mkdir(parents=True, exist_ok=True)
         self.client = Client(config.server, timeout=config.request_timeout_s, stop=self.stop)
@@ -97,6 +100,7 @@ class Agent:
         self.shipper = Shipper(self.client, self.spool, interval=config.ship_interval_s, on_stale=self._stale)
         self.runner = Runner(config, self.client, self.shipper)
         self.monitor = Monitor(config, self.runner, self.shipper, self.nvml)
+        self.runner.on_exit = self.monitor.finish
         self.threads: list[threading.Thread] = []
         self.server_drain = False
         self.drain_deadline: float | None = None
@@ -110,6 +114,7 @@ class Agent:
             log.warning("got %s: draining (no new work; running attempts get %.0fs, then are preempted)",
                         signal.Signals(signum).name, self.config.drain_timeout_s)
             self.draining.set()
+            self.beat_now.set()
         else:
             log.warning("got %s again: stopping running attempts now", signal.Signals(signum).name)
             self.drain_deadline = time.monotonic()
@@ -138,17 +143,28 @@ class Agent:
                     log.error("heartbeat refused: %s", err)
             except Unreachable as err:
                 log.warning("heartbeat: server unreachable (%s); jobs keep running", err)
-            self.stop.wait(self.config.heartbeat_s)
+            self.beat_now.wait(self.config.heartbeat_s)
+            self.beat_now.clear()
 
     def _claim_loop(self) -> None:
         while not self.stop.is_set():
+            pause = self._claim_once()
+            if pause:
+                self.stop.wait(pause)
+
+    def _claim_once(self) -> float:
+        """One long-poll for assignments; returns how long to pause before the next.
+
+        `claiming` is set from before the drain check until what was claimed is in the runner,
+        so the main loop never ends a drain while work is on its way to this node.
+        """
+        self.claiming.set()
+        try:
             if self.draining.is_set() or self.server_drain:
-                self.stop.wait(1.0)
-                continue
+                return 1.0
             free = [d["index"] for d in self.registration.devices() if d["index"] not in self.runner.used_devices()]
             if not free:
-                self.stop.wait(0.5)
-                continue
+                return 0.5
             body: protocol.ClaimRequest = {"session": self.registration.session, "wait_s": self.config.claim_wait_s,
                                            "free_devices": free}
             try:
@@ -156,18 +172,34 @@ class Agent:
                                            timeout=self.config.claim_wait_s + self.config.request_timeout_s)
             except ApiError as err:
                 log.warning("claim refused: %s", err)
-                self.stop.wait(self.config.heartbeat_s)
-                continue
+                return self.config.heartbeat_s
             except Unreachable as err:
                 log.warning("claim: server unreachable (%s)", err)
-                self.stop.wait(2.0)
-                continue
+                return 2.0
+            if resp.get("drain") and not resp.get("assignments"):
+                self.server_drain = True  # the heartbeat says when it ends
+                return 1.0
             for spec in resp.get("assignments", []):
                 if self.draining.is_set():
-                    log.warning("claimed attempt %d while draining; it will be reported as failed to start", spec["attempt_id"])
+                    # Claimed as the drain began: it runs until the drain deadline like the others.
+                    log.warning("claimed attempt %d while draining", spec["attempt_id"])
                 log.info("claimed attempt %d of run %d (rank %d of %d)", spec["attempt_id"], spec["run_id"], spec["node_rank"],
                          spec["world_size"])
                 self.runner.submit(spec)
+            return 0.0
+        finally:
+            self.claiming.clear()
+
+    def _say_offline(self) -> None:
+        if self.spool.items():
+            return  # unsent reports (exits among them) must land first; the server will mark the node lost
+        body: protocol.HeartbeatRequest = {"session": self.registration.session, "draining": True, "devices": [],
+                                           "running": [], "offline": True}
+        try:
+            self.client.request("POST", protocol.API_PREFIX + "heartbeat/", body, retry_for=3.0)
+            log.info("told the server this node is going offline")
+        except (ApiError, Unreachable) as err:
+            log.warning("could not tell the server this node is going offline (%s); it will be marked lost", err)
 
     def _thread(self, name: str, target: object) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
@@ -198,7 +230,8 @@ class Agent:
             if self.draining.is_set():
                 if self.drain_deadline is None:
                     self.drain_deadline = time.monotonic() + self.config.drain_timeout_s
-                if not self.runner.busy():
+                # A claim in flight may still hand us work (the server ends it once it sees the drain).
+                if not self.runner.busy() and not self.claiming.is_set():
                     break
                 if time.monotonic() >= self.drain_deadline:
                     self.runner.stop_all("drain", 0 if self.signals > 1 else None)
@@ -206,7 +239,9 @@ class Agent:
             time.sleep(MAIN_TICK_S)
         log.info("drained; shipping what is left")
         self.shipper.close(flush_timeout=15.0)
+        self._say_offline()
         self.stop.set()
+        self.beat_now.set()
         self.monitor.close()
         for t in reversed(self.threads):
             t.join(self.config.request_timeout_s + self.config.claim_wait_s)

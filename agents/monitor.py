@@ -1,6 +1,11 @@
 """The sampling thread: which processes belong to each job, their CPU time, device readings and
 energy per attempt (NVML energy counters; else RAPL shared by CPU time; else CPU time x watts
-per core, marked estimated)."""
+per core, marked estimated).
+
+Energy samples are cumulative per attempt. When a job exits, `finish` adds the interval since
+the last sample (from the job's final CPU time, or the GPU counters read at exit) and ships one
+last sample, so the attempt's total is its last sample and no tail of the run goes unmeasured.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,8 @@ from dataclasses import dataclass, field
 
 from agents import protocol
 from agents.config import Config
-from agents.devices import Nvml, rapl_energy_uj
-from agents.runner import Runner
+from agents.devices import GpuReading, Nvml, rapl_energy_uj
+from agents.runner import Job, Runner
 from agents.shipper import Shipper
 
 log = logging.getLogger("agents.monitor")
@@ -69,6 +74,9 @@ class AttemptEnergy:
     gpu_start: dict[int, float] = field(default_factory=dict)
     last_cpu_s: float = 0.0
     estimated: bool = False
+    updated: float = field(default_factory=time.monotonic)  # when energy_j was last brought up to date
+    last_at: float = 0.0  # unix time of the last sample shipped (samples are unique per time)
+    finished: bool = False
 
 
 class Monitor:
@@ -84,6 +92,7 @@ class Monitor:
         self.energy: dict[int, AttemptEnergy] = {}
         self._rapl = rapl_energy_uj()
         self._total_cpu = self._machine_cpu_s()
+        self._rapl_j_per_cpu_s: float | None = None  # from the last RAPL window, for a job's final interval
         self._last_energy_ship = time.monotonic()
 
     def start(self) -> None:
@@ -124,34 +133,28 @@ class Monitor:
         rapl_j = (rapl - self._rapl) / 1e6 if rapl is not None and self._rapl is not None and rapl >= self._rapl else None
         cpu_delta_total = max(1e-6, total_cpu - self._total_cpu)
         self._rapl, self._total_cpu = rapl, total_cpu
+        if rapl_j is not None and total_cpu > 0:
+            self._rapl_j_per_cpu_s = rapl_j / cpu_delta_total
         samples: dict[int, protocol.DeviceSample] = {}
         for job in jobs:
             tree = job_tree(job.proc.pid, procs)
             root = procs.get(job.proc.pid)
             cpu = (root.cpu_s if root else 0.0) + sum(procs[p].cpu_s for p in tree if p in procs)
             self.runner.update_tree(job.attempt_id, tree, cpu)
-            acc = self.energy.setdefault(job.attempt_id, AttemptEnergy(last_cpu_s=0.0))
-            cpu_delta = max(0.0, cpu - acc.last_cpu_s)
-            acc.last_cpu_s = max(acc.last_cpu_s, cpu)
-            if job.spec.get("device_kind") == "gpu" and gpu:
-                total = 0.0
-                for d in job.spec["devices"]:
-                    r = gpu.get(d)
-                    if r is None:
-                        continue
-                    if r.energy_j is not None:
-                        acc.gpu_start.setdefault(d, r.energy_j)
-                        total += r.energy_j - acc.gpu_start[d]
-                    elif r.power_w is not None:
-                        total += r.power_w * interval  # no counter: integrate power samples
-                        acc.estimated = True
-                acc.energy_j = total if all(gpu.get(d) and gpu[d].energy_j is not None for d in job.spec["devices"]) \
-                    else acc.energy_j + total
-            elif rapl_j is not None:
-                acc.energy_j += rapl_j * min(1.0, cpu_delta / cpu_delta_total)
-            else:
-                acc.energy_j += cpu_delta * self.config.watts_per_core
-                acc.estimated = True
+            with self.lock:
+                acc = self.energy.setdefault(job.attempt_id, AttemptEnergy())
+                if acc.finished:
+                    continue  # finish() took the last reading
+                cpu_delta = max(0.0, cpu - acc.last_cpu_s)
+                acc.last_cpu_s = max(acc.last_cpu_s, cpu)
+                if job.spec.get("device_kind") == "gpu" and gpu:
+                    self._add_gpu(job, acc, gpu)
+                elif rapl_j is not None:
+                    acc.energy_j += rapl_j * min(1.0, cpu_delta / cpu_delta_total)
+                else:
+                    acc.energy_j += cpu_delta * self.config.watts_per_core
+                    acc.estimated = True
+                acc.updated = time.monotonic()
             if job.spec.get("device_kind") != "gpu":
                 for d in job.spec["devices"]:
                     samples[d] = {"index": d, "utilization": round(100.0 * cpu_delta / interval / max(1, len(job.spec["devices"])), 1),
@@ -165,13 +168,57 @@ class Monitor:
             self._last_energy_ship = time.monotonic()
             for job in jobs:
                 self.ship_energy(job.attempt_id, job.spec["number"])
-        for gone in set(self.energy) - live:
-            self.energy.pop(gone, None)
+        with self.lock:
+            for gone in [a for a, acc in self.energy.items() if a not in live and acc.finished]:
+                self.energy.pop(gone, None)
 
-    def ship_energy(self, attempt_id: int, number: int) -> None:
-        acc = self.energy.get(attempt_id)
-        if acc is None:
-            return
-        sample: protocol.EnergySampleMsg = {"device_index": -1, "at": round(time.time(), 3), "power_w": None,
-                                            "energy_j": round(acc.energy_j, 3), "utilization": None, "estimated": acc.estimated}
+    def _add_gpu(self, job: Job, acc: AttemptEnergy, gpu: dict[int, GpuReading]) -> None:
+        """NVML energy counters where every device has one; else integrate power since the last update."""
+        elapsed = max(0.0, time.monotonic() - acc.updated)
+        total = 0.0
+        for d in job.spec["devices"]:
+            r = gpu.get(d)
+            if r is None:
+                continue
+            if r.energy_j is not None:
+                acc.gpu_start.setdefault(d, r.energy_j)
+                total += r.energy_j - acc.gpu_start[d]
+            elif r.power_w is not None:
+                total += r.power_w * elapsed  # no counter: integrate power samples
+                acc.estimated = True
+        counters = all(gpu.get(d) and gpu[d].energy_j is not None for d in job.spec["devices"])
+        acc.energy_j = max(acc.energy_j, total) if counters else acc.energy_j + total
+
+    def finish(self, job: Job) -> None:
+        """The job exited: account for the time since the last sample and ship the final total."""
+        with self.lock:
+            acc = self.energy.setdefault(job.attempt_id, AttemptEnergy())
+            if acc.finished:
+                return
+            acc.finished = True
+            if job.spec.get("device_kind") == "gpu" and self.nvml.available:
+                try:
+                    self._add_gpu(job, acc, {r.index: r for r in self.nvml.read()})
+                except OSError as err:
+                    log.error("attempt %d: reading GPU energy at exit failed: %s", job.attempt_id, err)
+            else:
+                final_cpu = max(job.cpu_s, job.exit_cpu_s or 0.0)
+                cpu_delta = max(0.0, final_cpu - acc.last_cpu_s)
+                acc.last_cpu_s = max(acc.last_cpu_s, final_cpu)
+                if self._rapl is not None and self._rapl_j_per_cpu_s is not None:
+                    acc.energy_j += cpu_delta * self._rapl_j_per_cpu_s
+                else:
+                    acc.energy_j += cpu_delta * self.config.watts_per_core
+                    acc.estimated = True
+        self.ship_energy(job.attempt_id, job.spec["number"], final=True)
+
+    def ship_energy(self, attempt_id: int, number: int, *, final: bool = False) -> None:
+        with self.lock:
+            acc = self.energy.get(attempt_id)
+            if acc is None or (acc.finished and not final):
+                return
+            at = max(round(time.time(), 3), round(acc.last_at + 0.001, 3))
+            acc.last_at = at
+            sample: protocol.EnergySampleMsg = {"device_index": -1, "at": at, "power_w": None,
+                                                "energy_j": round(acc.energy_j, 3), "utilization": None, "estimated": acc.estimated}
         self.shipper.energy({"attempt_id": attempt_id, "number": number, "samples": [sample]})

@@ -12,6 +12,7 @@ Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` 
   POST energy/                   EnergyBatch -> {"accepted": n}
   POST progress/                 ProgressReport -> {"ok": true}
   POST checkpoints/              CheckpointReport -> {"id", "stored"}
+  POST checkpoints/deleted/      CheckpointDeleted -> {"deleted": n} (the SDK's keep-last-K removed a file)
   PUT  checkpoints/<id>/file/    raw bytes, header X-Sha256 -> {"stored": true}
   GET  checkpoints/<id>/file/    raw bytes (for resume and init checkpoints)
   POST metrics/                  MetricBatch (owned by apps.tracking) -> {"accepted": n}
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-PROTOCOL_VERSION = 1
+# 2: stop_kind "max_runtime", "resumed_from_step" on started events, POST checkpoints/deleted/,
+#    heartbeat "offline".
+PROTOCOL_VERSION = 2
 AGENT_VERSION = "0.1.0"
 API_PREFIX = "/api/v1/agent/"
 MAX_CLAIM_WAIT_S = 25
@@ -32,7 +35,8 @@ MAX_LOG_CHUNK_BYTES = 64 * 1024
 MAX_LOG_CHUNKS = 200
 MAX_ENERGY_SAMPLES = 1000
 
-StopKindName = Literal["cancel", "preempt", "drain", "abort"]
+# "max_runtime" is the agent's own: the job ran past its run's max_runtime_s.
+StopKindName = Literal["cancel", "preempt", "drain", "abort", "max_runtime"]
 EventName = Literal["started", "exited", "failed_to_start"]
 
 
@@ -84,6 +88,8 @@ class HeartbeatRequest(TypedDict):
     draining: bool
     devices: list[DeviceSample]
     running: list[RunningAttempt]
+    # The agent's last word on a clean exit: the node is offline (not lost) until it registers again.
+    offline: NotRequired[bool]
 
 
 class StopOrder(TypedDict):
@@ -135,6 +141,7 @@ class AssignmentSpec(TypedDict):
 
 class ClaimResponse(TypedDict):
     assignments: list[AssignmentSpec]
+    drain: NotRequired[bool]  # the node is draining (or otherwise not ready): no work until it is ready
 
 
 class AttemptEvent(TypedDict):
@@ -148,6 +155,8 @@ class AttemptEvent(TypedDict):
     stop_kind: NotRequired[StopKindName | None]
     message: NotRequired[str]
     log_tail: NotRequired[str]
+    # On "started" of attempt N>1: the step of the newest whole checkpoint the job finds on disk.
+    resumed_from_step: NotRequired[int | None]
     time: float
 
 
@@ -195,6 +204,13 @@ class CheckpointReport(TypedDict):
     size: int
     sha256: str
     metrics: dict[str, object]
+
+
+class CheckpointDeleted(TypedDict):
+    attempt_id: int
+    number: int
+    step: int
+    file: str
 
 
 class MetricBatch(TypedDict):

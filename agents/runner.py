@@ -1,6 +1,6 @@
 """Launches each assignment in its own process group and supervises it.
 
-Stopping (cancel, preempt, drain) sends SIGTERM to the group and to every descendant seen (a
+Stopping (cancel, preempt, drain, max runtime) sends SIGTERM to the group and to every descendant seen (a
 child that called setsid leaves the group but not our records), then SIGKILL after the grace
 period. Each job gets PR_SET_PDEATHSIG, so it dies with the agent; the agent also records every
 job's process group under <workdir>/jobs/ and kills leftovers on start (a job that outlived a
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ class Job:
     kill_at: float | None = None
     tree: set[int] = field(default_factory=set)  # descendants seen by the monitor (may have left the group)
     cpu_s: float = 0.0
+    # CPU seconds of the job and its reaped children, from wait4 at exit (for the last energy interval).
+    exit_cpu_s: float | None = None
 
     @property
     def attempt_id(self) -> int:
@@ -78,6 +81,8 @@ class Runner:
         self.preparing: dict[int, protocol.AssignmentSpec] = {}
         self.ready: queue.Queue[tuple[protocol.AssignmentSpec, dict[str, str]]] = queue.Queue()
         self.lock = threading.RLock()
+        # Called (main thread) when a job has exited, before its "exited" event is queued.
+        self.on_exit: Callable[[Job], None] | None = None
         config.jobs_dir.mkdir(parents=True, exist_ok=True)
 
     # --- startup ----------------------------------------------------------------------
@@ -227,7 +232,10 @@ class Runner:
                  proc.pid, spec["entrypoint"])
         self.shipper.add(Tail(attempt_id=spec["attempt_id"], number=spec["number"], rank=spec["node_rank"], run_dir=run_dir,
                               checkpoint_dir=ckpt_dir, log_dir=root / "agent", state_path=root / "agent" / "ship-state.json"))
-        self.shipper.event({**base, "event": "started", "time": time.time()})  # type: ignore[typeddict-item]
+        started: protocol.AttemptEvent = {**base, "event": "started", "time": time.time()}  # type: ignore[typeddict-item]
+        if spec["number"] > 1 and spec["node_rank"] == 0:
+            started["resumed_from_step"] = resumable_step(ckpt_dir)
+        self.shipper.event(started)
 
     def _record(self, job: Job) -> None:
         path = self.config.jobs_dir / f"{job.attempt_id}.json"
@@ -237,10 +245,16 @@ class Runner:
     def request_stop(self, attempt_id: int, kind: str, grace_s: float) -> None:
         with self.lock:
             job = self.jobs.get(attempt_id)
-            if job is None or job.stop_kind is not None:
+            if job is None:
+                return
+            kill_at = time.monotonic() + max(0.0, grace_s)
+            if job.stop_kind is not None:
+                # Already stopping (its kind stays what the job was told); a shorter grace still counts.
+                if job.kill_at is None or kill_at < job.kill_at:
+                    job.kill_at = kill_at
                 return
             job.stop_kind = kind
-            job.kill_at = time.monotonic() + max(0.0, grace_s)
+            job.kill_at = kill_at
             log.info("attempt %d: %s: SIGTERM, SIGKILL in %.0fs", attempt_id, kind, grace_s)
             _signal_pids(job.proc.pid, job.tree, signal.SIGTERM)
 
@@ -266,8 +280,12 @@ class Runner:
         with self.lock:
             jobs = list(self.jobs.values())
         for job in jobs:
-            code = job.proc.poll()
+            code = _reap(job)
             if code is None:
+                limit = int(job.spec.get("max_runtime_s") or 0)
+                if limit and job.stop_kind is None and now - job.started >= limit:
+                    log.warning("attempt %d ran past its max runtime of %d s; stopping it", job.attempt_id, limit)
+                    self.request_stop(job.attempt_id, "max_runtime", job.spec["grace_period_s"])
                 if job.kill_at is not None and now >= job.kill_at:
                     _signal_pids(job.proc.pid, job.tree, signal.SIGKILL)
                 continue
@@ -279,6 +297,8 @@ class Runner:
         with self.lock:
             self.jobs.pop(job.attempt_id, None)
         self.shipper.finish(job.attempt_id)
+        if self.on_exit is not None:
+            self.on_exit(job)  # the last energy sample goes out before the attempt ends on the server
         exit_code, sig = (code, None) if code >= 0 else (None, -code)
         log.info("attempt %d exited: %s%s", job.attempt_id, f"code {exit_code}" if sig is None else f"signal {sig}",
                  f" after {job.stop_kind}" if job.stop_kind else "")
@@ -311,6 +331,41 @@ class Runner:
             if job.kill_at is not None and new:
                 # A child born during the grace period still gets the stop signal.
                 _signal_pids(job.proc.pid, new, signal.SIGTERM if time.monotonic() < job.kill_at else signal.SIGKILL)
+
+
+def _reap(job: Job) -> int | None:
+    """Popen.poll, but through wait4 so the job's own CPU time (with its reaped children) is kept."""
+    if job.proc.returncode is not None:
+        return int(job.proc.returncode)
+    try:
+        pid, status, usage = os.wait4(job.proc.pid, os.WNOHANG)
+    except ChildProcessError:
+        return job.proc.poll()  # reaped elsewhere: Popen knows the code
+    if pid == 0:
+        return None
+    job.exit_cpu_s = usage.ru_utime + usage.ru_stime
+    job.proc.returncode = os.waitstatus_to_exitcode(status)
+    return int(job.proc.returncode)
+
+
+def resumable_step(ckpt_dir: Path) -> int | None:
+    """The step the SDK's latest_checkpoint() will pick: the newest record whose file is there whole.
+
+    Sizes stand in for the SDK's sha256 check, so a launch never waits on hashing large files.
+    """
+    try:
+        lines = (ckpt_dir / "checkpoints.jsonl").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for raw in reversed(lines):
+        try:
+            rec = json.loads(raw)
+            path = ckpt_dir / str(rec["file"])
+            if isinstance(rec.get("step"), int) and path.is_file() and path.stat().st_size == rec.get("size"):
+                return int(rec["step"])
+        except (ValueError, KeyError, TypeError, OSError):
+            continue
+    return None
 
 
 def _sha256(path: Path) -> str:

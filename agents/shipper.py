@@ -203,7 +203,8 @@ class Shipper:
     def _tail(self, tail: Tail, *, final: bool) -> None:
         if tail.attempt_id in self.stale:
             return
-        changed = self._tail_metrics(tail, final) | self._tail_events(tail, final) | self._tail_checkpoints(tail, final)
+        # Checkpoint records before events: a checkpoint_deleted event must not overtake the record it names.
+        changed = self._tail_metrics(tail, final) | self._tail_checkpoints(tail, final) | self._tail_events(tail, final)
         for stream in ("stdout", "stderr"):
             changed |= self._tail_log(tail, stream, final)
         progress = (tail.total_steps, tail.last_step)
@@ -256,6 +257,11 @@ class Shipper:
                 tail.total_steps = line["total_steps"]
             elif line.get("type") == "lineage" and isinstance(line.get("data"), dict):
                 lineage.update(line["data"])
+            elif line.get("type") == "checkpoint_deleted" and isinstance(line.get("step"), int) and isinstance(line.get("file"), str):
+                gone: protocol.CheckpointDeleted = {"attempt_id": tail.attempt_id, "number": tail.number, "step": line["step"],
+                                                    "file": line["file"]}
+                self.spool.put("checkpoint_deleted", {"path": P + "checkpoints/deleted/", "attempt_id": tail.attempt_id,
+                                                      "body": gone})
         if lineage:
             body: protocol.ProgressReport = {"attempt_id": tail.attempt_id, "number": tail.number, "lineage": lineage}
             self.spool.put("progress", {"path": P + "progress/", "attempt_id": tail.attempt_id, "body": body})

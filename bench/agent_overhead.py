@@ -59,7 +59,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from tests.agents.helpers import AgentLiveStack, start_agent, submit, wait_status
+    from tests.agents.helpers import start_agent, submit, wait_status
+    from tests.fixtures.live import LiveStack
     from tests.fixtures.services import free_port, redis_server_binary, wait_for_port
 
     work = Path(tempfile.mkdtemp(prefix="ty-bench-"))
@@ -72,7 +73,7 @@ def main() -> None:
         redis_url = f"redis://127.0.0.1:{port}/0"
     script = work / "train.py"
     script.write_text(SCRIPT)
-    stack = AgentLiveStack(work, redis_url)
+    stack = LiveStack(work, redis_url)
     results: dict[str, list[float]] = {"bare": [], "agent": []}
     try:
         stack.start_web()

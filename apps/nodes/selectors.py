@@ -54,6 +54,7 @@ def node_overview(*, user: AnyUser) -> list[dict[str, Any]]:
                           "state": node_display_state(node=node, used=used, total=len(devices)), "cpus": node.cpus,
                           "memory_bytes": node.memory_bytes, "agent_version": node.agent_version,
                           "heartbeat_age_s": round(age, 1) if age is not None else None,
+                          "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None,
                           "devices_total": len(devices), "devices_used": used, "devices_free": len(devices) - used,
                           "devices": devices, "runs": runs})
         pools.append({"name": pool.name, "kind": pool.kind, "description": pool.description,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +25,7 @@ from apps.runs.models import (
     Attempt,
     AttemptStatus,
     Checkpoint,
+    Run,
     RunStatus,
 )
 from apps.runs.services import lifecycle
@@ -40,6 +42,32 @@ def join_token_create(*, pool: NodePool, name: str = "", ttl_hours: float | None
     token = JoinToken.objects.create(pool=pool, name=name, token_hash=hash_secret(secret), prefix=secret[:10], expires_at=expires)
     audit_record(action="node.join_token_created", target=token, after={"pool": pool.name, "name": name})
     return token, secret
+
+
+def join_token_revoke(*, token: JoinToken) -> JoinToken:
+    """Revoke a join token (agents that already joined keep their node credentials)."""
+    if JoinToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+        audit_record(action="node.join_token_revoked", target=token, after={"pool": token.pool.name, "prefix": token.prefix})
+    token.refresh_from_db()
+    return token
+
+
+POOL_FIELDS = ["name", "description", "kind", "price_per_device_hour", "carbon_g_per_kwh", "policy"]
+
+
+def pool_save(*, pool: NodePool) -> NodePool:
+    """Create or update a node pool from an unsaved/edited instance (the admin's form), audited."""
+    before = None
+    if pool.pk is not None:
+        stored = NodePool.objects.get(pk=pool.pk)
+        before = {f: str(getattr(stored, f)) for f in POOL_FIELDS}
+    if pool.price_per_device_hour < 0 or pool.carbon_g_per_kwh < 0:
+        raise FieldError("price_per_device_hour", "prices and carbon intensity must be >= 0")
+    pool.full_clean()
+    pool.save()
+    audit_record(action="node_pool.updated" if before else "node_pool.created", target=pool, before=before,
+                 after={f: str(getattr(pool, f)) for f in POOL_FIELDS})
+    return pool
 
 
 def _join_token_check(*, secret: str, pool_name: str) -> NodePool:
@@ -154,6 +182,9 @@ def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatRes
             locked.state = NodeState.READY
         if data.get("draining") and locked.state == NodeState.READY:
             locked.state = NodeState.DRAINING
+        offline = bool(data.get("offline"))
+        if offline:
+            locked.state = NodeState.OFFLINE
         locked.last_heartbeat_at = now
         devices = data.get("devices") or []
         locked.last_status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
@@ -167,6 +198,13 @@ def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatRes
                 audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
         if before == NodeState.LOST:
             request_scheduling_pass()
+    if offline:
+        # A drained agent leaves nothing behind; whatever it still held cannot run anymore.
+        for attempt_id in sorted(set(Assignment.objects.filter(node=locked, state__in=ASSIGNMENT_HOLDS_DEVICES)
+                                     .values_list("attempt_id", flat=True))):
+            with acting_as(label=f"agent:{locked.hostname}"):
+                lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"the agent on {locked.hostname} stopped")
+        return {"stop": [], "kill": [], "drain": False}
     _, kill = _valid_running(locked, data.get("running") or [])
     stop: list[protocol.StopOrder] = []
     for a in Assignment.objects.filter(node=locked, state__in=ASSIGNMENT_HOLDS_DEVICES).exclude(attempt__stop_kind="").select_related(
@@ -196,6 +234,23 @@ def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
     if ckpt is None:
         return None
     return {"id": ckpt.pk, "run_id": ckpt.run_id, "step": ckpt.step, "file": ckpt.file_name, "size": ckpt.size, "sha256": ckpt.sha256}
+
+
+def checkpoint_mark_deleted(*, attempt: Attempt, step: int, file_name: str) -> int:
+    """Keep-last-K removed a checkpoint file on the node: mark its records deleted (they stay).
+
+    The server's copy goes too, so retention bounds storage here as well, except while a run
+    starts from it (a fine-tune or evaluation's init checkpoint), which still has to download it.
+    """
+    now = timezone.now()
+    count = 0
+    for ckpt in Checkpoint.objects.filter(run_id=attempt.run_id, step=step, file_name=file_name, deleted_at__isnull=True):
+        if not Checkpoint.objects.filter(pk=ckpt.pk, deleted_at__isnull=True).update(deleted_at=now):
+            continue  # a replay of the same report got there first
+        count += 1
+        if ckpt.stored_path and not Run.objects.filter(init_checkpoint=ckpt).exists():
+            (Path(settings.MEDIA_ROOT) / ckpt.stored_path).unlink(missing_ok=True)
+    return count
 
 
 def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:

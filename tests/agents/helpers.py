@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,14 +20,19 @@ def start_agent(stack: LiveStack, name: str, *, token: str | None = None, extra:
                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     workdir = stack.workdir / f"agent-{name}"
     argv = [PYTHON, "-m", "agents", "--server", stack.url, "--join-token", token or join_token(stack), "--pool", "local",
-            "--workdir", str(workdir), "--name", name, "--heartbeat", "1", "--claim-wait", "5", "--drain-timeout", "5",
+            "--workdir", str(workdir), "--name", name, "--heartbeat", "1", "--claim-wait", "5", "--drain-timeout", "1",
             "--energy-interval", "1", *(extra or [])]
-    return stack.spawn(name, argv, env={"TRAINYARD_AGENT_NO_GPU": "1", **(env or {})})
+    proc = stack.spawn(name, argv, env={"TRAINYARD_AGENT_NO_GPU": "1", **(env or {})})
+    # Teardown stops processes in this order: agents first, so they drain against a live server
+    # instead of waiting out their flush timeout against a stopped one.
+    stack.procs = {name: stack.procs.pop(name), **stack.procs}
+    return proc
 
 
-def submit(stack: LiveStack, entrypoint: str, *, nodes: int = 1, grace: int = 30, every_steps: int = 0, params: str = "{}") -> int:
+def submit(stack: LiveStack, entrypoint: str, *, nodes: int = 1, grace: int = 30, every_steps: int = 0, keep: int = 0,
+           params: str = "{}") -> int:
     out = stack.manage("debug_run", "submit", "--entrypoint", entrypoint, "--nodes", str(nodes), "--grace", str(grace),
-                       "--checkpoint-every-steps", str(every_steps), "--params", params)
+                       "--checkpoint-every-steps", str(every_steps), "--checkpoint-keep", str(keep), "--params", params)
     return int(out.stdout.strip().splitlines()[-1])
 
 
@@ -40,6 +46,13 @@ def run_row(stack: LiveStack, run_id: int) -> dict[str, Any]:
 def wait_status(stack: LiveStack, run_id: int, statuses: set[str], timeout: float) -> dict[str, Any]:
     return stack.wait_for(lambda: (r := run_row(stack, run_id))["status"] in statuses and r, timeout,
                           f"run {run_id} to become one of {sorted(statuses)}")
+
+
+def requeue_reasons(stack: LiveStack, run: int) -> list[str]:
+    """Why the run went back to the queue, from the audit (its status_reason soon says why it waits)."""
+    rows = stack.query("SELECT after FROM audit_auditevent WHERE object_type='runs.run' AND object_id=? AND action='run.requeued' "
+                       "ORDER BY id", (str(run),))
+    return [(json.loads(a) if isinstance(a, str) else a)["reason"] for (a,) in rows]
 
 
 def alive(pid: int) -> bool:
@@ -63,12 +76,3 @@ def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
 
-
-class AgentLiveStack(LiveStack):
-    """A LiveStack whose processes build tables from models (see tests/agents/live_settings.py)."""
-
-    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        self.env["DJANGO_SETTINGS_MODULE"] = "tests.agents.live_settings"
-        if args and args[0] == "migrate":
-            args = (*args, "--run-syncdb")
-        return super().manage(*args, check=check)

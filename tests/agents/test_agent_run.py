@@ -3,6 +3,7 @@ last log lines; cancel ends the whole process tree within the grace period + 5 s
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -14,7 +15,10 @@ from tests.fixtures.live import LiveStack
 pytestmark = pytest.mark.live
 
 JOB_OK = """
-import trainyard
+import time, trainyard
+t = time.process_time()
+while time.process_time() - t < 0.5:  # some CPU for the energy estimate to see
+    pass
 trainyard.set_total_steps(20)
 trainyard.record_lineage(dataset="synthetic")
 for step in range(20):
@@ -67,7 +71,13 @@ def test_success_failure_and_cancel(stack: LiveStack, tmp_path: Path) -> None:
     assert stack.query("SELECT count(*) FROM runs_checkpoint WHERE run_id=? AND stored_path != ''", (ok,))[0][0] == 2
     stack.wait_for(lambda: stack.query("SELECT steps_done, total_steps FROM runs_run WHERE id=?", (ok,))[0] == (19, 20), 10,
                    "progress")
-    assert stack.query("SELECT lineage FROM runs_attempt WHERE run_id=?", (ok,))[0][0] == '{"dataset": "synthetic"}'
+    lineage = stack.query("SELECT lineage FROM runs_attempt WHERE run_id=?", (ok,))[0][0]
+    assert (json.loads(lineage) if isinstance(lineage, str) else lineage) == {"dataset": "synthetic"}
+    # Energy: the final sample at exit makes the attempt's total its last cumulative sample.
+    [(attempt_j,)] = stack.query("SELECT energy_j FROM runs_attempt WHERE run_id=?", (ok,))
+    last_j = stack.query("SELECT s.energy_j FROM runs_energysample s JOIN runs_attempt a ON s.attempt_id=a.id "
+                         "WHERE a.run_id=? ORDER BY s.at DESC LIMIT 1", (ok,))[0][0]
+    assert attempt_j == last_j == row["energy_j"] and attempt_j >= 0.5 * (10 if row["energy_estimated"] else 0), row
     audit = {a for (a,) in stack.query("SELECT action FROM audit_auditevent WHERE object_id=? AND object_type='runs.run'", (str(ok),))}
     assert {"run.scheduled", "run.running", "run.succeeded"} <= audit
 

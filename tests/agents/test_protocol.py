@@ -10,12 +10,12 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import Node, NodePool
-from apps.nodes.services import join_token_create, nodes_sweep
+from apps.nodes.services import nodes_sweep
 from apps.runs.models import Assignment, Attempt, Run
 from apps.runs.services.lifecycle import run_cancel
 from apps.runs.services.placement import NodeFree, RunNeed, first_fit, placement_pass
+from tests.agents.server import claim, make_run, register
 
 A = "/api/v1/agent/"
 
@@ -23,31 +23,6 @@ A = "/api/v1/agent/"
 @pytest.fixture
 def pool(db: Any) -> NodePool:
     return NodePool.objects.create(name="local")
-
-
-def register(pool: NodePool, uid: str, slots: int = 1, running: list[Any] | None = None) -> tuple[APIClient, dict[str, Any]]:
-    _, secret = join_token_create(pool=pool)
-    client = APIClient()
-    body = {"protocol_version": 1, "agent_version": "t", "agent_uid": uid, "join_token": secret, "pool": "local",
-            "hostname": uid, "name": uid, "address": "127.0.0.1", "cpus": 2, "memory_bytes": 1,
-            "devices": [{"index": i, "kind": "cpu", "uuid": "", "model": "cpu", "memory_bytes": 0} for i in range(slots)],
-            "running": running or []}
-    resp = client.post(A + "register/", body, format="json")
-    assert resp.status_code == 201, resp.content
-    client.credentials(HTTP_AUTHORIZATION=f"Node {resp.json()['credential']}")
-    return client, resp.json()
-
-
-def make_run(cast: Any, pool: NodePool, nodes: int = 1) -> Run:
-    template, _ = JobTemplate.objects.get_or_create(slug="t", version=1, defaults={"title": "t", "kind": "custom", "entrypoint": "x"})
-    return Run.objects.create(project=cast.digits, template=template, pool=pool, entrypoint="python x.py", nodes=nodes,
-                              queued_at=timezone.now())
-
-
-def claim(client: APIClient, session: int) -> list[dict[str, Any]]:
-    resp = client.post(A + "claim/", {"session": session, "wait_s": 0, "free_devices": [0]}, format="json")
-    assert resp.status_code == 200, resp.content
-    return list(resp.json()["assignments"])
 
 
 def test_register_rejects_bad_join_token_and_bad_input(pool: NodePool) -> None:
@@ -103,6 +78,7 @@ def test_exit_codes_cancel_and_audit(cast: Any, pool: NodePool) -> None:
     assert resp.status_code == 200
     run.refresh_from_db()
     assert run.status == "failed" and "exit code 2" in run.status_reason and "KeyError" in run.status_reason
+    assert run.restarts == 0 and run.reason_code == "exit_code"  # a deterministic failure burns no restarts
     with pytest.raises(Exception) as err:
         run_cancel(run=run, user=cast.alice)
     assert getattr(err.value, "status_code", None) == 409

@@ -30,8 +30,8 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.nodes.auth import AgentAPIView
-from apps.nodes.models import Node
-from apps.nodes.services import HEARTBEAT_INTERVAL_S, node_claim, node_heartbeat, node_register
+from apps.nodes.models import Node, NodeState
+from apps.nodes.services import HEARTBEAT_INTERVAL_S, checkpoint_mark_deleted, node_claim, node_heartbeat, node_register
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services import lifecycle
@@ -122,8 +122,9 @@ class ClaimView(AgentView):
             if node.session != data.get("session"):
                 return Response({"assignments": [], "stale_session": True}, status=409)
             found = node_claim(node=node)
-            if found or time.monotonic() >= deadline:
-                return Response({"assignments": found})
+            # A draining (or lost) node gets nothing: answer now, so a stopping agent need not wait out the poll.
+            if found or node.state != NodeState.READY or time.monotonic() >= deadline:
+                return Response({"assignments": found, "drain": node.state != NodeState.READY})
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
@@ -135,13 +136,16 @@ class EventView(AgentView):
         rank = _int(data, "node_rank", maximum=100_000)
         event = data.get("event")
         if event == "started":
-            lifecycle.assignment_started(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank)
+            resumed = data.get("resumed_from_step")
+            if resumed is not None:
+                resumed = _int(data, "resumed_from_step")
+            lifecycle.assignment_started(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank, resumed_from_step=resumed)
         elif event == "exited":
             code = data.get("exit_code")
             sig = data.get("signal")
             stop_kind = data.get("stop_kind") or None
-            if stop_kind not in (None, "cancel", "preempt", "drain", "abort"):
-                raise FieldError("stop_kind", "one of cancel, preempt, drain, abort")
+            if stop_kind not in (None, "cancel", "preempt", "drain", "abort", lifecycle.MAX_RUNTIME):
+                raise FieldError("stop_kind", "one of cancel, preempt, drain, abort, max_runtime")
             lifecycle.assignment_exited(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank,
                                         exit_code=code if isinstance(code, int) else None,
                                         signal=sig if isinstance(sig, int) else None, stop_kind=stop_kind,
@@ -251,6 +255,19 @@ class CheckpointView(AgentView):
         return Response({"id": ckpt.pk, "stored": bool(ckpt.stored_path)})
 
 
+class CheckpointDeletedView(AgentView):
+    """The SDK's keep-last-K removed a checkpoint file on the node; the server's record stays."""
+
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data)
+        name = data.get("file")
+        if not isinstance(name, str) or not FILE_NAME.match(name):
+            raise FieldError("file", "a plain file name of at most 200 characters")
+        return Response({"deleted": checkpoint_mark_deleted(attempt=attempt, step=_int(data, "step"), file_name=name)})
+
+
 def _checkpoint_for(node: Node, checkpoint_id: int) -> Checkpoint:
     ckpt = Checkpoint.objects.filter(pk=checkpoint_id).first()
     if ckpt is None:
@@ -269,6 +286,8 @@ class CheckpointFileView(AgentView):
         ckpt = _checkpoint_for(self.node, checkpoint_id)
         if ckpt.stored_path:
             return Response({"stored": True})
+        if ckpt.deleted_at is not None:
+            return Response({"stored": False, "deleted": True})  # retention removed it meanwhile: keep nothing
         rel = Path("checkpoints") / str(ckpt.run_id) / f"{ckpt.step:010d}-{ckpt.sha256[:16]}-{ckpt.file_name}"
         dest = Path(settings.MEDIA_ROOT) / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -291,8 +310,10 @@ class CheckpointFileView(AgentView):
         Checkpoint.objects.filter(pk=ckpt.pk).update(stored_path=str(rel))
         return Response({"stored": True})
 
+    @extend_schema(request=None, responses=None)
     def get(self, request: Request, checkpoint_id: int) -> FileResponse:
         ckpt = _checkpoint_for(self.node, checkpoint_id)
-        if not ckpt.stored_path or ckpt.deleted_at is not None:
+        # A deleted checkpoint keeps its file only while a run starts from it (see checkpoint_mark_deleted).
+        if not ckpt.stored_path or not (Path(settings.MEDIA_ROOT) / ckpt.stored_path).is_file():
             raise NotFound(f"checkpoint {checkpoint_id} has no stored file")
         return FileResponse(open(Path(settings.MEDIA_ROOT) / ckpt.stored_path, "rb"), content_type="application/octet-stream")

@@ -15,5 +15,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("agent/energy/", agent.EnergyView.as_view(), name="agent-energy"),
     path("agent/progress/", agent.ProgressView.as_view(), name="agent-progress"),
     path("agent/checkpoints/", agent.CheckpointView.as_view(), name="agent-checkpoints"),
+    path("agent/checkpoints/deleted/", agent.CheckpointDeletedView.as_view(), name="agent-checkpoints-deleted"),
     path("agent/checkpoints/<int:checkpoint_id>/file/", agent.CheckpointFileView.as_view(), name="agent-checkpoint-file"),
 ]

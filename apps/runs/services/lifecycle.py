@@ -7,6 +7,7 @@ two agents (ranks of one gang) may report at the same moment.
 
 from __future__ import annotations
 
+import signal as signals
 from typing import Any
 
 from django.db import transaction
@@ -29,6 +30,11 @@ from apps.runs.models import (
 from apps.runs.services.placement import request_scheduling_pass
 
 LOG_TAIL_CHARS = 2000
+# The agent's own stop kind (not stored on the attempt): the job ran past the run's max_runtime_s.
+MAX_RUNTIME = "max_runtime"
+# A SIGKILL the agent did not send is the kernel's OOM killer (or an operator): worth a retry,
+# unlike an exit code, which a deterministic bug would only repeat. 137 = a shell's 128 + 9.
+OOM_EXIT_CODE = 128 + signals.SIGKILL
 
 
 def _team_id(run: Run) -> int | None:
@@ -118,12 +124,16 @@ def current_attempt(*, run: Run) -> Attempt | None:
 # --- agent reports --------------------------------------------------------------------------
 
 @transaction.atomic
-def assignment_started(*, attempt_id: int, node_id: int, node_rank: int) -> Attempt:
+def assignment_started(*, attempt_id: int, node_id: int, node_rank: int, resumed_from_step: int | None = None) -> Attempt:
+    """One rank's process is up. resumed_from_step: rank 0's newest usable checkpoint (attempt N>1)."""
     attempt = _locked(attempt_id)
     now = timezone.now()
     Assignment.objects.filter(attempt=attempt, node_id=node_id, node_rank=node_rank,
                               state__in=[AssignmentState.PENDING, AssignmentState.CLAIMED]).update(
         state=AssignmentState.STARTED, started_at=now)
+    if node_rank == 0 and attempt.number > 1 and resumed_from_step is not None and attempt.resumed_from_step is None:
+        attempt.resumed_from_step = resumed_from_step
+        attempt.save(update_fields=["resumed_from_step"])
     if attempt.status != AttemptStatus.STARTING:
         return attempt
     if attempt.assignments.exclude(state=AssignmentState.STARTED).exists():
@@ -154,21 +164,37 @@ def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_cod
             _set_run(run, status=RunStatus.CANCELLED, action="run.cancelled", reason="cancelled by user")
         return attempt
     if kind in (StopKind.PREEMPT, StopKind.DRAIN):
-        why = "preempted by the scheduler" if kind == StopKind.PREEMPT else "node drained (agent shutdown or admin drain)"
+        # Never succeeded/failed by the job's own exit: it was told to checkpoint and stop.
+        if kind == StopKind.PREEMPT:
+            why = f"preempted by the scheduler ({attempt.reason})" if attempt.reason else "preempted by the scheduler"
+        elif attempt.stop_kind == StopKind.DRAIN:
+            why = "node drained by an administrator; its drain deadline passed"
+        else:
+            why = "the node's agent shut down (drain timeout passed)"
         _finish_attempt(attempt, AttemptStatus.PREEMPTED, why, exit_code, signal)
         if not run.is_finished:
             _requeue(run, reason=why, reason_code="preempted", count_restart=False)
         return attempt
     if kind == StopKind.ABORT:
         return attempt  # the abort already ended the attempt; a late exit changes nothing
+    if kind == MAX_RUNTIME:
+        reason = f"exceeded max runtime of {run.max_runtime_s} s"
+        _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, signal)
+        _request_stop(attempt, StopKind.ABORT)
+        _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="max_runtime")
+        return attempt
     if not clean:
         how = f"exit code {exit_code}" if exit_code is not None else f"killed by signal {signal}"
-        reason = f"rank {node_rank} failed with {how}"
+        oom = signal == signals.SIGKILL or exit_code == OOM_EXIT_CODE
+        reason = f"rank {node_rank} failed with {how}" + (" (out of memory?)" if oom else "")
         if log_tail:
             reason += ":\n" + log_tail[-LOG_TAIL_CHARS:]
         _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, signal)
         _request_stop(attempt, StopKind.ABORT)  # the other ranks have nothing left to do
-        _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="exit_code")
+        if oom:
+            _requeue(run, reason=reason, reason_code="oom_killed", count_restart=True)
+        else:
+            _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="exit_code")
         return attempt
     if attempt.assignments.exclude(state=AssignmentState.EXITED).exists():
         return attempt
@@ -255,6 +281,9 @@ def run_preempt(*, run: Run, reason: str) -> Run:
     attempt = current_attempt(run=run)
     if run.is_finished or attempt is None or attempt.status in ATTEMPT_ENDED:
         raise Conflict(f"run {run.pk} is not running", code="not_running")
-    attempt.reason = reason
+    attempt = _locked(attempt.pk)
+    if not attempt.stop_kind:
+        attempt.reason = reason[:500]  # becomes part of the run's status reason when the exit is reported
+        attempt.save(update_fields=["reason"])
     _request_stop(attempt, StopKind.PREEMPT)
     return run

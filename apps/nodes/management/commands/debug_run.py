@@ -36,6 +36,8 @@ class Command(BaseCommand):
         s.add_argument("--grace", type=int, default=30)
         s.add_argument("--max-restarts", type=int, default=3)
         s.add_argument("--checkpoint-every-steps", type=int, default=0)
+        s.add_argument("--checkpoint-keep", type=int, default=0, help="keep the last K checkpoint files (0 = all)")
+        s.add_argument("--max-runtime", type=int, default=3600, help="seconds")
         c = sub.add_parser("cancel")
         c.add_argument("run_id", type=int)
 
@@ -54,7 +56,8 @@ class Command(BaseCommand):
                 "title": "Debug entrypoint", "kind": TemplateKind.CUSTOM, "entrypoint": "(per run)"})
             run = Run.objects.create(project=project, template=template, pool=pool, entrypoint=o["entrypoint"],
                                      nodes=o["nodes"], params=json.loads(o["params"]), grace_period_s=o["grace"],
-                                     max_restarts=o["max_restarts"], queued_at=timezone.now(),
-                                     checkpoint_policy={"every_steps": o["checkpoint_every_steps"]})
+                                     max_restarts=o["max_restarts"], max_runtime_s=o["max_runtime"], queued_at=timezone.now(),
+                                     checkpoint_policy={"every_steps": o["checkpoint_every_steps"],
+                                                        "keep_last": o["checkpoint_keep"]})
             request_scheduling_pass()
         self.stdout.write(str(run.pk))

@@ -1,0 +1,157 @@
+"""In-process: how exits, drains, retention and energy reports change runs and attempts."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from apps.audit.models import AuditEvent
+from apps.nodes.models import Node, NodePool
+from apps.nodes.services import node_drain, nodes_sweep
+from apps.runs.models import Attempt, Checkpoint, EnergySample, Run
+from apps.runs.services.placement import placement_pass
+from tests.agents.server import A, claim, make_run, register
+
+
+@pytest.fixture
+def pool(db: Any) -> NodePool:
+    return NodePool.objects.create(name="local")
+
+
+def start(client: APIClient, session: int, **extra: Any) -> dict[str, Any]:
+    """Place, claim and start the next attempt on this (only) node; the base of its reports."""
+    placement_pass()
+    [spec] = claim(client, session)
+    base = {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": 0, "time": 0}
+    assert client.post(A + "events/", {**base, "event": "started", **extra}, format="json").status_code == 200
+    return base
+
+
+def exited(client: APIClient, base: dict[str, Any], **body: Any) -> None:
+    resp = client.post(A + "events/", {**base, "event": "exited", **body}, format="json")
+    assert resp.status_code == 200, resp.content
+
+
+def test_oom_kill_is_retried_up_to_max_restarts_then_fails(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool, max_restarts=1)
+    base = start(client, reg["session"])
+    exited(client, base, exit_code=None, signal=9, log_tail="step 7")  # the kernel's OOM killer
+    run.refresh_from_db()
+    assert (run.status, run.restarts, run.reason_code) == ("queued", 1, "oom_killed")
+    assert "killed by signal 9 (out of memory?)" in run.status_reason
+    assert Attempt.objects.get(pk=base["attempt_id"]).status == "failed"
+    # The same again, seen through a shell wrapper (exit 137): past max_restarts the run fails.
+    base = start(client, reg["session"])
+    assert base["number"] == 2
+    exited(client, base, exit_code=137, signal=None)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.restarts == 2
+    assert "exit code 137 (out of memory?)" in run.status_reason and "gave up after 1 restarts" in run.status_reason
+
+
+def test_max_runtime_fails_the_run_even_after_a_clean_exit(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool, max_runtime_s=5)
+    base = start(client, reg["session"])
+    exited(client, base, exit_code=0, signal=None, stop_kind="max_runtime")  # the job checkpointed on SIGTERM
+    run.refresh_from_db()
+    assert (run.status, run.status_reason, run.reason_code, run.restarts) == ("failed", "exceeded max runtime of 5 s",
+                                                                             "max_runtime", 0)
+    resp = client.post(A + "events/", {**base, "event": "exited", "stop_kind": "timeout"}, format="json")
+    assert resp.status_code == 400 and "stop_kind" in resp.json()["error"]["fields"]
+
+
+def test_agent_shutdown_and_admin_drain_requeue_with_their_reasons(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    base = start(client, reg["session"])
+    # The agent got SIGTERM and its drain timeout passed: it stopped the job itself.
+    exited(client, base, exit_code=0, signal=None, stop_kind="drain")
+    run.refresh_from_db()
+    assert (run.status, run.reason_code, run.restarts) == ("queued", "preempted", 0)
+    assert run.status_reason == "the node's agent shut down (drain timeout passed)"
+    # An admin drains the node with a deadline; past it, the sweep asks the agent to stop the job.
+    base = start(client, reg["session"], resumed_from_step=9)
+    assert Attempt.objects.get(pk=base["attempt_id"]).resumed_from_step == 9
+    node = Node.objects.get(agent_uid="n1")
+    node_drain(node=node, user=cast.admin, deadline_s=60)
+    hb = {"session": reg["session"], "draining": False, "devices": [], "running": [{**base, "node_rank": 0}]}
+    assert client.post(A + "heartbeat/", hb, format="json").json() == {"stop": [], "kill": [], "drain": True}
+    Node.objects.filter(pk=node.pk).update(drain_deadline=timezone.now() - timedelta(seconds=1))
+    assert nodes_sweep()["drained"] == 1
+    assert client.post(A + "heartbeat/", hb, format="json").json()["stop"] == [
+        {"attempt_id": base["attempt_id"], "kind": "drain", "grace_period_s": 30}]
+    exited(client, base, exit_code=0, signal=None, stop_kind="drain")
+    run.refresh_from_db()
+    assert run.status == "queued" and run.status_reason == "node drained by an administrator; its drain deadline passed"
+    assert placement_pass() == 0, "a draining node takes no new work"
+    actions = set(AuditEvent.objects.filter(object_type="runs.run", object_id=str(run.pk)).values_list("action", flat=True))
+    assert "run.requeued" in actions and not actions & {"run.succeeded", "run.failed"}
+    # A clean agent exit says "offline": the node is neither lost nor given work.
+    hb["offline"] = True
+    assert client.post(A + "heartbeat/", hb, format="json").status_code == 200
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert nodes_sweep()["lost"] == 0 and Node.objects.get(pk=node.pk).state == "offline"
+
+
+def test_resumed_from_step_only_for_rank0_of_later_attempts(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    make_run(cast, pool)
+    base = start(client, reg["session"], resumed_from_step=3)
+    assert Attempt.objects.get(pk=base["attempt_id"]).resumed_from_step is None  # attempt 1 starts fresh
+    resp = client.post(A + "events/", {**base, "event": "started", "resumed_from_step": -1}, format="json")
+    assert resp.status_code == 400 and "resumed_from_step" in resp.json()["error"]["fields"]
+
+
+def test_checkpoint_retention_marks_records_deleted_and_frees_the_file(cast: Any, pool: NodePool, settings: Any,
+                                                                        tmp_path: Path) -> None:
+    settings.MEDIA_ROOT = tmp_path
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    base = {k: v for k, v in start(client, reg["session"]).items() if k in ("attempt_id", "number")}
+    stored = []
+    for step in (4, 9):
+        data = b"state %d" % step
+        rec = {**base, "step": step, "file": f"ckpt-{step:010d}.pt", "size": len(data),
+               "sha256": hashlib.sha256(data).hexdigest(), "metrics": {}}
+        ckpt_id = client.post(A + "checkpoints/", rec, format="json").json()["id"]
+        put = client.generic("PUT", f"{A}checkpoints/{ckpt_id}/file/", data, content_type="application/octet-stream")  # type: ignore[arg-type]
+        assert put.status_code == 200, put.content
+        stored.append(tmp_path / Checkpoint.objects.get(pk=ckpt_id).stored_path)
+    gone = {**base, "step": 4, "file": "ckpt-0000000004.pt"}
+    assert client.post(A + "checkpoints/deleted/", gone, format="json").json() == {"deleted": 1}
+    assert client.post(A + "checkpoints/deleted/", gone, format="json").json() == {"deleted": 0}  # a replay
+    first, second = Checkpoint.objects.filter(run=run).order_by("step")
+    assert first.deleted_at is not None and second.deleted_at is None  # the record stays
+    assert not stored[0].exists() and stored[1].exists()
+    assert client.get(f"{A}checkpoints/{first.pk}/file/").status_code == 404
+    assert client.get(f"{A}checkpoints/{second.pk}/file/").status_code == 200
+    bad = client.post(A + "checkpoints/deleted/", {**gone, "file": "../etc/passwd"}, format="json")
+    assert bad.status_code == 400 and "file" in bad.json()["error"]["fields"]
+
+
+def test_attempt_energy_is_its_last_cumulative_sample(cast: Any, pool: NodePool) -> None:
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool, max_restarts=3)
+    totals = []
+    for number, samples in ((1, [(100.0, 5.0), (101.0, 12.5)]), (2, [(200.0, 3.0), (201.0, 7.25), (201.0, 7.25)])):
+        base = {k: v for k, v in start(client, reg["session"]).items() if k in ("attempt_id", "number")}
+        assert base["number"] == number
+        body = {**base, "samples": [{"device_index": -1, "at": at, "energy_j": e, "power_w": None, "utilization": None,
+                                     "estimated": True} for at, e in samples]}
+        assert client.post(A + "energy/", body, format="json").status_code == 200
+        assert client.post(A + "energy/", body, format="json").status_code == 200  # replays change nothing
+        attempt = Attempt.objects.get(pk=base["attempt_id"])
+        last = EnergySample.objects.filter(attempt=attempt).order_by("-at").first()
+        assert last is not None and attempt.energy_j == last.energy_j == samples[-1][1]
+        totals.append(attempt.energy_j)
+        exited(client, {**base, "node_rank": 0, "time": 0}, exit_code=None, signal=9)  # OOM: retried
+    run = Run.objects.get(pk=run.pk)
+    assert run.energy_j == sum(totals) == 12.5 + 7.25 and run.energy_estimated

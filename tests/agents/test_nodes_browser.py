@@ -1,0 +1,55 @@
+"""The Nodes page in Chromium: alice sees the local node, its device, state and heartbeat age and
+her own run on it; an admin drains the node from the page (and undrains it)."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.helpers import start_agent, submit, wait_status, write
+from tests.fixtures.browser import VIEWPORT, login, screenshot
+from tests.fixtures.live import LiveStack
+
+pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+JOB = "import time, trainyard\ntrainyard.set_total_steps(600)\nfor s in range(600):\n    trainyard.log(s, loss=1.0)\n    time.sleep(0.1)\n"
+
+
+def test_nodes_page_for_alice_and_drain_by_admin(live_stack: LiveStack, browser_page: Any, tmp_path: Path) -> None:
+    stack, page = live_stack, browser_page
+    stack.start_worker()
+    start_agent(stack, "node-a")
+    run = submit(stack, f"python {write(tmp_path / 'job.py', JOB)}")
+    wait_status(stack, run, {"running"}, 60)
+
+    login(page, stack, "alice")
+    page.goto(stack.url + "/nodes/")
+    node = page.locator("[data-node-name='node-a']")
+    assert node.locator(".badge").first.inner_text() == "busy"
+    text = node.inner_text()
+    assert re.search(r"heartbeat \d+(\.\d+)? s ago", text), text
+    assert "cpu0" in text and "CPU slot" in text
+    assert node.get_by_role("link", name=re.compile(f"run {run}")).count() == 1  # her team's run, linked
+    assert "vision/digits" in text
+    assert page.locator("button[data-action]").count() == 0, "only admins drain"
+    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    screenshot(page, "nodes-alice")
+
+    page.context.clear_cookies()
+    login(page, stack, "admin")
+    page.goto(stack.url + "/nodes/")
+    node = page.locator("[data-node-name='node-a']")
+    node.get_by_role("button", name="Drain").click()
+    page.wait_for_selector("[data-node-name='node-a'] .badge.status-draining")
+    [(state,)] = stack.query("SELECT state FROM nodes_node WHERE hostname='node-a'")
+    assert state == "draining"
+    assert stack.query("SELECT count(*) FROM audit_auditevent WHERE action='node.draining' AND actor_label='admin'")[0][0] == 1
+    screenshot(page, "nodes-admin-draining")
+    page.locator("[data-node-name='node-a']").get_by_role("button", name="Undrain").click()
+    page.wait_for_selector("[data-node-name='node-a'] .badge.status-busy")
+    assert stack.query("SELECT state FROM nodes_node WHERE hostname='node-a'") == [("ready",)]
+    stack.stop("node-a", signal.SIGKILL)  # its job dies with it; nothing left to drain at teardown

@@ -1,0 +1,125 @@
+"""The agent's runner and monitor on real job processes, without a server: max runtime
+enforcement (SIGTERM, SIGKILL after the grace period), the final energy sample at exit, and the
+checkpoint a resumed attempt starts from."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents import monitor as monitor_mod
+from agents.config import parse_args
+from agents.devices import Nvml
+from agents.monitor import Monitor
+from agents.runner import Runner, resumable_step
+
+pytestmark = pytest.mark.live
+
+BURN_THEN_EXIT = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+IGNORE_TERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n"
+CHECKPOINT_ON_TERM = ("import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (print('checkpointed', flush=True), "
+                      "sys.exit(0)))\ntime.sleep(60)\n")
+
+
+class FakeShipper:
+    """Records what the runner and monitor would send."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.energies: list[dict[str, Any]] = []
+
+    def add(self, tail: Any) -> None:
+        pass
+
+    def finish(self, attempt_id: int) -> None:
+        pass
+
+    def event(self, body: Any) -> None:
+        self.events.append(dict(body))
+
+    def energy(self, body: Any) -> None:
+        self.energies.append(dict(body))
+
+
+def spec(attempt_id: int, script: Path, *, max_runtime_s: int = 0, grace_s: int = 30, number: int = 1) -> Any:
+    return {"assignment_id": attempt_id, "attempt_id": attempt_id, "number": number, "run_id": attempt_id, "node_rank": 0,
+            "world_size": 1, "devices": [0], "device_kind": "cpu", "entrypoint": f"python {script}", "params": {},
+            "checkpoint_policy": {}, "grace_period_s": grace_s, "max_runtime_s": max_runtime_s, "master_addr": "127.0.0.1",
+            "master_port": 29500, "resume_checkpoint": None, "init_checkpoint": None}
+
+
+@pytest.fixture
+def parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Runner, Monitor, FakeShipper]:
+    monkeypatch.setenv("TRAINYARD_AGENT_NO_GPU", "1")
+    monkeypatch.setattr(monitor_mod, "rapl_energy_uj", lambda: None)  # the estimate: CPU seconds x watts per core
+    config = parse_args(["--workdir", str(tmp_path / "agent"), "--watts-per-core", "10", "--sample-interval", "0.2"])
+    shipper = FakeShipper()
+    runner = Runner(config, client=None, shipper=shipper)  # type: ignore[arg-type]
+    monitor = Monitor(config, runner, shipper, Nvml())  # type: ignore[arg-type]
+    runner.on_exit = monitor.finish
+    return runner, monitor, shipper
+
+
+def run_until_exit(runner: Runner, monitor: Monitor | None, shipper: FakeShipper, attempt_id: int, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runner.launch_ready()
+        runner.poll()
+        if monitor is not None:
+            monitor.sample()
+        done = [e for e in shipper.events if e["attempt_id"] == attempt_id and e["event"] == "exited"]
+        if done:
+            return done[0]
+        time.sleep(0.05)
+    raise AssertionError(f"attempt {attempt_id} did not exit within {timeout}s: {shipper.events}")
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_max_runtime_sigterm_then_sigkill_after_grace(parts: tuple[Runner, Monitor, FakeShipper], tmp_path: Path) -> None:
+    runner, monitor, shipper = parts
+    t0 = time.monotonic()
+    runner.submit(spec(1, write(tmp_path / "stubborn.py", IGNORE_TERM), max_runtime_s=1, grace_s=1))
+    runner.submit(spec(2, write(tmp_path / "polite.py", CHECKPOINT_ON_TERM), max_runtime_s=1, grace_s=30))
+    polite = run_until_exit(runner, monitor, shipper, 2, 10)
+    stubborn = run_until_exit(runner, monitor, shipper, 1, 10)
+    elapsed = time.monotonic() - t0
+    assert (polite["exit_code"], polite["signal"], polite["stop_kind"]) == (0, None, "max_runtime")
+    assert "checkpointed" in polite["log_tail"]
+    assert (stubborn["exit_code"], stubborn["signal"], stubborn["stop_kind"]) == (None, 9, "max_runtime")
+    assert 2.0 <= elapsed < 6.0, elapsed  # 1 s runtime + 1 s grace, then SIGKILL
+    assert not runner.busy()
+
+
+def test_final_energy_sample_covers_a_job_shorter_than_the_sampling_interval(parts: tuple[Runner, Monitor, FakeShipper],
+                                                                            tmp_path: Path) -> None:
+    runner, monitor, shipper = parts
+    runner.submit(spec(3, write(tmp_path / "burn.py", BURN_THEN_EXIT)))
+    event = run_until_exit(runner, None, shipper, 3, 20)  # no periodic sample ever ran
+    assert event["exit_code"] == 0
+    [batch] = shipper.energies
+    [sample] = batch["samples"]
+    # At least the 0.6 s CPU the job burned (plus interpreter start-up) at 10 W per core.
+    assert sample["estimated"] and 6.0 <= sample["energy_j"] < 30.0, sample
+    assert shipper.events.index(event) == len(shipper.events) - 1  # the energy went out before the exit event
+
+
+def test_resumable_step_is_the_newest_whole_checkpoint(tmp_path: Path) -> None:
+    assert resumable_step(tmp_path) is None
+    records = []
+    for step, data in ((4, b"four"), (9, b"nine"), (14, b"fourteen")):
+        (tmp_path / f"ckpt-{step:010d}.pt").write_bytes(data)
+        records.append({"step": step, "file": f"ckpt-{step:010d}.pt", "size": len(data), "sha256": "0" * 64})
+    (tmp_path / "ckpt-0000000014.pt").write_bytes(b"torn")  # truncated: not whole
+    lines = [json.dumps(r) for r in records] + ['{"step": 19, "file": "ckpt-00']  # a record still being written
+    (tmp_path / "checkpoints.jsonl").write_text("\n".join(lines))
+    assert resumable_step(tmp_path) == 9
+    assert sys.executable  # the runner launches "python" as the agent's own interpreter
