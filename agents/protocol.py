@@ -119,6 +119,13 @@ class CheckpointRef(TypedDict):
     sha256: str
 
 
+class SnapshotRef(TypedDict):
+    """User code for the custom template: a content-addressed .tar.gz the agent unpacks."""
+
+    sha256: str
+    size: int
+
+
 class AssignmentSpec(TypedDict):
     assignment_id: int
     attempt_id: int
@@ -137,6 +144,7 @@ class AssignmentSpec(TypedDict):
     master_port: int
     resume_checkpoint: CheckpointRef | None
     init_checkpoint: CheckpointRef | None
+    code_snapshot: NotRequired[SnapshotRef | None]
 
 
 class ClaimResponse(TypedDict):

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainyard.snapshot import snapshot_unpack
+
 from agents import protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config
@@ -142,6 +144,9 @@ class Runner:
                 init_dir.mkdir(parents=True, exist_ok=True)
                 path = self._fetch(init, init_dir)
                 env["TRAINYARD_INIT_CHECKPOINT"] = str(path)
+            snapshot = spec.get("code_snapshot")
+            if snapshot:
+                self._unpack_snapshot(snapshot, root, run_dir)
         except (ApiError, Unreachable, OSError, ValueError) as err:
             log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
             env["__error__"] = f"preparing the run directory failed: {err}"
@@ -156,6 +161,18 @@ class Runner:
                 dest.unlink(missing_ok=True)
                 raise ValueError(f"checkpoint {ref['id']} downloaded with a wrong sha256")
         return dest
+
+    def _unpack_snapshot(self, ref: protocol.SnapshotRef, root: Path, run_dir: Path) -> None:
+        """Custom code: fetch the run's snapshot and unpack it into the job's directory.
+
+        The server already refused unsafe archives at upload; unpacking checks again (paths,
+        links, sizes, sha256) because the agent must not trust bytes it merely downloaded.
+        """
+        archive = root / "agent" / f"snapshot-{ref['sha256'][:16]}.tar.gz"
+        if not archive.exists():
+            log.info("downloading code snapshot %s (%d bytes)", ref["sha256"][:12], ref["size"])
+            self.client.download(f"{protocol.API_PREFIX}snapshots/{ref['sha256']}/", archive)
+        snapshot_unpack(archive, run_dir, expected_sha256=ref["sha256"])
 
     def _ensure_checkpoint(self, ref: protocol.CheckpointRef, ckpt_dir: Path, number: int) -> None:
         """Attempt N>1 on a node without the run's latest checkpoint: fetch it and record it."""

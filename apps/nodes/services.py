@@ -227,6 +227,9 @@ def _spec(a: Assignment) -> protocol.AssignmentSpec:
         "master_addr": attempt.master_addr, "master_port": attempt.master_port or 29500,
         "resume_checkpoint": _ref(resume) if attempt.number > 1 else None,
         "init_checkpoint": _ref(run.init_checkpoint) if run.init_checkpoint_id else None,
+        "code_snapshot": (
+            {"sha256": run.code_snapshot.sha256, "size": run.code_snapshot.size} if run.code_snapshot is not None else None
+        ),
     }
 
 
