@@ -157,6 +157,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a `status` field with different choices; name each set explicitly.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "apps.runs.models.RunStatus",
+        "AttemptStatusEnum": "apps.runs.models.AttemptStatus",
+    },
 }
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -167,6 +172,10 @@ DEFAULT_FROM_EMAIL = env_str("TRAINYARD_FROM_EMAIL", "trainyard@localhost")
 # Agents: how long a node may stay silent before it is declared lost.
 TRAINYARD_NODE_TIMEOUT_S = env_int("TRAINYARD_NODE_TIMEOUT_S", 30)
 TRAINYARD_GANG_START_TIMEOUT_S = env_int("TRAINYARD_GANG_START_TIMEOUT_S", 120)
+
+# Project secrets (apps.vault): Fernet keys, newest first. Empty is allowed only with DEBUG on
+# (a key derived from SECRET_KEY); `check --deploy` refuses it otherwise.
+TRAINYARD_SECRET_KEYS = env_list("TRAINYARD_SECRET_KEYS", [])
 
 # Code snapshots for the custom template: upload size, and what they may unpack to.
 TRAINYARD_MAX_SNAPSHOT_BYTES = env_int("TRAINYARD_MAX_SNAPSHOT_BYTES", 20 * 1024 * 1024)
