@@ -185,6 +185,29 @@ def make_quota(cast: Any, team: Team) -> Model:
     return Quota.objects.get_or_create(team=team, pool=_pool(), defaults={"guaranteed_devices": 1})[0]
 
 
+def make_secret(cast: Any, team: Team) -> Model:
+    from apps.vault.models import Secret
+
+    # Made directly: the ciphertext is never decrypted here, so no vault key is needed.
+    return Secret.objects.get_or_create(project=_project(cast, team), name="MATRIX_TOKEN",
+                                        defaults={"ciphertext": "not-a-token", "key_id": "matrix"})[0]
+
+
+def make_webhook(cast: Any, team: Team) -> Model:
+    from apps.webhooks.models import WebhookEndpoint
+
+    return WebhookEndpoint.objects.get_or_create(project=_project(cast, team), url="http://127.0.0.1:9/hook",
+                                                 defaults={"secret": "matrix-secret"})[0]
+
+
+def make_webhook_delivery(cast: Any, team: Team) -> Model:
+    from apps.webhooks.models import WebhookDelivery, WebhookEvent
+
+    endpoint = make_webhook(cast, team)
+    event = WebhookEvent.objects.get_or_create(project=endpoint.project, key="matrix", defaults={"type": "ping"})[0]
+    return WebhookDelivery.objects.get_or_create(endpoint=endpoint, event=event)[0]
+
+
 Factory = Callable[[Any, Team], Any]
 
 
@@ -219,7 +242,17 @@ OBJECTS: dict[str, Factory | Owned] = {
     "api/v1/finance/budgets/<pk>/": make_budget,
     "api/v1/finance/quotas/<pk>/": make_quota,
     "projects/<pk>/": make_project,
+    "api/v1/projects/<project_id>/secrets/": make_project,
+    "api/v1/projects/<project_id>/secrets/<name>/": make_secret,
+    "projects/<project_id>/secrets/": make_project,
+    "projects/<project_id>/secrets/set/": make_project,
+    "projects/<project_id>/secrets/<name>/delete/": make_secret,
     "runs/<pk>/": make_run,
+    "api/v1/webhooks/<pk>/": make_webhook,
+    "api/v1/webhooks/<pk>/ping/": make_webhook,
+    "api/v1/webhook-deliveries/<pk>/": make_webhook_delivery,
+    "api/v1/webhook-deliveries/<pk>/redeliver/": make_webhook_delivery,
+    "projects/<pk>/webhooks/": make_project,
     "finance/budgets/<pk>/": make_budget,
     "finance/quotas/<pk>/": make_quota,
 }
@@ -238,7 +271,10 @@ COLLECTIONS: dict[str, Factory | Query] = {
     "api/v1/auth/tokens/": make_token,
     "api/v1/runs/": make_run,
     "api/v1/code-snapshots/": make_code_snapshot,
+    "api/v1/webhooks/": make_webhook,
+    "api/v1/webhook-deliveries/": make_webhook_delivery,
     "api/v1/compare/": Query(make_run, "runs={pk},987654320"),  # tracking: bob's run in a comparison is a 404
+    "api/v1/queue/": make_run,  # scheduling: pools are shared; bob's queued run shows with no id, name or project
     # HTML pages that name an object in the query string (not required, but cheap to cover):
     "compare/": Query(make_run, "runs={pk}"),
     "compare/export.csv": Query(make_run, "runs={pk}"),
