@@ -55,3 +55,24 @@ def snapshot(obj: models.Model, fields: list[str]) -> dict[str, Any]:
             value = str(value)
         out[name] = value
     return out
+
+
+def audit_record_many(*, records: list[dict[str, Any]]) -> list[AuditEvent]:
+    """Several events at once (one INSERT), for passes that change many objects: each record has
+    audit_record's keyword arguments. The actor comes from the current context, as there."""
+    ctx = current()
+    events: list[AuditEvent] = []
+    for rec in records:
+        user = rec.get("actor") if rec.get("actor") is not None else ctx.user
+        if user is not None and not getattr(user, "is_authenticated", False):
+            user = None
+        label = rec.get("actor_label") or ctx.label or (user.get_username() if user is not None else "system")
+        target = rec.get("target")
+        object_type, object_id = rec.get("object_type", ""), rec.get("object_id", "")
+        if target is not None:
+            object_type = object_type or target._meta.label_lower
+            object_id = object_id or str(target.pk)
+        events.append(AuditEvent(actor=user, actor_label=label[:200], action=rec["action"], object_type=object_type,
+                                 object_id=str(object_id), object_repr=str(target)[:300] if target is not None else "",
+                                 team_id=rec.get("team_id"), before=rec.get("before"), after=rec.get("after"), ip=ctx.ip))
+    return AuditEvent.objects.bulk_create(events, batch_size=500)

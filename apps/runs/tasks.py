@@ -6,6 +6,6 @@ from apps.runs.services.placement import placement_pass
 
 
 @shared_task(name="scheduling.pass", ignore_result=True)
-def scheduling_pass() -> None:
-    """Place queued runs (first-fit for now; the scheduler replaces placement_pass)."""
-    placement_pass()
+def scheduling_pass(requested_at: float | None = None) -> None:
+    """One scheduling pass; a request made before the latest pass started is already served."""
+    placement_pass(requested_at=requested_at)

@@ -1,3 +1,5 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.scheduling.views import queue_page
+
+urlpatterns: list[URLPattern | URLResolver] = [path("queue/", queue_page, name="queue")]

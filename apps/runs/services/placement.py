@@ -1,24 +1,24 @@
-"""Placement of queued runs onto free devices: a minimal first-fit.
+"""Placement of queued runs onto free devices.
 
-The scheduler issue replaces `placement_pass` (and may replace `first_fit`) behind the same
-names; `request_scheduling_pass` and the Celery task "scheduling.pass" stay. `first_fit` is a
-pure function over plain dataclasses so it is tested without a database.
+`placement_pass` runs the scheduler (apps.scheduling.services.scheduling_pass: priorities,
+quotas, fair share, backfill, preemption); `request_scheduling_pass` and the Celery task
+"scheduling.pass" are how everything else asks for one. `first_fit` is the original minimal
+placement, a pure function kept for tests and as the simplest reference.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
-from apps.audit.context import acting_as
-from apps.audit.services import audit_record
+from apps.core.queueing import enqueue
 from apps.nodes.models import Node, NodeState
-from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Attempt, Priority, Run, RunStatus
+from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Priority
 
 PRIORITY_ORDER: dict[str, int] = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 MASTER_PORT_BASE = 29500
@@ -82,42 +82,17 @@ def master_port_for(*, run_id: int, number: int) -> int:
     return MASTER_PORT_BASE + (run_id * 31 + number * 7) % MASTER_PORT_SPAN
 
 
-def placement_pass() -> int:
-    """Turn queued runs into Attempt + Assignment rows on ready nodes; returns runs placed."""
-    with transaction.atomic(), acting_as(label="system"):
-        queued = list(Run.objects.select_for_update().filter(status=RunStatus.QUEUED).order_by("pk"))
-        if not queued:
-            return 0
-        queued.sort(key=lambda r: (PRIORITY_ORDER.get(r.priority, 1), r.queued_at or r.created_at, r.pk))
-        nodes = _ready_nodes()
-        free = [NodeFree(node_id=n.pk, pool_id=n.pool_id, free=tuple(node_free_devices(node=n))) for n in nodes]
-        by_id = {n.pk: n for n in nodes}
-        runs = {r.pk: r for r in queued}
-        needs = [RunNeed(run_id=r.pk, pool_id=r.pool_id, nodes=r.nodes, devices_per_node=r.devices_per_node) for r in queued]
-        placements = first_fit(runs=needs, nodes=free)
-        for placement in placements:
-            _apply(runs[placement.run_id], placement, by_id)
-        return len(placements)
+def placement_pass(*, requested_at: float | None = None) -> int:
+    """One scheduling pass (apps.scheduling.services.scheduling_pass); returns runs placed."""
+    from apps.scheduling.services import scheduling_pass
 
-
-def _apply(run: Run, placement: Placement, nodes: dict[int, Node]) -> None:
-    number = (Attempt.objects.filter(run=run).aggregate(m=Max("number"))["m"] or 0) + 1
-    rank0 = nodes[placement.nodes[0][0]]
-    attempt = Attempt.objects.create(run=run, number=number, master_addr=rank0.address or "127.0.0.1",
-                                     master_port=master_port_for(run_id=run.pk, number=number))
-    for rank, (node_id, devices) in enumerate(placement.nodes):
-        Assignment.objects.create(attempt=attempt, node_id=node_id, node_rank=rank, devices=list(devices))
-    before = {"status": run.status}
-    run.status = RunStatus.SCHEDULED
-    run.reason_code = ""
-    run.status_reason = ""
-    run.save(update_fields=["status", "reason_code", "status_reason", "updated_at"])
-    audit_record(action="run.scheduled", target=run, team_id=run.project.team_id if run.project_id else None, before=before,
-                 after={"status": run.status, "attempt": number, "nodes": [nodes[n].hostname for n, _ in placement.nodes]})
+    return len(scheduling_pass(requested_at=requested_at).placed)
 
 
 def request_scheduling_pass() -> None:
     """Ask for a scheduling pass once the current transaction commits (coalesced by the task)."""
     from apps.runs.tasks import scheduling_pass
 
-    transaction.on_commit(lambda: scheduling_pass.delay())
+    # enqueue: with Redis down the beat's periodic pass places the run once Redis returns.
+    # The request time lets the task skip itself when a later pass already saw this commit.
+    transaction.on_commit(lambda: enqueue(scheduling_pass, args=[time.time()], what="scheduling pass"))

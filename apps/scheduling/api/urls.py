@@ -1,3 +1,5 @@
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from apps.scheduling.api.views import QueueView
+
+urlpatterns: list[URLPattern | URLResolver] = [path("queue/", QueueView.as_view(), name="api-queue")]

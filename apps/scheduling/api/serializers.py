@@ -1,0 +1,102 @@
+"""Response shapes of the queue API (used for output and for the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+CODE_HELP = ("Stable code: quota, budget, behind_higher_priority, preempting, ... "
+             "(empty until the first scheduling pass saw the run).")
+
+
+class ReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    code = serializers.CharField(help_text=CODE_HELP)
+    label = serializers.CharField(help_text="The code in a few plain words.")  # type: ignore[assignment]
+    message = serializers.CharField(help_text="The full reason in plain words for your own runs; the label for others'.")
+
+
+class EstimatedStartSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null where the replay did not reach it.")
+    low = serializers.DateTimeField(allow_null=True, help_text="Earliest plausible start (runs ahead end early).")
+    high = serializers.DateTimeField(allow_null=True, help_text="Latest plausible start (runs ahead take twice as long).")
+
+
+class RunRefSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    project = serializers.CharField()
+    template = serializers.CharField()
+    submitted_by = serializers.CharField(allow_null=True)
+
+
+class AheadTeamSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    team = serializers.CharField()
+    runs = serializers.IntegerField()
+    devices = serializers.IntegerField()
+
+
+class AheadSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    runs = serializers.IntegerField(help_text="Runs ahead of this one in the pool's line.")
+    devices = serializers.IntegerField(help_text="Devices those runs need.")
+    by_team = AheadTeamSerializer(many=True)
+
+
+class QueueEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    position = serializers.IntegerField(help_text="1 = next in its pool.")
+    priority = serializers.CharField()
+    team = serializers.CharField()
+    nodes = serializers.IntegerField()
+    devices_per_node = serializers.IntegerField()
+    devices = serializers.IntegerField()
+    predicted_runtime_s = serializers.FloatField(help_text="From similar finished runs, else the max runtime.")
+    preemptible = serializers.BooleanField()
+    reason = ReasonSerializer()
+    estimated_start = EstimatedStartSerializer()
+    waiting_since = serializers.DateTimeField()
+    mine = serializers.BooleanField(help_text="A run of one of your teams.")
+    run = RunRefSerializer(allow_null=True, help_text="Details of your own runs; null for other teams' runs.")
+    ahead = AheadSerializer(required=False, help_text="Only on your own runs: who is ahead, by team.")
+
+
+class AccuracySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    window_days = serializers.IntegerField()
+    runs = serializers.IntegerField(help_text="Runs that waited and started in the window.")
+    within = serializers.IntegerField(help_text="Of those, started within max(10 min, 25% of their wait) of the estimate.")
+    share = serializers.FloatField(allow_null=True)
+    median_abs_error_s = serializers.FloatField(allow_null=True)
+    summary = serializers.CharField()
+
+
+class UtilizationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    at = serializers.DateTimeField()
+    total_devices = serializers.IntegerField()
+    used_devices = serializers.IntegerField()
+    free_devices = serializers.IntegerField()
+    stranded_devices = serializers.IntegerField(help_text="Free devices no waiting job's shape can use.")
+    largest_free_block = serializers.IntegerField()
+    queued_runs = serializers.IntegerField()
+    queued_devices = serializers.IntegerField()
+
+
+class PoolQueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    pool = serializers.CharField()
+    kind = serializers.CharField()
+    queued_runs = serializers.IntegerField()
+    queued_devices = serializers.IntegerField()
+    queue = QueueEntrySerializer(many=True)
+    rules = serializers.ListField(child=serializers.CharField(), help_text="The pool's scheduling rules in plain words.")
+    accuracy = AccuracySerializer()
+    utilization = UtilizationSerializer(allow_null=True, help_text="The latest sample.")
+    utilization_history = UtilizationSerializer(many=True, help_text="The last 24 hours, at most 288 points.")
+
+
+class SchedulerSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    last_pass_at = serializers.DateTimeField(allow_null=True)
+    passes = serializers.IntegerField()
+    last_duration_ms = serializers.FloatField(allow_null=True)
+    last_placed = serializers.IntegerField()
+
+
+class QueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    generated_at = serializers.DateTimeField()
+    scheduler = SchedulerSerializer()
+    pools = PoolQueueSerializer(many=True)

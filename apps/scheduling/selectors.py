@@ -1,0 +1,202 @@
+"""Reads for the queue page and API: who waits where and why, when they should start, how good
+those estimates have been, and how full and fragmented each pool was.
+
+Pools are shared, so anyone signed in sees every pool's line; what a run is (id, name, project,
+parameters, the detailed reason) is shown only to its own team. Others see the team's name, the
+class, the size and the predicted runtime: enough to know who is ahead and by how much.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from apps.nodes.models import NodePool
+from apps.runs.models import Run, RunStatus
+from apps.scheduling.model import WaitCode
+from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
+from apps.scheduling.policies import explain_policy
+from apps.scheduling.predict import RuntimeQuery
+from apps.scheduling.snapshot import params_key, policy_from_json, predict_queued, predictor_load
+from apps.tenants.selectors import AnyUser, team_ids_for_user
+
+ACCURACY_DAYS = 7
+# An estimate counts as right when the start fell within this, or a quarter of the wait if longer.
+ACCURACY_FLOOR_S = 600.0
+ACCURACY_SHARE_OF_WAIT = 0.25
+UTILIZATION_HOURS = 24
+UTILIZATION_POINTS = 288
+
+REASON_LABELS: dict[str, str] = {
+    WaitCode.PLACED: "Starting now",
+    WaitCode.BUDGET: "Held: the project's budget is used up",
+    WaitCode.QUOTA: "Over its team's device quota in this pool",
+    WaitCode.NO_HARDWARE: "No node in this pool is big enough",
+    WaitCode.NO_POLICY: "This pool has no nodes",
+    WaitCode.GANG: "Waiting for several nodes to be free at once",
+    WaitCode.RESOURCES: "Next in line for devices",
+    WaitCode.PREEMPTING: "Stopping lower-priority runs to make room",
+    WaitCode.HIGHER_PRIORITY: "Behind higher-priority jobs",
+    WaitCode.FAIR_SHARE: "Behind teams that used less of the pool recently",
+    WaitCode.IN_LINE: "Behind earlier jobs",
+    WaitCode.BACKFILL_TOO_LONG: "Too long to slip in before the job at the front",
+}
+NOT_YET = "Waiting for the next scheduling pass"
+
+
+def reason_label(code: str) -> str:
+    return REASON_LABELS.get(code, NOT_YET if not code else code.replace("_", " ").capitalize())
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 90:
+        return f"{round(seconds)} seconds"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} minutes"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 86400:.1f} days"
+
+
+def run_predicted_runtime(*, run: Run) -> float:
+    """Predicted total runtime of the run in seconds, from similar finished runs (never more than
+    its max runtime; the max runtime itself when there is no history). For admission and display."""
+    predictor = predictor_load(now=timezone.now())
+    steps_param = run.template.total_steps_param or ""
+    pred = predictor.predict(RuntimeQuery(
+        team=run.project.team.slug, job_type=run.template.slug, devices=int(run.nodes or 0) * int(run.devices_per_node or 0),
+        params_key=params_key(run.params or {}, steps_param), template_max_runtime_s=float(run.max_runtime_s)))
+    return float(pred.runtime_s)
+
+
+def estimate_accuracy(*, pool: NodePool | None = None, days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[str, Any]:
+    """How the estimates given at submission compared with actual starts, over the last `days`."""
+    now = now or timezone.now()
+    rows = QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
+                                        error_s__isnull=False)
+    if pool is not None:
+        rows = rows.filter(run__pool=pool)
+    errors: list[float] = []
+    within = 0
+    for error, recorded, actual in rows.values_list("error_s", "recorded_at", "actual_start"):
+        if error is None or actual is None:
+            continue
+        wait = max(0.0, (actual - recorded).total_seconds())
+        errors.append(abs(error))
+        if abs(error) <= max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait):
+            within += 1
+    n = len(errors)
+    median = statistics.median(errors) if errors else None
+    if n == 0:
+        summary = f"No estimates to check yet: no run that waited has started in the last {days} days."
+    else:
+        summary = (f"{round(100 * within / n)}% of the {n} run{'s' if n != 1 else ''} that waited in the last {days} days "
+                   f"started within {fmt_duration(ACCURACY_FLOOR_S)} (or a quarter of their wait, if longer) of the "
+                   f"estimate they got at submission; the median error was {fmt_duration(median or 0.0)}.")
+    return {"window_days": days, "runs": n, "within": within, "share": (within / n) if n else None,
+            "median_abs_error_s": median, "summary": summary}
+
+
+def utilization_history(*, pool: NodePool, hours: int = UTILIZATION_HOURS, now: datetime | None = None) -> list[dict[str, Any]]:
+    now = now or timezone.now()
+    recent = UtilizationSample.objects.filter(pool=pool, at__gte=now - timedelta(hours=hours)).order_by("at")
+    samples: list[dict[str, Any]] = [dict(row) for row in recent.values(
+        "at", "total_devices", "used_devices", "free_devices", "stranded_devices", "largest_free_block", "queued_runs",
+        "queued_devices")]
+    step = max(1, len(samples) // UTILIZATION_POINTS + (1 if len(samples) % UTILIZATION_POINTS else 0))
+    return samples[::step] if step > 1 else samples
+
+
+def _queued(pools: list[NodePool]) -> QuerySet[Run]:
+    return (
+        Run.objects.filter(status=RunStatus.QUEUED, devices_per_node__gt=0, nodes__gt=0, pool__in=pools)
+        .select_related("project__team", "template", "pool", "submitted_by")
+        .order_by("pool__name", F("queue_position").asc(nulls_last=True), "created_at", "pk")
+    )
+
+
+def _entry(run: Run, *, position: int, mine: bool, predicted: float) -> dict[str, Any]:
+    return {
+        "position": position,
+        "priority": run.priority,
+        "team": run.project.team.slug,
+        "nodes": run.nodes,
+        "devices_per_node": run.devices_per_node,
+        "devices": run.nodes * run.devices_per_node,
+        "predicted_runtime_s": round(predicted, 1),
+        "preemptible": run.preemptible,
+        "reason": {
+            "code": run.reason_code,
+            "label": reason_label(run.reason_code),
+            # The detailed message can carry budget figures: only the run's own team reads it.
+            "message": (run.status_reason or NOT_YET) if mine else reason_label(run.reason_code),
+        },
+        "estimated_start": {"at": run.estimated_start, "low": run.estimated_start_low, "high": run.estimated_start_high},
+        "waiting_since": run.queued_at or run.created_at,
+        "mine": mine,
+        "run": {
+            "id": run.pk,
+            "name": run.name or f"{run.template.slug} #{run.pk}",
+            "project": run.project.full_slug,
+            "template": run.template.slug,
+            "submitted_by": run.submitted_by.get_username() if run.submitted_by else None,
+        } if mine else None,
+    }
+
+
+def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]]:
+    """Per pool, the waiting runs in scheduling order with reasons, estimates and who is ahead."""
+    now = timezone.now()
+    pools = list(NodePool.objects.order_by("name") if pool is None else NodePool.objects.filter(name=pool))
+    my_teams = set(team_ids_for_user(user=user))
+    predictor = predictor_load(now=now)
+    by_pool: dict[int, list[Run]] = defaultdict(list)
+    for run in _queued(pools):
+        by_pool[run.pool_id].append(run)
+    out: list[dict[str, Any]] = []
+    for p in pools:
+        entries: list[dict[str, Any]] = []
+        ahead_runs, ahead_devices = 0, 0
+        ahead_by_team: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for position, run in enumerate(by_pool.get(p.pk, []), start=1):
+            mine = run.project.team_id in my_teams
+            entry = _entry(run, position=position, mine=mine, predicted=predict_queued(predictor, run).runtime_s)
+            if mine:
+                entry["ahead"] = {
+                    "runs": ahead_runs,
+                    "devices": ahead_devices,
+                    "by_team": [{"team": t, "runs": v[0], "devices": v[1]} for t, v in sorted(ahead_by_team.items())],
+                }
+            entries.append(entry)
+            ahead_runs += 1
+            ahead_devices += entry["devices"]
+            ahead_by_team[entry["team"]][0] += 1
+            ahead_by_team[entry["team"]][1] += entry["devices"]
+        history = utilization_history(pool=p, now=now)
+        latest = history[-1] if history else None
+        out.append({
+            "pool": p.name,
+            "kind": p.kind,
+            "queued_runs": len(entries),
+            "queued_devices": sum(e["devices"] for e in entries),
+            "queue": entries,
+            "rules": explain_policy(policy_from_json(p.policy)),
+            "accuracy": estimate_accuracy(pool=p, now=now),
+            "utilization": latest,
+            "utilization_history": history,
+        })
+    return out
+
+
+def scheduler_status() -> dict[str, Any]:
+    row = SchedulerState.objects.filter(pk=SchedulerState.SINGLETON).first()
+    if row is None:
+        return {"last_pass_at": None, "passes": 0, "last_duration_ms": None, "last_placed": 0}
+    return {"last_pass_at": row.pass_started_at, "passes": row.passes, "last_duration_ms": round(row.last_duration_ms, 1),
+            "last_placed": row.last_placed}

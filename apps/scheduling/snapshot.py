@@ -1,0 +1,285 @@
+"""Database rows -> the core's `ClusterState`, plus the maps the pass needs to apply decisions.
+
+Ids in the core are strings: a run's pk for jobs, a node's pk for nodes, a pool's name and a
+team's slug. Runtimes come from `predict.RuntimePredictor` fed with recently finished runs; a
+running run that reports progress is predicted from its live rate instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Max, Q, QuerySet
+
+from apps.billing.models import Quota
+from apps.billing.selectors import budget_name, budget_spent, budgets_for_project, period_for
+from apps.nodes.models import Device, Node, NodePool
+from apps.nodes.models import NodeState as DbNodeState
+from apps.runs.models import (
+    ASSIGNMENT_HOLDS_DEVICES,
+    ATTEMPT_ENDED,
+    Assignment,
+    Attempt,
+    Checkpoint,
+    Priority,
+    Run,
+    RunStatus,
+)
+from apps.scheduling import model as core
+from apps.scheduling.policies import decay_usage
+from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
+
+CLASS_OF: dict[str, core.PriorityClass] = {
+    Priority.URGENT: core.PriorityClass.URGENT,
+    Priority.NORMAL: core.PriorityClass.NORMAL,
+    Priority.LOW: core.PriorityClass.LOW,
+}
+HISTORY_DAYS = 30
+HISTORY_RUNS = 2000
+# Usage older than this many half-lives weighs under 7% and is not worth loading.
+USAGE_HALF_LIVES = 4
+
+
+def ts(value: datetime) -> float:
+    return value.timestamp()
+
+
+def policy_from_json(raw: Any) -> core.Policy:
+    """A pool's policy from NodePool.policy; unknown keys and bad values fall back to defaults."""
+    if not isinstance(raw, dict):
+        return core.Policy()
+    kinds = {f.name: f.default for f in dataclasses.fields(core.Policy)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in kinds:
+            continue
+        default = kinds[key]
+        try:
+            if key == "ordering":
+                kwargs[key] = core.Ordering(value)
+            elif key == "packing":
+                kwargs[key] = core.Packing(value)
+            elif isinstance(default, bool):
+                if isinstance(value, bool):
+                    kwargs[key] = value
+            elif isinstance(default, int):
+                kwargs[key] = max(1, int(value))
+            elif isinstance(default, float):
+                kwargs[key] = max(0.0, float(value))
+        except (TypeError, ValueError):
+            continue
+    return core.Policy(**kwargs)
+
+
+def params_key(params: dict[str, Any], steps_param: str) -> str:
+    # The total-steps parameter is what moves runtime most; other params are too varied to key on.
+    value = params.get(steps_param) if steps_param else None
+    return f"{steps_param}={value}" if value is not None else ""
+
+
+def predictor_load(*, now: datetime) -> RuntimePredictor:
+    """A predictor fed with the runs that succeeded recently (oldest first)."""
+    predictor = RuntimePredictor()
+    rows = (
+        Run.objects.filter(status=RunStatus.SUCCEEDED, finished_at__gte=now - timedelta(days=HISTORY_DAYS),
+                           started_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("project__team__slug", "template__slug", "nodes", "devices_per_node", "started_at", "finished_at",
+                     "params", "template__total_steps_param")[:HISTORY_RUNS]
+    )
+    for team, slug, nodes, dpn, started, finished, params, steps_param in reversed(list(rows)):
+        predictor.observe(FinishedRun(team=team, job_type=slug, devices=nodes * dpn,
+                                      runtime_s=max(0.0, ts(finished) - ts(started)), finished_at=ts(finished),
+                                      params_key=params_key(params or {}, steps_param or "")))
+    return predictor
+
+
+def predict_queued(predictor: RuntimePredictor, run: Run) -> RuntimePrediction:
+    """Predicted runtime still ahead of a queued run: a resumed run only has what is left."""
+    pred = predictor.predict(RuntimeQuery(
+        team=run.project.team.slug, job_type=run.template.slug, devices=run.nodes * run.devices_per_node,
+        params_key=params_key(run.params or {}, run.template.total_steps_param or ""),
+        template_max_runtime_s=float(run.max_runtime_s)))
+    if run.total_steps and run.steps_done:
+        left = max(0.05, 1.0 - min(1.0, run.steps_done / run.total_steps))
+        return dataclasses.replace(pred, runtime_s=pred.runtime_s * left, low_s=pred.low_s * left, high_s=pred.high_s * left)
+    return pred
+
+
+@dataclass
+class Snapshot:
+    now: datetime
+    state: core.ClusterState
+    queued: dict[str, Run]
+    nodes: dict[str, Node]
+    pools: dict[str, NodePool]
+    # Free device indexes per node id, lowest first: placements take from the front.
+    free_indexes: dict[str, list[int]]
+    # Running (or stopping) run id -> the attempt holding devices.
+    running: dict[str, Attempt]
+    predictions: dict[str, RuntimePrediction] = field(default_factory=dict)
+    devices_total: dict[str, int] = field(default_factory=dict)
+
+
+def _node_state(node: Node, fresh_after: datetime) -> core.NodeState:
+    if node.state == DbNodeState.DRAINING:
+        return core.NodeState.DRAINING
+    if node.state == DbNodeState.READY and node.last_heartbeat_at is not None and node.last_heartbeat_at >= fresh_after:
+        return core.NodeState.READY
+    # Silent, lost or offline: it holds its runs until the sweep requeues them, and takes nothing.
+    return core.NodeState.LOST
+
+
+def _budget_blocks(projects: Iterable[Any], now: datetime) -> dict[int, str]:
+    """Project id -> plain words, for projects whose budget (own or team's) is used up."""
+    period = period_for(at=now)
+    blocked: dict[int, str] = {}
+    spent_cache: dict[int, Decimal] = {}
+    for project in projects:
+        for budget in budgets_for_project(project=project):
+            if budget.pk not in spent_cache:
+                spent_cache[budget.pk] = budget_spent(budget=budget, period=period)
+            spent = spent_cache[budget.pk]
+            if spent >= budget.amount:
+                blocked[project.pk] = (
+                    f"Budget '{budget_name(budget=budget, period=period)}' is used up (spent ${spent:.2f} of "
+                    f"${budget.amount:.2f}); the run waits until the budget is raised or the next period starts."
+                )
+                break
+    return blocked
+
+
+def _usage(now: datetime, half_lives: dict[str, float]) -> tuple[core.TeamUsage, ...]:
+    """Decayed device-seconds per (team, pool) from attempts that ran recently."""
+    horizon = max(half_lives.values(), default=core.Policy().fair_share_half_life_s) * USAGE_HALF_LIVES
+    cutoff = now - timedelta(seconds=horizon)
+    rows = (
+        Attempt.objects.filter(started_at__isnull=False)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=cutoff))
+        .values_list("run__project__team__slug", "run__pool__name", "run__nodes", "run__devices_per_node", "started_at",
+                     "ended_at")
+    )
+    total: dict[tuple[str, str], float] = defaultdict(float)
+    now_s = ts(now)
+    default_half_life = core.Policy().fair_share_half_life_s
+    for team, pool, nodes, dpn, started, ended in rows:
+        if started is None:
+            continue
+        end = ts(ended) if ended is not None else now_s
+        seconds = max(0.0, end - ts(started)) * nodes * dpn
+        total[(team, pool)] += decay_usage(seconds, now_s - end, half_lives.get(pool, default_half_life))
+    return tuple(core.TeamUsage(team=t, pool=p, device_seconds=s) for (t, p), s in sorted(total.items()) if s > 0)
+
+
+def queued_runs(*, lock: bool) -> QuerySet[Run]:
+    """Queued runs that need devices (sweep parents hold none), row-locked in pk order if asked."""
+    qs = (
+        Run.objects.filter(status=RunStatus.QUEUED, devices_per_node__gt=0, nodes__gt=0)
+        .select_related("project__team", "pool", "template")
+        .order_by("pk")
+    )
+    return qs.select_for_update(of=("self",)) if lock else qs
+
+
+def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
+    pools = {p.name: p for p in NodePool.objects.all()}
+    policies = {name: policy_from_json(p.policy) for name, p in pools.items()}
+    fresh_after = now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
+
+    node_rows = {str(n.pk): n for n in Node.objects.select_related("pool").order_by("pk")}
+    indexes: dict[str, list[int]] = defaultdict(list)
+    for device_node, index in Device.objects.order_by("node_id", "index").values_list("node_id", "index"):
+        indexes[str(device_node)].append(int(index))
+
+    # Devices held now, per node and per attempt (allocation in rank order).
+    used: dict[str, set[int]] = defaultdict(set)
+    alloc: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+    for attempt_id, held_node, devices, rank in Assignment.objects.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).values_list(
+        "attempt_id", "node_id", "devices", "node_rank"
+    ):
+        held = {int(d) for d in (devices or [])}
+        used[str(held_node)].update(held)
+        alloc[attempt_id].append((rank, str(held_node), max(1, len(held))))
+
+    nodes: list[core.Node] = []
+    free_indexes: dict[str, list[int]] = {}
+    devices_total: dict[str, int] = defaultdict(int)
+    for node_id, node in node_rows.items():
+        node_state = _node_state(node, fresh_after)
+        total = len(indexes[node_id])
+        free = [i for i in indexes[node_id] if i not in used[node_id]]
+        free_indexes[node_id] = free
+        if node_state != core.NodeState.LOST:
+            devices_total[node.pool.name] += total
+        nodes.append(core.Node(id=node_id, pool=node.pool.name, total_devices=total, free_devices=len(free), state=node_state))
+
+    predictor = predictor_load(now=now)
+    now_s = ts(now)
+    running: dict[str, Attempt] = {}
+    running_jobs: list[core.RunningJob] = []
+    attempts = (
+        Attempt.objects.filter(pk__in=list(alloc))
+        .exclude(status__in=ATTEMPT_ENDED)
+        .select_related("run__project__team", "run__pool", "run__template")
+        .order_by("pk")
+    )
+    attempt_list = list(attempts)
+    last_ckpt = dict(
+        Checkpoint.objects.filter(run_id__in=[a.run_id for a in attempt_list]).values("run_id").annotate(m=Max("created_at"))
+        .values_list("run_id", "m")
+    )
+    for attempt in attempt_list:
+        run = attempt.run
+        started = attempt.started_at or attempt.created_at
+        elapsed = max(0.0, now_s - ts(started))
+        progress = None
+        done_here = run.steps_done - (attempt.resumed_from_step or 0)
+        if run.total_steps and run.progress_at is not None and done_here > 0 and run.progress_at > started:
+            rate = done_here / max(1e-3, ts(run.progress_at) - ts(started))
+            progress = Progress(steps_done=float(run.steps_done), total_steps=float(run.total_steps), steps_per_s=rate)
+        pred = predictor.predict(RuntimeQuery(
+            team=run.project.team.slug, job_type=run.template.slug, devices=run.nodes * run.devices_per_node,
+            params_key=params_key(run.params or {}, run.template.total_steps_param or ""),
+            template_max_runtime_s=float(run.max_runtime_s), elapsed_s=elapsed, progress=progress))
+        ckpt = last_ckpt.get(run.pk)
+        stopping = bool(attempt.stop_kind)
+        end = now_s + min(float(run.grace_period_s), 60.0) if stopping else ts(started) + pred.runtime_s
+        running[str(run.pk)] = attempt
+        running_jobs.append(core.RunningJob(
+            id=str(run.pk), team=run.project.team.slug, pool=run.pool.name,
+            priority_class=CLASS_OF.get(run.priority, core.PriorityClass.NORMAL),
+            allocation=tuple((node_id, count) for _, node_id, count in sorted(alloc[attempt.pk])),
+            started_at=ts(started), predicted_end=max(end, now_s), preemptible=run.preemptible,
+            last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping))
+
+    queued = {str(r.pk): r for r in queued_runs(lock=lock)}
+    blocks = _budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
+    predictions: dict[str, RuntimePrediction] = {}
+    jobs: list[core.QueuedJob] = []
+    for run_id, run in queued.items():
+        pred = predictions[run_id] = predict_queued(predictor, run)
+        block = blocks.get(run.project_id)
+        jobs.append(core.QueuedJob(
+            id=run_id, team=run.project.team.slug, pool=run.pool.name,
+            priority_class=CLASS_OF.get(run.priority, core.PriorityClass.NORMAL),
+            # The original submission time: a preempted or requeued run keeps its place in line.
+            submitted_at=ts(run.created_at), nodes=run.nodes, devices_per_node=run.devices_per_node,
+            predicted_runtime=pred.runtime_s, preemptible=run.preemptible,
+            blocked_reason="budget" if block else None, blocked_message=block or ""))
+
+    quotas = tuple(
+        core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
+        for q in Quota.objects.select_related("team", "pool").order_by("pk")
+    )
+    usage = _usage(now, {name: p.fair_share_half_life_s for name, p in policies.items()})
+    state = core.ClusterState(now=now_s, nodes=tuple(nodes), running=tuple(running_jobs), queued=tuple(jobs), quotas=quotas,
+                              usage=usage, policies=policies)
+    return Snapshot(now=now, state=state, queued=queued, nodes=node_rows, pools=pools, free_indexes=free_indexes,
+                    running=running, predictions=predictions, devices_total=dict(devices_total))

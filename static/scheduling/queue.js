@@ -1,0 +1,60 @@
+// Queue page: draw each pool's utilization and fragmentation charts, and refresh the pools'
+// part of the page every few seconds (the server renders it; this only swaps it in).
+(function () {
+  "use strict";
+  var REFRESH_MS = 7000;
+  var root = document.getElementById("queue-pools");
+  if (!root) { return; }
+
+  function history(pool) {
+    var el = document.getElementById("hist-" + pool);
+    try { return el ? JSON.parse(el.textContent) : []; } catch (e) { return []; }
+  }
+
+  function draw() {
+    if (typeof Plotly === "undefined") { return; }
+    root.querySelectorAll("[data-chart]").forEach(function (div) {
+      var rows = history(div.dataset.pool);
+      var at = rows.map(function (r) { return r.at; });
+      var layout = { margin: { l: 40, r: 10, t: 30, b: 30 }, height: 240, legend: { orientation: "h" } };
+      var traces;
+      if (div.dataset.chart === "utilization") {
+        layout.title = { text: "Devices (last 24 h)", font: { size: 13 } };
+        traces = [
+          { x: at, y: rows.map(function (r) { return r.used_devices; }), name: "used", type: "scatter", mode: "lines", stackgroup: "d" },
+          { x: at, y: rows.map(function (r) { return r.free_devices - r.stranded_devices; }), name: "free, usable", type: "scatter", mode: "lines", stackgroup: "d" },
+          { x: at, y: rows.map(function (r) { return r.stranded_devices; }), name: "free, stranded", type: "scatter", mode: "lines", stackgroup: "d" },
+          { x: at, y: rows.map(function (r) { return r.queued_devices; }), name: "wanted by queue", type: "scatter", mode: "lines", line: { dash: "dot" } }
+        ];
+      } else {
+        layout.title = { text: "Fragmentation", font: { size: 13 } };
+        traces = [
+          { x: at, y: rows.map(function (r) { return r.free_devices ? r.stranded_devices / r.free_devices : 0; }), name: "stranded share of free", type: "scatter", mode: "lines" },
+          { x: at, y: rows.map(function (r) { return r.largest_free_block; }), name: "largest free block", type: "scatter", mode: "lines", yaxis: "y2" }
+        ];
+        layout.yaxis = { tickformat: ".0%", rangemode: "tozero" };
+        layout.yaxis2 = { overlaying: "y", side: "right", rangemode: "tozero" };
+      }
+      if (!rows.length) { layout.annotations = [{ text: "no samples yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }]; }
+      Plotly.react(div, traces, layout, { displayModeBar: false, responsive: true });
+    });
+  }
+
+  function refresh() {
+    fetch(root.dataset.src, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then(function (resp) { if (!resp.ok) { throw new Error(resp.status); } return resp.text(); })
+      .then(function (html) {
+        // Keep an open "rules" section open across refreshes.
+        var open = {};
+        root.querySelectorAll("section[data-pool] details[open]").forEach(function (d) { open[d.closest("section").dataset.pool] = true; });
+        root.innerHTML = html;
+        root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
+        root.dataset.refreshedAt = String(Date.now());
+        draw();
+      })
+      .catch(function () { /* keep the last good view; the next tick retries */ });
+  }
+
+  draw();
+  window.setInterval(refresh, REFRESH_MS);
+})();

@@ -1,0 +1,92 @@
+"""Preemption end to end, with real processes: a web server, a Celery worker running the
+scheduler, two agents with one slot each, and real PyTorch jobs (recipes.digits_classifier).
+
+bob (team nlp, guaranteed 0 devices in pool local, may borrow 2) fills both slots with low,
+preemptible runs; alice's urgent run arrives; the scheduler preempts one low run, which
+checkpoints on SIGTERM, goes back in line with its reason shown on the queue API, and later
+resumes from its checkpoint and succeeds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.agents.helpers import run_row, start_agent
+from tests.fixtures.live import LiveStack
+from tests.runs.live_helpers import TAGS, recipe_stack  # noqa: F401 - fixture
+
+# Long enough that the low run not chosen still holds its slot while the urgent one runs, so the
+# victim visibly waits in the queue; short enough to keep the test near a minute.
+LOW = {"steps": 2000, "eval_every": 200, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
+URGENT = {"steps": 30, "eval_every": 10, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
+CHECKPOINT_POLICY = {"every_steps": 20, "every_seconds": 0, "keep_last": 2}
+SET_QUOTA = ("from apps.billing.services import quota_set; from apps.tenants.models import Team; "
+             "from apps.nodes.models import NodePool; quota_set(team=Team.objects.get(slug='nlp'), "
+             "pool=NodePool.objects.get(name='local'), guaranteed_devices=0, borrow_limit=2)")
+
+
+def submit(stack: LiveStack, token: str, project: str, params: dict[str, Any], priority: str) -> int:
+    body = {"project": project, "template": "digits-classifier", "params": params, "tags": TAGS, "priority": priority,
+            "resources": {"pool": "local", "max_runtime_s": 600}}
+    return int(stack.api("POST", "/api/v1/runs/", body, token=token, expect=201)["id"])
+
+
+def queue_entries(stack: LiveStack, token: str) -> list[dict[str, Any]]:
+    data = stack.api("GET", "/api/v1/queue/?pool=local", token=token)
+    return list(data["pools"][0]["queue"])
+
+
+@pytest.mark.live
+def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack: LiveStack) -> None:  # noqa: F811
+    stack = recipe_stack
+    stack.manage("shell", "-c", SET_QUOTA)
+    bob, alice = stack.token("bob"), stack.token("alice")
+    low = [submit(stack, bob, "nlp/tiny-lm", LOW, "low") for _ in range(2)]
+    for run_id in low:
+        # No agent yet, so nothing has claimed them: checkpoint every few steps for a cheap preemption.
+        stack.query("UPDATE runs_run SET checkpoint_policy=? WHERE id=?", (json.dumps(CHECKPOINT_POLICY), run_id))
+    waiting = queue_entries(stack, bob)
+    assert [e["run"]["id"] for e in waiting] == low and waiting[0]["reason"]["code"] == "unknown_pool"
+
+    start_agent(stack, "a1")
+    start_agent(stack, "a2")
+    stack.wait_for(lambda: all((row := run_row(stack, r))["status"] == "running" and row["steps_done"] > 0 for r in low),
+                   60, "both low runs to be training")
+
+    urgent = submit(stack, alice, "vision/digits", URGENT, "urgent")
+    preempted = stack.wait_for(
+        lambda: stack.query("SELECT run_id FROM runs_attempt WHERE status='preempted' AND run_id IN (?, ?)", tuple(low)),
+        30, "a low run to be preempted")
+    victim = int(preempted[0][0])
+    assert len(preempted) == 1, "one slot is enough for the urgent run"
+    # While it waited, the urgent run's reason was recorded: it was stopping a lower-priority run.
+    reasons = {r[0] for r in stack.query("SELECT reason_code FROM scheduling_queueestimate WHERE run_id=?", (urgent,))}
+    assert "preempting" in reasons, reasons
+    actors = stack.query("SELECT actor_label FROM audit_auditevent WHERE action='run.preempt' AND object_id=?", (str(victim),))
+    assert actors == [("scheduler",)]
+
+    def victim_waiting() -> Any:
+        mine = [e for e in queue_entries(stack, bob) if e["run"] and e["run"]["id"] == victim]
+        if not mine:
+            return None
+        theirs = [e for e in queue_entries(stack, alice) if e["team"] == "nlp"]
+        return mine[0], theirs
+
+    entry, seen_by_alice = stack.wait_for(victim_waiting, 30, "the preempted run back in the queue", interval=0.2)
+    assert entry["reason"]["message"] and entry["priority"] == "low"
+    assert entry["reason"]["code"] in {"preempted", "waiting_for_resources", "behind_higher_priority", "behind_earlier_jobs"}
+    assert seen_by_alice and all(e["run"] is None for e in seen_by_alice), "alice sees nlp's run without its details"
+    row = run_row(stack, victim)
+    assert row["status"] in {"queued", "scheduled", "running"}
+
+    stack.wait_for(lambda: run_row(stack, urgent)["status"] == "succeeded", 60, "the urgent run to succeed")
+    final = stack.wait_for(lambda: (r := run_row(stack, victim))["status"] in {"succeeded", "failed"} and r, 90,
+                           "the preempted run to finish")
+    assert final["status"] == "succeeded", final
+    attempts = stack.query("SELECT number, status, resumed_from_step FROM runs_attempt WHERE run_id=? ORDER BY number", (victim,))
+    assert [a[1] for a in attempts] == ["preempted", "succeeded"], attempts
+    assert attempts[1][2] and attempts[1][2] > 0, "the second attempt resumed from a checkpoint"
+    assert final["restarts"] == 0, "a preemption is not a failure"
+
