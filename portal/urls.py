@@ -3,7 +3,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 API_APPS = ["accounts", "tenants", "audit", "nodes", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks", "vault"]
-PAGE_APPS = ["core", "accounts", "tenants", "audit", "nodes", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks", "vault"]
+PAGE_APPS = ["core", "accounts", "tenants", "audit", "nodes", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks",
+             "vault"]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
