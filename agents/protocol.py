@@ -144,6 +144,9 @@ class AssignmentSpec(TypedDict):
     master_port: int
     resume_checkpoint: CheckpointRef | None
     init_checkpoint: CheckpointRef | None
+    # Project secrets the job gets as environment variables (apps.vault), only over this
+    # authenticated channel; the agent keeps them in memory and redacts them from job output.
+    secrets: NotRequired[dict[str, str]]
     code_snapshot: NotRequired[SnapshotRef | None]
 
 

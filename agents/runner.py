@@ -31,6 +31,7 @@ from trainyard.snapshot import snapshot_unpack
 from agents import protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config
+from agents.redact import Redactor, pump
 from agents.shipper import Shipper, Tail
 
 log = logging.getLogger("agents.runner")
@@ -68,6 +69,8 @@ class Job:
     cpu_s: float = 0.0
     # CPU seconds of the job and its reaped children, from wait4 at exit (for the last energy interval).
     exit_cpu_s: float | None = None
+    # Threads copying a job with secrets' output to its log files, redacted (agents/redact.py).
+    pumps: list[threading.Thread] = field(default_factory=list)
 
     @property
     def attempt_id(self) -> int:
@@ -231,9 +234,22 @@ class Runner:
                 if argv and argv[0] in ("python", "python3"):
                     argv[0] = sys.executable  # the agent's interpreter: same venv, same torch
                 env = {**self._env(spec, run_dir, ckpt_dir), **extra}
-                with open(root / "agent" / "stdout.log", "ab") as out, open(root / "agent" / "stderr.log", "ab") as err:
-                    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+                secrets = spec.get("secrets") or {}
+                redactor = Redactor(secrets)
+                if redactor:
+                    # Secret values live only in the job's environment; its output reaches the log
+                    # files (and so the shipper and the server) through the redactor.
+                    env.update(secrets)
+                    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+                    assert proc.stdout is not None and proc.stderr is not None
+                    pumps = [pump(proc.stdout, str(root / "agent" / "stdout.log"), redactor),
+                             pump(proc.stderr, str(root / "agent" / "stderr.log"), redactor)]
+                else:
+                    pumps = []
+                    with open(root / "agent" / "stdout.log", "ab") as out, open(root / "agent" / "stderr.log", "ab") as err:
+                        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                                start_new_session=True, preexec_fn=_die_with_parent)
             except (OSError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
         with self.lock:
@@ -242,13 +258,14 @@ class Runner:
                 log.error("attempt %d rank %d failed to start: %s", spec["attempt_id"], spec["node_rank"], error)
                 self.shipper.event({**base, "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
                 return
-            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic())
+            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic(), pumps=pumps)
             self.jobs[spec["attempt_id"]] = job
             self._record(job)
         log.info("attempt %d (run %d, rank %d) started as pid %d: %s", spec["attempt_id"], spec["run_id"], spec["node_rank"],
                  proc.pid, spec["entrypoint"])
         self.shipper.add(Tail(attempt_id=spec["attempt_id"], number=spec["number"], rank=spec["node_rank"], run_dir=run_dir,
-                              checkpoint_dir=ckpt_dir, log_dir=root / "agent", state_path=root / "agent" / "ship-state.json"))
+                              checkpoint_dir=ckpt_dir, log_dir=root / "agent", state_path=root / "agent" / "ship-state.json",
+                              redactor=Redactor(spec.get("secrets") or {})))
         started: protocol.AttemptEvent = {**base, "event": "started", "time": time.time()}  # type: ignore[typeddict-item]
         if spec["number"] > 1 and spec["node_rank"] == 0:
             started["resumed_from_step"] = resumable_step(ckpt_dir)
@@ -311,6 +328,8 @@ class Runner:
     def _exited(self, job: Job, code: int) -> None:
         # Whatever the job left behind in its group or tree goes with it.
         _signal_pids(job.proc.pid, job.tree, signal.SIGKILL)
+        for thread in job.pumps:
+            thread.join(timeout=5)  # the last redacted lines are on disk before the final ship
         with self.lock:
             self.jobs.pop(job.attempt_id, None)
         self.shipper.finish(job.attempt_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from agents import protocol
 from agents.client import ApiError, Client, Unreachable
+from agents.redact import Redactor
 
 log = logging.getLogger("agents.shipper")
 P = protocol.API_PREFIX
@@ -107,6 +108,8 @@ class Tail:
     total_steps: int | None = None
     progress_sent: tuple[int | None, int | None] = (None, None)
     progress_at: float = 0.0
+    # Redacts the run's secret values from what the job wrote to its own files (lineage).
+    redactor: Redactor = field(default_factory=lambda: Redactor({}))
 
     def save(self) -> None:
         _atomic_write(self.state_path, json.dumps({"offsets": self.offsets, "log_seq": self.log_seq, "last_step": self.last_step,
@@ -263,6 +266,7 @@ class Shipper:
                 self.spool.put("checkpoint_deleted", {"path": P + "checkpoints/deleted/", "attempt_id": tail.attempt_id,
                                                       "body": gone})
         if lineage:
+            lineage = tail.redactor.redact_json(lineage)
             body: protocol.ProgressReport = {"attempt_id": tail.attempt_id, "number": tail.number, "lineage": lineage}
             self.spool.put("progress", {"path": P + "progress/", "attempt_id": tail.attempt_id, "body": body})
         return bool(lines)

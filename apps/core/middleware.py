@@ -1,18 +1,20 @@
-"""Turns a database outage into a clear 503 instead of a 500 with a stack trace."""
+"""Turns a database outage into a clear 503 instead of a 500 with a stack trace.
+
+``process_exception`` covers exceptions raised by views. Failures in other middleware (loading
+the session, the user, a CSRF check) are turned into responses by Django before they reach
+this class; apps.core.errors.handler500 gives those the same 503. The ``__call__`` guard covers
+what reaches here unconverted (DEBUG off or on, any handler).
+"""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
-from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 
-from apps.core.errors import error_body
+from apps.core.errors import DATABASE_UNAVAILABLE, database_unavailable_response, is_database_unavailable
 
-log = logging.getLogger(__name__)
-
-MESSAGE = "The database is unavailable right now; nothing was changed. Please retry shortly."
+MESSAGE = DATABASE_UNAVAILABLE
 
 
 class DatabaseUnavailableMiddleware:
@@ -20,17 +22,15 @@ class DatabaseUnavailableMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        try:
+            return self.get_response(request)
+        except Exception as exc:
+            if is_database_unavailable(exc):
+                return database_unavailable_response(request, exc)
+            raise
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         # Only connection-level failures: a constraint violation is a bug to see, not a 503.
-        if isinstance(exception, (OperationalError, InterfaceError)) and not _is_lock_timeout(exception):
-            log.warning("database unavailable: %s", exception)
-            response = JsonResponse(error_body(503, "database_unavailable", MESSAGE), status=503)
-            response["Retry-After"] = "5"
-            return response
+        if is_database_unavailable(exception):
+            return database_unavailable_response(request, exception)
         return None
-
-
-def _is_lock_timeout(exc: Exception) -> bool:
-    return "locked" in str(exc).lower()

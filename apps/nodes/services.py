@@ -30,6 +30,7 @@ from apps.runs.models import (
 )
 from apps.runs.services import lifecycle
 from apps.runs.services.placement import request_scheduling_pass
+from apps.vault.services import run_secret_values
 
 JOIN_TOKEN_PREFIX = "tyj_"
 HEARTBEAT_INTERVAL_S = 5.0
@@ -233,6 +234,15 @@ def _spec(a: Assignment) -> protocol.AssignmentSpec:
     }
 
 
+def _with_secrets(spec: protocol.AssignmentSpec, a: Assignment) -> protocol.AssignmentSpec:
+    """The run's project secrets (apps.vault), decrypted for this node's claim only: never stored
+    in the assignment, never logged."""
+    values = run_secret_values(run=a.attempt.run)
+    if values:
+        spec["secrets"] = values
+    return spec
+
+
 def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
     if ckpt is None:
         return None
@@ -268,7 +278,7 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
             with acting_as(label=f"agent:{node.hostname}"):
                 audit_record(action="assignment.claimed", target=a.attempt, team_id=None, after={"node": node.hostname,
                                                                                                   "rank": a.node_rank})
-            out.append(_spec(a))
+            out.append(_with_secrets(_spec(a), a))
     return out
 
 

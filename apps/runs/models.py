@@ -54,6 +54,8 @@ class Run(models.Model):
     restarts = models.PositiveIntegerField(default=0)
     entrypoint = models.CharField(max_length=500)
     checkpoint_policy = models.JSONField(default=dict)
+    # Names (never values) of project secrets (apps.vault) the job gets in its environment.
+    secrets = models.JSONField(default=list, blank=True)
 
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     reason_code = models.CharField(max_length=32, blank=True, help_text="Why the run is in its status: quota, budget, ...")
@@ -225,6 +227,9 @@ class LogChunk(models.Model):
         ordering = ["run_id", "attempt_id", "rank", "seq"]
         constraints = [models.UniqueConstraint(fields=["attempt", "rank", "seq"], name="logchunk_unique_seq")]
 
+    def __str__(self) -> str:
+        return f"run {self.run_id} attempt {self.attempt_id} rank {self.rank} chunk {self.seq}"
+
 
 class EnergySample(models.Model):
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="energy_samples")
@@ -240,6 +245,9 @@ class EnergySample(models.Model):
         ordering = ["attempt_id", "at"]
         constraints = [models.UniqueConstraint(fields=["attempt", "node", "device_index", "at"], name="energy_unique_sample")]
 
+    def __str__(self) -> str:
+        return f"attempt {self.attempt_id} device {self.device_index} @ {self.at:%H:%M:%S}: {self.energy_j:.0f} J"
+
 
 class CodeSnapshot(models.Model):
     """A content-addressed tarball of user code for the custom template."""
@@ -254,3 +262,6 @@ class CodeSnapshot(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "sha256"], name="snapshot_unique_per_project")]
+
+    def __str__(self) -> str:
+        return f"snapshot {self.sha256[:12]} ({self.size} bytes)"

@@ -1,6 +1,19 @@
+from __future__ import annotations
+
 from django.apps import AppConfig
 
 
 class VaultConfig(AppConfig):
     name = "apps.vault"
     label = "vault"
+
+    def ready(self) -> None:
+        from apps.runs.services.submit import ADMISSION_CHECKS
+        from apps.tenants.views import PROJECT_PANELS
+        from apps.vault import checks, services, views
+
+        checks.register()
+        if services.vault_admission_check not in ADMISSION_CHECKS:
+            ADMISSION_CHECKS.append(services.vault_admission_check)
+        if views.project_secrets_panel not in PROJECT_PANELS:
+            PROJECT_PANELS.append(views.project_secrets_panel)

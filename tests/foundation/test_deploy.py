@@ -24,7 +24,10 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_check_deploy_has_no_warnings() -> None:
-    result = _manage("check", "--deploy", "--fail-level", "WARNING", TRAINYARD_SECRET_KEY=secrets.token_urlsafe(64))
+    from cryptography.fernet import Fernet
+
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", TRAINYARD_SECRET_KEY=secrets.token_urlsafe(64),
+                     TRAINYARD_SECRET_KEYS=Fernet.generate_key().decode())
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 

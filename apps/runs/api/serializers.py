@@ -28,6 +28,8 @@ class RunCreateSerializer(serializers.Serializer[Run]):
     init_checkpoint = serializers.CharField(required=False, allow_blank=True, default="", help_text="Or a specific checkpoint id.")
     code_snapshot = serializers.CharField(required=False, allow_blank=True, default="", help_text="Custom template: sha256 (or id) "
                                           "of a code snapshot uploaded to this project.")
+    secrets = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list, max_length=32,
+                                    help_text="Names of project secrets the job gets as environment variables.")
 
 
 class AttemptSummarySerializer(serializers.Serializer[Any]):

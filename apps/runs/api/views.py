@@ -155,6 +155,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
             init_run=data["init_run"] or None,
             init_checkpoint=data["init_checkpoint"] or None,
             code_snapshot=snapshot_from_ref(project=project, ref=data["code_snapshot"].strip()),
+            secrets=data["secrets"] or None,
         )
         run = self.get_base_queryset().get(pk=run.pk)
         return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)

@@ -196,6 +196,16 @@ def init_checkpoint_resolve(*, user: AnyUser, init_run: Any, init_checkpoint: An
     return checkpoint
 
 
+def secrets_resolve(*, secrets: Any, errors: Errors) -> list[str]:
+    """Shape only (a list of names); whether each exists is the vault's admission check."""
+    if secrets in (None, ""):
+        return []
+    if not isinstance(secrets, list) or not all(isinstance(n, str) for n in secrets):
+        errors.add("secrets", "must be a list of secret names")
+        return []
+    return sorted(set(secrets))
+
+
 def _entrypoint(template: JobTemplate, params: dict[str, Any]) -> str:
     if template.kind == TemplateKind.CUSTOM:
         return str(params.get("command", "")).strip()
@@ -209,7 +219,7 @@ def _total_steps(template: JobTemplate, params: dict[str, Any]) -> int | None:
 
 def _build_run(*, project: Project, template: JobTemplate, params: dict[str, Any], tags: dict[str, str], priority: str,
                resources: Resources, user: AnyUser, name: str, now: Any, init_checkpoint: Checkpoint | None,
-               code_snapshot: CodeSnapshot | None, parent: Run | None = None) -> Run:
+               code_snapshot: CodeSnapshot | None, parent: Run | None = None, secrets: list[str] | None = None) -> Run:
     return Run(
         project=project,
         template=template,
@@ -234,6 +244,7 @@ def _build_run(*, project: Project, template: JobTemplate, params: dict[str, Any
         init_checkpoint=init_checkpoint,
         code_snapshot=code_snapshot,
         total_steps=_total_steps(template, params),
+        secrets=list(secrets or []),
     )
 
 
@@ -258,6 +269,7 @@ def run_submit(
     init_run: int | str | None = None,
     init_checkpoint: int | str | None = None,
     code_snapshot: CodeSnapshot | None = None,
+    secrets: Any = None,
 ) -> Run:
     """Validates a submission and queues it (a sweep queues one child per point under a parent).
 
@@ -288,11 +300,15 @@ def run_submit(
             if key == "init_checkpoint" and init_checkpoint in (None, ""):
                 init_checkpoint = value
     checkpoint = init_checkpoint_resolve(user=user, init_run=init_run, init_checkpoint=init_checkpoint, errors=errors)
+    # Secret names may come inside params too; the vault's admission check verifies they exist.
+    if "secrets" in raw_params and "secrets" not in properties and secrets in (None, []):
+        secrets = raw_params.pop("secrets")
+    secret_names = secrets_resolve(secrets=secrets, errors=errors)
 
     if template.kind == TemplateKind.SWEEP:
         return _sweep_submit(project=project, template=template, raw_params=raw_params, tags=clean_tags, priority=clean_priority,
                              resources=resources, user=user, name=name, checkpoint=checkpoint, code_snapshot=code_snapshot,
-                             errors=errors)
+                             errors=errors, secrets=secret_names)
 
     clean_params: dict[str, Any] = {}
     try:
@@ -308,7 +324,7 @@ def run_submit(
         locked = Project.objects.select_for_update().get(pk=project.pk)
         run = _build_run(project=locked, template=template, params=clean_params, tags=clean_tags, priority=clean_priority,
                          resources=clean_resources, user=user, name=name, now=timezone.now(), init_checkpoint=checkpoint,
-                         code_snapshot=code_snapshot)
+                         code_snapshot=code_snapshot, secrets=secret_names)
         _admit_and_save(run, project=locked, user=user)
         request_scheduling_pass()
     return run
@@ -326,7 +342,7 @@ def _check_kind_inputs(*, template: JobTemplate, checkpoint: Checkpoint | None, 
 
 def _sweep_submit(*, project: Project, template: JobTemplate, raw_params: dict[str, Any], tags: dict[str, str], priority: str,
                   resources: dict[str, Any] | None, user: AnyUser, name: str, checkpoint: Checkpoint | None,
-                  code_snapshot: CodeSnapshot | None, errors: Errors) -> Run:
+                  code_snapshot: CodeSnapshot | None, errors: Errors, secrets: list[str] | None = None) -> Run:
     """A parent run (the family's controller: it holds no devices and is never scheduled) plus
     one queued child per point of the space."""
     sweep: dict[str, Any] = {}
@@ -383,7 +399,7 @@ def _sweep_submit(*, project: Project, template: JobTemplate, raw_params: dict[s
         for index, params in enumerate(child_params, start=1):
             child = _build_run(project=locked, template=child_template, params=params, tags=dict(tags), priority=priority,
                                resources=clean_resources, user=user, name=f"{parent.name} #{index}", now=now,
-                               init_checkpoint=checkpoint, code_snapshot=code_snapshot, parent=parent)
+                               init_checkpoint=checkpoint, code_snapshot=code_snapshot, parent=parent, secrets=secrets)
             _admit_and_save(child, project=locked, user=user)
         request_scheduling_pass()
     return parent
