@@ -237,7 +237,6 @@ def main() -> int:
         try:
             print(f"setting up: {args.agents} agents, {args.users} users ...", flush=True)
             subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-            subprocess.run([py, "manage.py", "migrate", "--run-syncdb", "-v0"], cwd=ROOT, env=env, check=True)
             subprocess.run([py, "manage.py", "seed_demo"], cwd=ROOT, env=env, check=True, capture_output=True)
             out = subprocess.run([py, "manage.py", "shell", "-c", (HERE / "_setup_load.py").read_text()], cwd=ROOT, env=env,
                                  check=True, capture_output=True, text=True)

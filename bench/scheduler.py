@@ -40,7 +40,6 @@ TARGET_PLACEMENTS_PER_S = 500.0
 def _django(db: str) -> None:
     env = {**os.environ, "DATABASE_URL": db, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "TRAINYARD_DEBUG": "false"}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--run-syncdb", "-v0"], cwd=ROOT, env=env, check=True)
     os.environ.update(DATABASE_URL=db, DJANGO_SETTINGS_MODULE="portal.settings.base", TRAINYARD_DEBUG="false")
     import django
 

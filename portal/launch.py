@@ -82,7 +82,7 @@ class Launcher:
 
     def run(self) -> None:
         print("Trainyard: preparing the database under var/ ...")
-        self.manage("migrate", "--run-syncdb", "--noinput", "-v0")
+        self.manage("migrate", "--noinput", "-v0")
         self.manage("seed_demo")
         print("Starting services:")
         self.start_redis()

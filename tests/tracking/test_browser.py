@@ -35,28 +35,6 @@ def page() -> Iterator[Any]:
             browser.close()
 
 
-@pytest.fixture
-def tracking_stack(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveStack]:
-    """live_stack, but migrated with --run-syncdb: until the lead generates the migrations of the
-    apps being built now, their tables come from the models (a no-op once migrations exist)."""
-    original = LiveStack.manage
-
-    def manage(self: LiveStack, *args: str, check: bool = True) -> Any:
-        if args and args[0] == "migrate":
-            original(self, *args, check=check)  # PostgreSQL: migrated tables first, FKs point at them
-            args = (*args, "--run-syncdb")
-        return original(self, *args, check=check)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(LiveStack, "manage", manage)
-        stack = LiveStack(tmp_path, redis_url)
-    try:
-        stack.start_web()
-        yield stack
-    finally:
-        stack.close()
-
-
 def post_metrics(url: str, secret: str, attempt_id: int, points: list[list[Any]]) -> dict[str, Any]:
     body = json.dumps({"attempt_id": attempt_id, "attempt": 1, "points": points}).encode()
     req = urllib.request.Request(f"{url}/api/v1/agent/metrics/", data=body, method="POST",
@@ -84,9 +62,8 @@ def chart_points(page: Any, key: str) -> int:
                    return d && d.data ? d.data[d.data.length - 1].x.length : 0; }""", key))
 
 
-def test_run_chart_updates_live_and_compare_view(tracking_stack: LiveStack, page: Any) -> None:
+def test_run_chart_updates_live_and_compare_view(live_stack: LiveStack, page: Any) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    live_stack = tracking_stack
     ids = setup_live(live_stack)
     first = [["loss", s, 2.0 / (s + 1), 1_700_000_000.0 + s] for s in range(50)]
     assert post_metrics(live_stack.url, ids["secret"], ids["attempt"], first) == {"accepted": 50}
