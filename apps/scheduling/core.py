@@ -13,12 +13,14 @@ The rules, per pool, in the order they apply:
    quota and do not hold up anyone else.
 2. Order. Urgent before normal before low; a low job that waited long enough competes as
    normal (aging between classes). Within a class, jobs that fit inside their team's unused
-   guarantee go first, so idle guaranteed devices reach their owners before borrowers (the
-   Kueue cohort idea). Then a multifactor score ranks jobs: the team's fair-share factor
-   (Slurm's 2^-(recent use / entitled share), from usage decayed with a half-life) times the
-   job's wait ratio (wait plus a floor, over predicted runtime times sqrt(width)). Short jobs
-   start sooner, which lowers mean completion time; every minute of waiting raises a job, so
-   nothing starves. The FIFO ordering (class, then submission time) is there for comparison.
+   guarantee may go first (`guarantee_first`), so idle guaranteed devices reach their owners
+   before borrowers (the Kueue cohort idea). Then the earliest virtual deadline goes first:
+   submission time + stretch x size, where size is the predicted runtime times sqrt(width), and
+   the stretch grows for teams that used more than their share recently (Slurm's fair-share
+   factor 2^-(recent use / entitled share), from usage decayed with a half-life). Short jobs
+   start sooner, which lowers mean completion time; a deadline never moves, so later arrivals
+   eventually rank behind any waiting job and nothing starves. The FIFO ordering (class, then
+   submission time) is there for comparison.
 3. Placement. A gang gets all its nodes at once or nothing. Best-fit packing puts a job on the
    fullest node it fits, keeping whole nodes free for wide gangs.
 4. Backfill (EASY). The first `reserve_depth` jobs that do not fit get a reservation: the
@@ -26,6 +28,8 @@ The rules, per pool, in the order they apply:
    A later job may start now only if it leaves those reservations intact: it is predicted to
    end before the reserved start, or it uses devices the reservation does not need. Without
    backfill the first blocked job stops everyone behind it.
+   Optionally the last `headroom_devices` free devices are kept for jobs predicted to be short,
+   so those start on arrival even when the pool is busy.
 5. Preemption. A job that does not fit may stop preemptible runs of a lower class that are
    beyond their team's guarantee (never a run inside a guarantee). Victims are chosen to lose
    the least work since their last checkpoint. The job then waits for them to stop, with its
@@ -36,8 +40,9 @@ Fragmentation figures count free devices that no queued shape could use after th
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from apps.scheduling.model import (
@@ -61,13 +66,13 @@ from apps.scheduling.model import (
 )
 from apps.scheduling.placement import INF, PoolCapacity
 from apps.scheduling.policies import (
+    OrderKey,
     decay_usage,
-    effective_class,
     explain_policy,
     fair_share_factors,
     guarantees_by_team,
     limits_by_team,
-    order_queue,
+    order_keys,
     runs_within_guarantee,
     team_usage_devices,
 )
@@ -93,6 +98,7 @@ __all__ = [
     "WaitCode",
     "decay_usage",
     "explain_policy",
+    "queue_order",
     "schedule",
 ]
 
@@ -132,51 +138,78 @@ class _PoolPass:
     fragmentation: Fragmentation | None = None
 
     def run(self) -> None:
-        policy, now = self.policy, self.now
+        policy, now, explain = self.policy, self.now, self.explain
         cap = PoolCapacity(self.nodes, self.running, policy.packing)
-        held = team_usage_devices(self.running)
         guarantees = guarantees_by_team(self.quotas, self.pool)
-        capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
-        limits = limits_by_team(self.quotas, self.pool, capacity)
-        fair_share: dict[str, float] = {}
-        if policy.ordering == Ordering.PRIORITY and policy.fair_share_weight > 0:
-            teams = {j.team for j in self.queued}
-            fair_share = fair_share_factors(teams | set(self.usage), self.usage, guarantees)
-        ordered = order_queue(
-            self.queued, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share
-        )
-        self.order = tuple(j.id for j in ordered)
 
         # Preemption setup: which runs are borrowed, and the lowest class among the borrowed
         # preemptible ones (a job of that class or lower has nobody to preempt).
         within_run: dict[str, bool] = {}
         lowest_victim: int | None = None
-        if policy.preemption:
+        if policy.preemption and any(r.preemptible and not r.stopping for r in self.running):
             within_run = runs_within_guarantee(self.running, guarantees)
             lowest_victim = min(
-                (
-                    int(r.priority_class)
-                    for r in self.running
-                    if r.preemptible and not r.stopping and not within_run[r.id]
-                ),
+                (int(r.priority_class) for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
                 default=None,
             )
+        if not explain and cap.free_sum == 0 and lowest_victim is None:
+            # A full pool with nobody to preempt: nothing can change, and no reasons were asked
+            # for, so skip ordering altogether (the common case on a busy cluster).
+            return
+
+        held = team_usage_devices(self.running)
+        capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
+        limits = limits_by_team(self.quotas, self.pool, capacity)
+        fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
+        # Shortest predicted runtime per gang shape: if not even that fits anywhere now, no job of
+        # the shape can start in this pass.
+        shortest: dict[tuple[int, int], float] = {}
+        for j in self.queued:
+            shape = (j.nodes, j.devices_per_node)
+            if j.blocked_reason is None and j.predicted_runtime < shortest.get(shape, INF):
+                shortest[shape] = j.predicted_runtime
+        headroom = policy.headroom_devices
+        if not explain and lowest_victim is None and not any(
+            cap.find(k, d, now + r) is not None and self._clears_headroom(cap, k * d, r) for (k, d), r in shortest.items()
+        ):
+            return
+
+        keyed = order_keys(self.queued, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share)
+        if explain:
+            keyed.sort()
+            self.order = tuple(item[5].id for item in keyed)
+            ordered: Iterable[OrderKey] = keyed
+        else:
+            # Without reasons to give, only the front of the line matters: pop it lazily.
+            heapq.heapify(keyed)
+            ordered = _drain(keyed)
+
         taken: set[str] = set()
         preempt_failed: dict[tuple[tuple[int, int], str], int] = {}
         hardware: dict[tuple[int, int], bool] = {}
         failed_end: dict[tuple[int, int], float] = {}
         blockers: list[_Blocker] = []
         reservations = 0
+        reserve_depth = max(1, policy.reserve_depth)
         stop_all = False
+        dead_shapes: set[tuple[int, int]] = set()
 
-        for position, job in enumerate(ordered, start=1):
+        for position, item in enumerate(ordered, start=1):
+            if not explain and (
+                stop_all or (lowest_victim is None and (cap.free_sum == 0 or len(dead_shapes) == len(shortest)))
+            ):
+                break
+            job = item[5]
             shape = (job.nodes, job.devices_per_node)
             if job.blocked_reason is not None:
                 self._entry(job, position, WaitCode.BUDGET, job.blocked_message or job.blocked_reason)
                 continue
-            if shape not in hardware:
-                hardware[shape] = job.nodes >= 1 and cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
-            if not hardware[shape]:
+            fits_hardware = hardware.get(shape)
+            if fits_hardware is None:
+                fits_hardware = hardware[shape] = (
+                    job.nodes >= 1 and cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
+                )
+            if not fits_hardware:
                 self._no_hardware(job, position, cap)
                 continue
             limit = limits.get(job.team, capacity)
@@ -190,30 +223,42 @@ class _PoolPass:
                     f"{job.devices} more.",
                 )
                 continue
-            klass = effective_class(job, now, policy)
+            klass = PriorityClass(-item[0])
             if stop_all:
                 self._behind(job, klass, position, blockers, fair_share)
                 continue
             end = now + max(job.predicted_runtime, 0.0)
             if end < failed_end.get(shape, INF):
                 chosen = cap.find(job.nodes, job.devices_per_node, end)
+                if chosen is not None and headroom and not self._clears_headroom(cap, job.devices, job.predicted_runtime):
+                    # It fits, but only by eating the devices kept for short jobs. Not a capacity
+                    # failure, so it takes no reservation (that would fence off the headroom).
+                    if explain:
+                        self._entry(
+                            job,
+                            position,
+                            WaitCode.HEADROOM,
+                            f"The last {headroom} free devices of pool {self.pool} are kept for jobs expected to "
+                            "finish soon; this one is expected to run longer.",
+                        )
+                    continue
                 if chosen is not None:
                     cap.take(chosen, job.devices_per_node, end)
                     held[job.team] = held.get(job.team, 0) + job.devices
                     alloc = tuple((cap.ids[i], job.devices_per_node) for i in chosen)
                     self.placements.append(Placement(job.id, self.pool, alloc))
-                    if self.explain:
+                    if explain:
                         where = ", ".join(f"{n} ({c})" for n, c in alloc)
                         self._entry(job, position, WaitCode.PLACED, f"Starting on {where}.")
                     continue
                 # Capacity only shrinks and reservations only tighten during a pass, so any later
                 # job of this shape that runs at least as long cannot fit either.
                 failed_end[shape] = end
+                if not explain and cap.find(job.nodes, job.devices_per_node, now + shortest[shape]) is None:
+                    dead_shapes.add(shape)
 
             if lowest_victim is not None:
-                reclaiming = policy.reclaim_borrowed and held.get(job.team, 0) + job.devices <= guarantees.get(
-                    job.team, 0
-                )
+                reclaiming = policy.reclaim_borrowed and held.get(job.team, 0) + job.devices <= guarantees.get(job.team, 0)
                 # Victims only get scarcer during a pass: once a shape found none for a class,
                 # later jobs of that shape and no higher class find none either.
                 memo = (shape, job.team if reclaiming else "")
@@ -223,19 +268,29 @@ class _PoolPass:
                         continue
                     preempt_failed[memo] = int(klass)
 
-            if reservations < max(1, policy.reserve_depth):
+            if reservations < reserve_depth:
                 reservations += 1
-                start = cap.reserve(job.nodes, job.devices_per_node, now)
-                blockers.append(_Blocker(job, klass, start))
                 if not policy.backfill:
+                    # The first blocked job stops the line; its reservation only feeds the message.
                     stop_all = True
-                if self.explain:
+                start = cap.reserve(job.nodes, job.devices_per_node, now) if policy.backfill or explain else None
+                blockers.append(_Blocker(job, klass, start))
+                if explain:
                     self._head(job, position, start, cap)
                 continue
             self._behind(job, klass, position, blockers, fair_share, cap=cap)
 
-        if self.explain:
-            self.fragmentation = self._fragmentation(cap, ordered, hardware)
+        if explain:
+            self.fragmentation = self._fragmentation(cap, [item[5] for item in keyed], hardware)
+
+    def _clears_headroom(self, cap: PoolCapacity, devices: int, runtime: float) -> bool:
+        """Short jobs may use any free device; longer ones must leave the headroom free."""
+        policy = self.policy
+        return (
+            policy.headroom_devices <= 0
+            or runtime <= policy.headroom_max_runtime_s
+            or cap.free_sum - devices >= policy.headroom_devices
+        )
 
     # -- preemption -------------------------------------------------------------------------
 
@@ -397,6 +452,52 @@ class _PoolPass:
         )
 
 
+def _fair_share(
+    policy: Policy, queued: Sequence[QueuedJob], usage: dict[str, float], guarantees: dict[str, int]
+) -> dict[str, float]:
+    if policy.ordering != Ordering.PRIORITY or policy.fair_share_weight <= 0:
+        return {}
+    return fair_share_factors({j.team for j in queued} | set(usage), usage, guarantees)
+
+
+def _by_pool(state: ClusterState) -> tuple[dict[str, list[RunningJob]], dict[str, list[QueuedJob]], dict[str, dict[str, float]]]:
+    running: dict[str, list[RunningJob]] = defaultdict(list)
+    for run in state.running:
+        running[run.pool].append(run)
+    queued: dict[str, list[QueuedJob]] = defaultdict(list)
+    for job in state.queued:
+        queued[job.pool].append(job)
+    usage: dict[str, dict[str, float]] = defaultdict(dict)
+    for use in state.usage:
+        usage[use.pool][use.team] = usage[use.pool].get(use.team, 0.0) + use.device_seconds
+    return running, queued, usage
+
+
+def queue_order(state: ClusterState) -> dict[str, list[QueuedJob]]:
+    """Each pool's queue in scheduling order, without placing anything (cheap: no capacity)."""
+    running, queued, usage = _by_pool(state)
+    order: dict[str, list[QueuedJob]] = {}
+    for pool in sorted(queued):
+        policy = state.policies.get(pool, state.default_policy)
+        guarantees = guarantees_by_team(state.quotas, pool)
+        keyed = order_keys(
+            queued[pool],
+            now=state.now,
+            policy=policy,
+            held=team_usage_devices(running.get(pool, [])),
+            guarantees=guarantees,
+            fair_share=_fair_share(policy, queued[pool], usage.get(pool, {}), guarantees),
+        )
+        keyed.sort()
+        order[pool] = [item[5] for item in keyed]
+    return order
+
+
+def _drain(heap: list[OrderKey]) -> Iterator[OrderKey]:
+    while heap:
+        yield heapq.heappop(heap)
+
+
 def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
     """One scheduling pass over every pool.
 
@@ -404,17 +505,21 @@ def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
     estimator do not need them); placements, preemptions and order are the same either way.
     """
     nodes_by_pool: dict[str, list[Node]] = defaultdict(list)
+    free_by_pool: dict[str, int] = defaultdict(int)
     for node in state.nodes:
         nodes_by_pool[node.pool].append(node)
-    running_by_pool: dict[str, list[RunningJob]] = defaultdict(list)
-    for run in state.running:
-        running_by_pool[run.pool].append(run)
-    queued_by_pool: dict[str, list[QueuedJob]] = defaultdict(list)
-    for job in state.queued:
-        queued_by_pool[job.pool].append(job)
-    usage_by_pool: dict[str, dict[str, float]] = defaultdict(dict)
-    for use in state.usage:
-        usage_by_pool[use.pool][use.team] = usage_by_pool[use.pool].get(use.team, 0.0) + use.device_seconds
+        if node.state == NodeState.READY:
+            free_by_pool[node.pool] += max(0, node.free_devices)
+    if not explain:
+        movable = {r.pool for r in state.running if r.preemptible and not r.stopping}
+        if all(
+            free_by_pool[pool] == 0 and not (pool in movable and state.policies.get(pool, state.default_policy).preemption)
+            for pool in nodes_by_pool
+        ):
+            # Every pool is full and nothing may be preempted: no decision is possible, and
+            # without reasons to give there is no need to even look at the queue.
+            return Decision(placements=(), preemptions=(), queue=(), fragmentation=())
+    running_by_pool, queued_by_pool, usage_by_pool = _by_pool(state)
 
     placements: list[Placement] = []
     preemptions: list[Preemption] = []
@@ -433,7 +538,7 @@ def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
             now=state.now,
             policy=state.policies.get(pool, state.default_policy),
             nodes=nodes_by_pool.get(pool, []),
-            running=sorted(running_by_pool.get(pool, []), key=lambda r: r.id),
+            running=running_by_pool.get(pool, []),
             queued=queued_by_pool.get(pool, []),
             quotas=state.quotas,
             usage=usage_by_pool.get(pool, {}),
@@ -442,8 +547,8 @@ def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
         work.run()
         placements.extend(work.placements)
         preemptions.extend(work.preemptions)
-        order[pool] = work.order
         if explain:
+            order[pool] = work.order
             entries.extend(sorted(work.entries, key=lambda e: e.position))
             if work.fragmentation is not None:
                 fragmentation.append(work.fragmentation)

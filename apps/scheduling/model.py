@@ -36,7 +36,7 @@ class NodeState(StrEnum):
 class Ordering(StrEnum):
     # Class first, then submission time: the baseline everyone understands.
     FIFO = "fifo"
-    # Class (with aging), then guarantee, then the multifactor score (fair share x wait ratio).
+    # Class (with aging), then guarantee, then the virtual deadline (size and fair share).
     PRIORITY = "priority"
 
 
@@ -62,6 +62,7 @@ class WaitCode(StrEnum):
     FAIR_SHARE = "fair_share"
     IN_LINE = "behind_earlier_jobs"
     BACKFILL_TOO_LONG = "would_delay_reserved_job"
+    HEADROOM = "headroom_kept_for_short_jobs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +95,11 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     progress: float | None = None
     stopping: bool = False
+    # Derived once: passes read it for every run, many times.
+    devices: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def devices(self) -> int:
-        return sum(count for _, count in self.allocation)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", sum(count for _, count in self.allocation))
 
     def work_at_risk(self, now: float) -> float:
         """Device-seconds lost if stopped now: work since the latest checkpoint (or start)."""
@@ -124,10 +126,10 @@ class QueuedJob:
     preemptible: bool = True
     blocked_reason: str | None = None
     blocked_message: str = ""
+    devices: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def devices(self) -> int:
-        return self.nodes * self.devices_per_node
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", self.nodes * self.devices_per_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +161,13 @@ class Policy:
     guarantee_first: bool = True
     # Aging between classes: a low job is treated as normal after waiting this long.
     class_promotion_s: float = 12 * 3600.0
-    # Multifactor score: fair_share_factor ** fair_share_weight * (1 + aging * wait / size).
-    # `size` is the predicted runtime (at least `min_runtime_s`) times the job's devices
-    # raised to `width_exponent`: short, narrow jobs go first, and waiting raises everyone.
+    # Within a class (and tier), the earliest virtual deadline goes first:
+    #   submitted_at + stretch * size / fair_share_factor ** fair_share_weight
+    # where size is the predicted runtime (at least `min_runtime_s`) times devices raised to
+    # `width_exponent`. Short, narrow jobs get near deadlines and go first; a long job's deadline
+    # is fixed, so later arrivals eventually rank behind it and nothing starves.
+    stretch: float = 4.0
     fair_share_weight: float = 1.0
-    aging: float = 1.0
     width_exponent: float = 0.5
     min_runtime_s: float = 600.0
     # Half-life of the usage history that fair share looks at. The caller decays usage with it
@@ -172,6 +176,11 @@ class Policy:
     # Also reclaim borrowed devices (other teams' runs beyond their guarantee) for a job that
     # fits inside its own team's guarantee, whatever the classes.
     reclaim_borrowed: bool = False
+    # Headroom for short work: a job predicted to run longer than `headroom_max_runtime_s` may
+    # not take the pool's last `headroom_devices` free devices, so short jobs can start on
+    # arrival even when the pool is busy (0 turns it off).
+    headroom_devices: int = 0
+    headroom_max_runtime_s: float = 2 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,5 +255,5 @@ class Decision:
     # Every queued job, in pool order (empty when the pass ran with explain=False).
     queue: tuple[QueueEntry, ...]
     fragmentation: tuple[Fragmentation, ...]
-    # Pool -> job ids in scheduling order; always filled, the estimator relies on it.
+    # Pool -> job ids in scheduling order (empty when the pass ran with explain=False).
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Ordering rules: aging between classes, guarantees, fair share and the wait ratio.
+"""Ordering rules: aging between classes, guarantees, fair share and virtual deadlines.
 
 Pure functions over the model dataclasses; `core.schedule` calls them once per pool per pass.
 """
@@ -94,16 +94,15 @@ def job_size(job: QueuedJob, policy: Policy) -> float:
     return runtime * math.pow(max(job.devices, 1), policy.width_exponent)
 
 
-def wait_score(job: QueuedJob, now: float, policy: Policy, fair_share: float) -> float:
-    """Higher runs first: fair share times (aging * wait + floor) / size.
+def virtual_deadline(job: QueuedJob, policy: Policy, fair_share: float) -> float:
+    """Earlier runs first: submission time plus stretch x size, stretched more for heavy users.
 
-    With no wait, short narrow jobs lead (shortest-predicted-first lowers mean completion time);
-    as a job waits its score grows linearly, so a long job overtakes fresh short ones after
-    waiting roughly its own predicted length, and nothing starves.
+    Short jobs get near deadlines, which lowers mean completion time; the deadline never moves,
+    so every later arrival with a longer size ranks behind it and nothing starves. A team at its
+    entitlement (factor 0.5) with weight 1 waits twice as long per unit of size.
     """
-    wait = max(0.0, now - job.submitted_at)
-    ratio = (policy.aging * wait + policy.min_runtime_s) / job_size(job, policy)
-    return math.pow(fair_share, policy.fair_share_weight) * ratio
+    penalty = math.pow(max(fair_share, 1e-12), -policy.fair_share_weight)
+    return job.submitted_at + policy.stretch * job_size(job, policy) * penalty
 
 
 def team_usage_devices(running: Iterable[RunningJob]) -> dict[str, int]:
@@ -141,6 +140,68 @@ def runs_within_guarantee(
     return within
 
 
+OrderKey = tuple[int, int, float, float, str, QueuedJob]
+
+
+def order_keys(
+    jobs: Sequence[QueuedJob],
+    *,
+    now: float,
+    policy: Policy,
+    held: Mapping[str, int],
+    guarantees: Mapping[str, int],
+    fair_share: Mapping[str, float],
+) -> list[OrderKey]:
+    """Sort keys for the pool's order (smallest first); ties break on submission time, then id.
+
+    Returned unsorted so a pass that needs only the front can heapify instead of sorting.
+    This runs on every pass over every queued job, so it is kept tight.
+    """
+    keyed: list[OrderKey] = []
+    if policy.ordering == Ordering.FIFO:
+        for j in jobs:
+            keyed.append((-int(j.priority_class), 1, 0.0, j.submitted_at, j.id, j))
+        return keyed
+
+    promote_before = now - policy.class_promotion_s if policy.class_promotion_s > 0 else -math.inf
+    low, normal = int(PriorityClass.LOW), int(PriorityClass.NORMAL)
+    min_runtime = max(policy.min_runtime_s, 1.0)
+    # Per-team and per-width factors once, then `virtual_deadline` inlined per job.
+    team_stretch = {
+        team: policy.stretch * math.pow(max(f, 1e-12), -policy.fair_share_weight) for team, f in fair_share.items()
+    }
+    width_factor: dict[int, float] = {}
+    for j in jobs:
+        klass = int(j.priority_class)
+        if klass == low and j.submitted_at <= promote_before:
+            klass = normal
+        width = width_factor.get(j.devices)
+        if width is None:
+            width = width_factor[j.devices] = math.pow(max(j.devices, 1), policy.width_exponent)
+        runtime = j.predicted_runtime if j.predicted_runtime > min_runtime else min_runtime
+        deadline = j.submitted_at + team_stretch.get(j.team, policy.stretch) * runtime * width
+        keyed.append((-klass, 1, deadline, j.submitted_at, j.id, j))
+
+    if policy.guarantee_first:
+        # Walk each team's jobs best-first; those that still fit in the team's unused guarantee
+        # form the first tier, so idle guaranteed devices go to their owners before borrowers.
+        room = {team: g - held.get(team, 0) for team, g in guarantees.items() if g > held.get(team, 0)}
+        if room:
+            per_team: dict[str, list[int]] = defaultdict(list)
+            for index, item in enumerate(keyed):
+                if item[5].team in room:
+                    per_team[item[5].team].append(index)
+            for team, indexes in per_team.items():
+                indexes.sort(key=lambda i: keyed[i][:5])
+                left = room[team]
+                for i in indexes:
+                    job = keyed[i][5]
+                    if job.blocked_reason is None and job.devices <= left:
+                        left -= job.devices
+                        keyed[i] = (keyed[i][0], 0, *keyed[i][2:])
+    return keyed
+
+
 def order_queue(
     jobs: Sequence[QueuedJob],
     *,
@@ -150,38 +211,11 @@ def order_queue(
     guarantees: Mapping[str, int],
     fair_share: Mapping[str, float],
 ) -> list[QueuedJob]:
-    """The pool's scheduling order. Ties always break on submission time, then id."""
-    if policy.ordering == Ordering.FIFO:
-        return sorted(jobs, key=lambda j: (-int(j.priority_class), j.submitted_at, j.id))
-
-    scored = [
-        (j, int(effective_class(j, now, policy)), wait_score(j, now, policy, fair_share.get(j.team, 1.0)))
-        for j in jobs
-    ]
-    within: dict[str, bool] = {}
-    if policy.guarantee_first:
-        # Walk each team's jobs best-first; those that still fit in the team's unused guarantee
-        # form the first tier, so idle guaranteed devices go to their owners before borrowers.
-        per_team: dict[str, list[tuple[QueuedJob, int, float]]] = defaultdict(list)
-        for item in scored:
-            per_team[item[0].team].append(item)
-        for team, items in per_team.items():
-            items.sort(key=lambda it: (-it[1], -it[2], it[0].submitted_at, it[0].id))
-            room = guarantees.get(team, 0) - held.get(team, 0)
-            for job, _, _ in items:
-                if job.blocked_reason is None and job.devices <= room:
-                    within[job.id] = True
-                    room -= job.devices
-    scored.sort(
-        key=lambda it: (
-            -it[1],
-            0 if within.get(it[0].id, False) else 1,
-            -it[2],
-            it[0].submitted_at,
-            it[0].id,
-        )
-    )
-    return [item[0] for item in scored]
+    """The pool's scheduling order, front first."""
+    keyed = order_keys(jobs, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share)
+    # Ids are unique within a pool, so comparisons never reach the job objects.
+    keyed.sort()
+    return [item[5] for item in keyed]
 
 
 def guarantees_by_team(quotas: Iterable[TeamQuota], pool: str) -> dict[str, int]:
@@ -215,18 +249,25 @@ def explain_policy(policy: Policy) -> list[str]:
             )
         half_life_h = policy.fair_share_half_life_s / HOUR
         rules.append(
-            "Then jobs are ranked by how long they have waited compared with how long they are "
-            "expected to run: short jobs start sooner, and every minute of waiting moves a job up."
+            "Then each job gets a deadline when it is submitted: the longer it is expected to run "
+            f"(and the more devices it uses), the later the deadline ({policy.stretch:g} times its expected "
+            "length). The earliest deadline goes first, so short jobs start sooner, and a deadline never "
+            "moves, so no job waits forever behind newer ones."
         )
         if policy.fair_share_weight > 0:
             rules.append(
-                "Teams that used more than their share of the pool recently rank lower "
+                "Teams that used more than their share of the pool recently get later deadlines "
                 f"(recent use counts half as much after {half_life_h:g} hours)."
             )
     rules.append("Each team may use its guaranteed devices plus, when others leave them idle, a borrowing allowance.")
     rules.append("A job spanning several nodes starts only when all its nodes are free at once.")
     if policy.packing == Packing.BEST_FIT:
         rules.append("Jobs go to the fullest node they fit on, keeping whole nodes free for large jobs.")
+    if policy.headroom_devices > 0:
+        rules.append(
+            f"The last {policy.headroom_devices} free devices are kept for jobs expected to finish within "
+            f"{policy.headroom_max_runtime_s / HOUR:g} hours, so short jobs can start right away."
+        )
     if policy.backfill:
         n = policy.reserve_depth
         who = "the job at the front" if n == 1 else f"the first {n} waiting jobs"

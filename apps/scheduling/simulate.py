@@ -1,0 +1,500 @@
+"""Replay a job trace through the scheduler core and report what users would have felt.
+
+    python -m apps.scheduling.simulate TRACE.csv --nodes 40 --gpus-per-node 8 --policy trainyard
+
+The trace has columns job_id, team, submit_s, gpus, duration_s, job_type. Every team becomes
+a tenant with an equal guaranteed share of the cluster (shares sum to its size) and may borrow
+the rest when idle; a job with more GPUs than a node spans ceil(gpus / per-node) whole nodes.
+
+The replay is event-driven: at every submission or completion time (events at the same second
+are handled together) it runs the same `schedule()` the portal runs. Runtime predictions see
+only jobs that had finished by then. At each submission, the queue-wait estimator (the same
+forward replay the portal uses) records when the new job is expected to start; the report
+compares that with when it did start.
+
+Policies: `fifo` (strict submission order, no backfill, first-fit), `backfill` (FIFO plus EASY
+backfill with predicted runtimes), `trainyard` (the full policy: guarantees and borrowing, fair
+share, wait-ratio ordering with predictions, EASY backfill, best-fit packing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import heapq
+import json
+import math
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from apps.scheduling.core import schedule
+from apps.scheduling.estimate import simulate_starts
+from apps.scheduling.model import (
+    ClusterState,
+    Node,
+    Ordering,
+    Packing,
+    Policy,
+    PriorityClass,
+    QueuedJob,
+    RunningJob,
+    TeamQuota,
+    TeamUsage,
+)
+from apps.scheduling.policies import accrue_usage
+from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
+
+POOL = "trace"
+
+POLICIES: dict[str, Policy] = {
+    "fifo": Policy(
+        ordering=Ordering.FIFO,
+        backfill=False,
+        preemption=False,
+        packing=Packing.FIRST_FIT,
+        guarantee_first=False,
+        fair_share_weight=0.0,
+    ),
+    "backfill": Policy(
+        ordering=Ordering.FIFO,
+        backfill=True,
+        preemption=False,
+        packing=Packing.FIRST_FIT,
+        guarantee_first=False,
+        fair_share_weight=0.0,
+    ),
+    "trainyard": Policy(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    id: str
+    team: str
+    submit_s: float
+    gpus: int
+    duration_s: float
+    job_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    job: TraceJob
+    start: float
+    end: float
+    estimated_start: float | None
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.job.submit_s
+
+    @property
+    def jct(self) -> float:
+        return self.end - self.job.submit_s
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    policy: str
+    jobs: int
+    nodes: int
+    gpus_per_node: int
+    avg_jct_s: float
+    p95_jct_s: float
+    avg_wait_s: float
+    p95_wait_s: float
+    utilization: float
+    jain_slowdown: float
+    mean_slowdown: float
+    estimate_within: float
+    estimate_median_abs_error_s: float
+    estimate_median_abs_error_waited_s: float
+    started_immediately: float
+    scheduling_passes: int
+    estimator_passes: int
+    wall_s: float
+
+
+def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
+    jobs: list[TraceJob] = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            jobs.append(
+                TraceJob(
+                    id=row["job_id"],
+                    team=row["team"],
+                    submit_s=float(row["submit_s"]),
+                    gpus=int(row["gpus"]),
+                    duration_s=float(row["duration_s"]),
+                    job_type=row["job_type"],
+                )
+            )
+            if limit is not None and len(jobs) >= limit:
+                break
+    return jobs
+
+
+def equal_quotas(teams: Sequence[str], capacity: int) -> tuple[TeamQuota, ...]:
+    """Equal guarantees summing to the cluster; anyone may borrow the rest while it is idle."""
+    names = sorted(set(teams))
+    if not names:
+        return ()
+    base, extra = divmod(capacity, len(names))
+    return tuple(
+        TeamQuota(team=t, pool=POOL, guaranteed_devices=base + (1 if i < extra else 0), borrow_limit=None)
+        for i, t in enumerate(names)
+    )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one value holds everything."""
+    if not values:
+        return 1.0
+    square_sum = sum(v * v for v in values)
+    return (sum(values) ** 2) / (len(values) * square_sum) if square_sum > 0 else 1.0
+
+
+class Replay:
+    """The simulated cluster: the trace's clock, nodes, queue and running jobs."""
+
+    def __init__(self, jobs: Sequence[TraceJob], *, nodes: int, gpus_per_node: int, policy: Policy, estimates: bool) -> None:
+        self.jobs = sorted(jobs, key=lambda j: (j.submit_s, int(j.id) if j.id.isdigit() else 0, j.id))
+        self.by_id = {j.id: j for j in self.jobs}
+        self.gpn = gpus_per_node
+        self.node_ids = [f"node-{i:04d}" for i in range(nodes)]
+        self.free = {n: gpus_per_node for n in self.node_ids}
+        self.policy = policy
+        self.estimates = estimates
+        self.quotas = equal_quotas([j.team for j in self.jobs], nodes * gpus_per_node)
+        self.predictor = RuntimePredictor()
+        self.queued: dict[str, QueuedJob] = {}
+        # Queued ids per job type (insertion-ordered dicts used as sets), to refresh predictions.
+        self.queued_by_type: dict[str, dict[str, None]] = defaultdict(dict)
+        self.running: dict[str, RunningJob] = {}
+        self.started: dict[str, float] = {}
+        self.estimated: dict[str, float | None] = {}
+        self.outcomes: list[JobOutcome] = []
+        self.usage: dict[str, float] = defaultdict(float)
+        self.held: dict[str, int] = defaultdict(int)
+        self.completions: list[tuple[float, str]] = []
+        # Running jobs by predicted end, to re-predict only those that outlive their prediction.
+        self.overdue: list[tuple[float, str]] = []
+        self.prediction_cache: dict[tuple[str, str, int], float] = {}
+        self.passes = 0
+        self.estimator_passes = 0
+        # The at-submission replay: bounded work per submission, coarser steps far ahead.
+        self.estimate_passes = 200
+        self.estimate_step_ratio = 0.05
+        self.estimate_scale = 1.0
+        self.arrival_window_s = 86400.0
+        self.arrival_windows = 2
+        self.submitted_count = 0
+
+    def shape(self, job: TraceJob) -> tuple[int, int]:
+        if job.gpus > self.gpn:
+            count = math.ceil(job.gpus / self.gpn)
+            return count, self.gpn
+        return 1, max(1, job.gpus)
+
+    def predicted_runtime(self, job: TraceJob) -> float:
+        key = (job.team, job.job_type, job.gpus)
+        value = self.prediction_cache.get(key)
+        if value is None:
+            query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus)
+            value = self.prediction_cache[key] = self.predictor.predict(query).runtime_s
+        return value
+
+    def state(self, now: float) -> ClusterState:
+        return ClusterState(
+            now=now,
+            nodes=tuple(Node(id=n, pool=POOL, total_devices=self.gpn, free_devices=self.free[n]) for n in self.node_ids),
+            running=tuple(self.running.values()),
+            queued=tuple(self.queued.values()),
+            quotas=self.quotas,
+            usage=tuple(TeamUsage(team=t, pool=POOL, device_seconds=u) for t, u in sorted(self.usage.items())),
+            policies={POOL: self.policy},
+        )
+
+    def run(self) -> None:
+        submit_at = 0
+        last = self.jobs[0].submit_s if self.jobs else 0.0
+        half_life = self.policy.fair_share_half_life_s
+        while submit_at < len(self.jobs) or self.completions:
+            next_submit = self.jobs[submit_at].submit_s if submit_at < len(self.jobs) else math.inf
+            next_end = self.completions[0][0] if self.completions else math.inf
+            now = min(next_submit, next_end)
+            for team in set(self.usage) | set(self.held):
+                self.usage[team] = accrue_usage(self.usage[team], self.held.get(team, 0), now - last, half_life)
+            last = now
+            stale = self._finish_due(now)
+            new: list[str] = []
+            while submit_at < len(self.jobs) and self.jobs[submit_at].submit_s <= now:
+                job = self.jobs[submit_at]
+                submit_at += 1
+                self.submitted_count = submit_at
+                count, per_node = self.shape(job)
+                self.queued[job.id] = QueuedJob(
+                    id=job.id,
+                    team=job.team,
+                    pool=POOL,
+                    priority_class=PriorityClass.NORMAL,
+                    submitted_at=job.submit_s,
+                    nodes=count,
+                    devices_per_node=per_node,
+                    predicted_runtime=self.predicted_runtime(job),
+                    preemptible=False,
+                )
+                self.queued_by_type[job.job_type][job.id] = None
+                new.append(job.id)
+            self._refresh_predictions(now, stale)
+            state = self.state(now)
+            decision = schedule(state, explain=False)
+            self.passes += 1
+            for placement in decision.placements:
+                self._start(placement.job_id, placement.allocation, now)
+            if self.estimates:
+                self._estimate(new, now)
+
+    def _finish_due(self, now: float) -> set[str]:
+        """Complete every job due by `now`; returns the job types whose predictions moved."""
+        finished_types: set[str] = set()
+        while self.completions and self.completions[0][0] <= now:
+            end, job_id = heapq.heappop(self.completions)
+            run = self.running.pop(job_id)
+            job = self.by_id[job_id]
+            for node_id, count in run.allocation:
+                self.free[node_id] += count
+            self.held[job.team] -= run.devices
+            self.predictor.observe(
+                FinishedRun(team=job.team, job_type=job.job_type, devices=job.gpus, runtime_s=job.duration_s, finished_at=end)
+            )
+            finished_types.add(job.job_type)
+            self.outcomes.append(JobOutcome(job, self.started[job_id], end, self.estimated.get(job_id)))
+        if finished_types:
+            # A finished run can change predictions at every level that shares its job type.
+            self.prediction_cache = {k: v for k, v in self.prediction_cache.items() if k[1] not in finished_types}
+        return finished_types
+
+    def _refresh_predictions(self, now: float, stale_types: set[str]) -> None:
+        for job_type in sorted(stale_types):
+            for job_id in self.queued_by_type.get(job_type, ()):
+                queued = self.queued[job_id]
+                predicted = self.predicted_runtime(self.by_id[job_id])
+                if predicted != queued.predicted_runtime:
+                    self.queued[job_id] = replace(queued, predicted_runtime=predicted)
+        # A run past its predicted end gets a new prediction conditioned on how long it has run.
+        while self.overdue and self.overdue[0][0] <= now:
+            _, job_id = heapq.heappop(self.overdue)
+            run = self.running.get(job_id)
+            if run is None or run.predicted_end > now:
+                continue
+            job = self.by_id[job_id]
+            query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus, elapsed_s=now - run.started_at)
+            end = run.started_at + self.predictor.predict(query).runtime_s
+            end = max(end, now + 60.0)
+            self.running[job_id] = replace(run, predicted_end=end)
+            heapq.heappush(self.overdue, (end, job_id))
+
+    def _start(self, job_id: str, allocation: tuple[tuple[str, int], ...], now: float) -> None:
+        queued = self.queued.pop(job_id)
+        job = self.by_id[job_id]
+        del self.queued_by_type[job.job_type][job_id]
+        for node_id, count in allocation:
+            self.free[node_id] -= count
+        predicted_end = now + queued.predicted_runtime
+        self.running[job_id] = RunningJob(
+            id=job_id,
+            team=job.team,
+            pool=POOL,
+            priority_class=PriorityClass.NORMAL,
+            allocation=allocation,
+            started_at=now,
+            predicted_end=predicted_end,
+            preemptible=False,
+        )
+        self.held[job.team] += queued.devices
+        self.started[job_id] = now
+        heapq.heappush(self.completions, (now + job.duration_s, job_id))
+        heapq.heappush(self.overdue, (predicted_end, job_id))
+
+    def _expected_arrivals(self, now: float) -> list[QueuedJob]:
+        """The last window's submissions, replayed as if they came again in the next windows.
+
+        Only what was submitted by `now` is used; the estimator learns how much later work is
+        likely to overtake a job under an ordering that favours short jobs.
+        """
+        if self.arrival_window_s <= 0 or self.arrival_windows <= 0:
+            return []
+        recent: list[TraceJob] = []
+        i = self.submitted_count - 1
+        while i >= 0 and self.jobs[i].submit_s > now - self.arrival_window_s:
+            recent.append(self.jobs[i])
+            i -= 1
+        out: list[QueuedJob] = []
+        for k in range(1, self.arrival_windows + 1):
+            shift = k * self.arrival_window_s
+            for job in recent:
+                count, per_node = self.shape(job)
+                out.append(
+                    QueuedJob(
+                        id=f"~{k}:{job.id}",
+                        team=job.team,
+                        pool=POOL,
+                        priority_class=PriorityClass.NORMAL,
+                        submitted_at=job.submit_s + shift,
+                        nodes=count,
+                        devices_per_node=per_node,
+                        predicted_runtime=self.predicted_runtime(job),
+                        preemptible=False,
+                    )
+                )
+        return out
+
+    def _estimate(self, new: list[str], now: float) -> None:
+        waiting = [j for j in new if j not in self.started]
+        for job_id in new:
+            if job_id in self.started:
+                self.estimated[job_id] = now
+        if not waiting:
+            return
+        result = simulate_starts(
+            self.state(now),
+            targets=waiting,
+            max_passes=self.estimate_passes,
+            step_ratio=self.estimate_step_ratio,
+            scale=self.estimate_scale,
+            arrivals=self._expected_arrivals(now),
+        )
+        self.estimator_passes += result.passes
+        for job_id in waiting:
+            self.estimated[job_id] = result.starts.get(job_id)
+
+
+def summarize(replay: Replay, policy_name: str, wall_s: float) -> Summary:
+    outcomes = replay.outcomes
+    jcts = [o.jct for o in outcomes]
+    waits = [o.wait for o in outcomes]
+    slowdown_by_team: dict[str, list[float]] = defaultdict(list)
+    for o in outcomes:
+        slowdown_by_team[o.job.team].append(o.jct / max(o.job.duration_s, 1.0))
+    team_means = [statistics.fmean(v) for _, v in sorted(slowdown_by_team.items())]
+    busy = sum(o.job.gpus * o.job.duration_s for o in outcomes)
+    span = (max(o.end for o in outcomes) - min(o.job.submit_s for o in outcomes)) if outcomes else 0.0
+    capacity = len(replay.node_ids) * replay.gpn
+    errors: list[float] = []
+    waited_errors: list[float] = []
+    within = 0
+    for o in outcomes:
+        if o.estimated_start is None:
+            error = math.inf
+        else:
+            error = abs(o.estimated_start - o.start)
+        errors.append(error)
+        if o.wait > 0:
+            waited_errors.append(error)
+        if error <= max(600.0, 0.25 * o.wait):
+            within += 1
+    n = len(outcomes)
+    return Summary(
+        policy=policy_name,
+        jobs=n,
+        nodes=len(replay.node_ids),
+        gpus_per_node=replay.gpn,
+        avg_jct_s=statistics.fmean(jcts) if jcts else 0.0,
+        p95_jct_s=percentile(jcts, 0.95),
+        avg_wait_s=statistics.fmean(waits) if waits else 0.0,
+        p95_wait_s=percentile(waits, 0.95),
+        utilization=busy / (capacity * span) if span > 0 else 0.0,
+        jain_slowdown=jain(team_means),
+        mean_slowdown=statistics.fmean(s for v in slowdown_by_team.values() for s in v) if n else 0.0,
+        estimate_within=within / n if n else 0.0,
+        estimate_median_abs_error_s=percentile([e for e in errors if e != math.inf] or [0.0], 0.5),
+        estimate_median_abs_error_waited_s=percentile([e for e in waited_errors if e != math.inf] or [0.0], 0.5),
+        started_immediately=sum(1 for w in waits if w <= 0) / n if n else 0.0,
+        scheduling_passes=replay.passes,
+        estimator_passes=replay.estimator_passes,
+        wall_s=wall_s,
+    )
+
+
+def replay_trace(
+    jobs: Sequence[TraceJob],
+    *,
+    nodes: int,
+    gpus_per_node: int = 8,
+    policy: str = "trainyard",
+    estimates: bool = True,
+) -> tuple[Summary, list[JobOutcome]]:
+    started = time.perf_counter()
+    sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates)
+    sim.run()
+    return summarize(sim, policy, time.perf_counter() - started), sim.outcomes
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:10.2f} h"
+
+
+def format_table(summaries: Sequence[Summary]) -> str:
+    rows: list[tuple[str, Callable[[Summary], str]]] = [
+        ("jobs", lambda s: f"{s.jobs:12d}"),
+        ("avg JCT", lambda s: _hours(s.avg_jct_s)),
+        ("p95 JCT", lambda s: _hours(s.p95_jct_s)),
+        ("avg wait", lambda s: _hours(s.avg_wait_s)),
+        ("p95 wait", lambda s: _hours(s.p95_wait_s)),
+        ("utilization", lambda s: f"{s.utilization:12.3f}"),
+        ("Jain (slowdown)", lambda s: f"{s.jain_slowdown:12.3f}"),
+        ("mean slowdown", lambda s: f"{s.mean_slowdown:12.2f}"),
+        ("started at once", lambda s: f"{s.started_immediately:12.3f}"),
+        ("estimate within", lambda s: f"{s.estimate_within:12.3f}"),
+        ("est. median err", lambda s: _hours(s.estimate_median_abs_error_s)),
+        ("est. median err (waited)", lambda s: _hours(s.estimate_median_abs_error_waited_s)),
+        ("replay wall time", lambda s: f"{s.wall_s:10.1f} s"),
+    ]
+    header = f"{'':26}" + "".join(f"{s.policy:>14}" for s in summaries)
+    lines = [header]
+    for label, fmt in rows:
+        lines.append(f"{label:26}" + "".join(f"{fmt(s):>14}" for s in summaries))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("trace")
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--policy", choices=[*POLICIES, "all"], default="trainyard")
+    parser.add_argument("--json", dest="json_out")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--no-estimates", action="store_true", help="skip the at-submission estimates")
+    args = parser.parse_args(argv)
+    jobs = load_trace(args.trace, args.limit)
+    names = list(POLICIES) if args.policy == "all" else [args.policy]
+    summaries = [
+        replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name, estimates=not args.no_estimates)[0]
+        for name in names
+    ]
+    print(format_table(summaries))
+    if args.json_out:
+        payload = {"trace": str(args.trace), "results": [asdict(s) for s in summaries]}
+        Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
