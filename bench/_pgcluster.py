@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+# Data directory of each private cluster by the URL it was handed out as (for CPU accounting).
+_DATA_DIRS: dict[str, Path] = {}
 
 
 def _free_port() -> int:
@@ -46,11 +48,23 @@ def postgres_server() -> Iterator[str]:
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB")
     subprocess.run(_as_owner([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(workdir / "pg.log"), "-w", "start"]),
                    check=True, capture_output=True)
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    _DATA_DIRS[url] = data
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield url
     finally:
+        _DATA_DIRS.pop(url, None)
         subprocess.run(_as_owner([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def postmaster_pid(server_url: str) -> int | None:
+    """The server's main process when it is a private cluster started here, else None."""
+    data = _DATA_DIRS.get(server_url)
+    try:
+        return int((data / "postmaster.pid").read_text().split()[0]) if data else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def create_database(server_url: str, name: str) -> str:

@@ -1,7 +1,9 @@
-"""Executed by `manage.py shell -c` inside a benchmark's database: one running run, an attempt
-assigned to a node with a credential. Prints JSON {run, attempt, secret}."""
+"""Executed by `manage.py shell -c` inside a benchmark's database: BENCH_RUNS (default 1)
+running runs, each with an attempt assigned to its own node with its own credential, the way
+separate agents report. Prints JSON {"runs": [{run, attempt, secret}, ...], "project": id}."""
 
 import json
+import os
 import uuid
 
 from apps.jobtemplates.models import JobTemplate
@@ -14,9 +16,12 @@ team = team_create(slug=f"bench{uuid.uuid4().hex[:6]}", name="Bench")
 project = project_create(team=team, slug="ingest", name="Ingest")
 template = JobTemplate.objects.create(slug=f"bench-{uuid.uuid4().hex[:6]}", version=1, title="Bench", kind="train", entrypoint="true")
 pool = NodePool.objects.create(name=f"bench-{uuid.uuid4().hex[:6]}")
-secret = "tyn_" + uuid.uuid4().hex
-node = Node.objects.create(pool=pool, hostname="bench", agent_uid=uuid.uuid4().hex, credential_hash=hash_secret(secret))
-run = Run.objects.create(project=project, template=template, pool=pool, entrypoint="true", status="running")
-attempt = Attempt.objects.create(run=run, number=1, status="running")
-Assignment.objects.create(attempt=attempt, node=node, devices=[0], state="started")
-print(json.dumps({"run": run.pk, "attempt": attempt.pk, "secret": secret, "project": project.pk}))
+runs = []
+for i in range(int(os.environ.get("BENCH_RUNS", "1"))):
+    secret = "tyn_" + uuid.uuid4().hex
+    node = Node.objects.create(pool=pool, hostname=f"bench-{i}", agent_uid=uuid.uuid4().hex, credential_hash=hash_secret(secret))
+    run = Run.objects.create(project=project, template=template, pool=pool, entrypoint="true", status="running")
+    attempt = Attempt.objects.create(run=run, number=1, status="running")
+    Assignment.objects.create(attempt=attempt, node=node, devices=[0], state="started")
+    runs.append({"run": run.pk, "attempt": attempt.pk, "secret": secret})
+print(json.dumps({"runs": runs, "project": project.pk}))
