@@ -206,8 +206,14 @@ class Shipper:
     def _tail(self, tail: Tail, *, final: bool) -> None:
         if tail.attempt_id in self.stale:
             return
-        # Checkpoint records before events: a checkpoint_deleted event must not overtake the record it names.
-        changed = self._tail_metrics(tail, final) | self._tail_checkpoints(tail, final) | self._tail_events(tail, final)
+        # Jobs log a step, then checkpoint it. Reading the checkpoint records first and the metrics
+        # second, but spooling the metrics first, means a checkpoint never reaches the server ahead
+        # of a step it covers: a resume from it can then never leave a hole in the series.
+        # Checkpoint records go before events: a checkpoint_deleted event must not overtake them.
+        checkpoints = self._lines(tail, "checkpoints", tail.checkpoint_dir / "checkpoints.jsonl", final)
+        changed = self._tail_metrics(tail, final)
+        changed |= self._put_checkpoints(tail, checkpoints)
+        changed |= self._tail_events(tail, final)
         for stream in ("stdout", "stderr"):
             changed |= self._tail_log(tail, stream, final)
         progress = (tail.total_steps, tail.last_step)
@@ -271,8 +277,7 @@ class Shipper:
             self.spool.put("progress", {"path": P + "progress/", "attempt_id": tail.attempt_id, "body": body})
         return bool(lines)
 
-    def _tail_checkpoints(self, tail: Tail, final: bool) -> bool:
-        lines = self._lines(tail, "checkpoints", tail.checkpoint_dir / "checkpoints.jsonl", final)
+    def _put_checkpoints(self, tail: Tail, lines: list[dict[str, Any]]) -> bool:
         for rec in lines:
             body: protocol.CheckpointReport = {"attempt_id": tail.attempt_id, "number": tail.number, "step": rec.get("step", 0),
                                                "file": rec.get("file", ""), "size": rec.get("size", 0),

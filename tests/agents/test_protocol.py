@@ -35,10 +35,11 @@ def test_register_rejects_bad_join_token_and_bad_input(pool: NodePool) -> None:
 
 def test_stale_attempt_reports_are_refused(cast: Any, pool: NodePool) -> None:
     client, reg = register(pool, "n1")
-    other, _ = register(pool, "n2")
     run = make_run(cast, pool)
     assert placement_pass() == 1
     [spec] = claim(client, reg["session"])
+    # Registered only now, so the first placement cannot land on it whatever the packing order.
+    other, _ = register(pool, "n2")
     first = spec["attempt_id"]
     report = {"attempt_id": first, "number": 1, "node_rank": 0, "event": "started", "time": 0}
     assert client.post(A + "events/", report, format="json").status_code == 200

@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_") and k != "DJANGO_SETTINGS_MODULE"}
+    # Not DJANGO_ALLOW_ASYNC_UNSAFE either: the browser fixture sets it for the test process only.
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("TRAINYARD_") and k not in ("DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     base.update({"DJANGO_SETTINGS_MODULE": "portal.settings.production", **env})
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
 

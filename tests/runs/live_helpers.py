@@ -56,7 +56,9 @@ def assert_recorded(stack: LiveStack, run_id: int, *, metrics: bool = True, chec
         count = stack.query("SELECT COUNT(*) FROM runs_checkpoint WHERE run_id=?", (run_id,))[0][0]
         assert count > 0, f"run {run_id} recorded no checkpoints"
     lineage = stack.query("SELECT lineage FROM runs_attempt WHERE run_id=? ORDER BY number DESC LIMIT 1", (run_id,))
-    assert lineage and json.loads(lineage[0][0] or "{}"), f"run {run_id} recorded no lineage"
+    value = lineage[0][0] if lineage else None
+    # SQLite hands JSON columns back as text, PostgreSQL (jsonb) as objects.
+    assert value and (json.loads(value) if isinstance(value, str) else value), f"run {run_id} recorded no lineage"
 
 
 def upload_snapshot(stack: LiveStack, token: str, data: bytes, git_commit: str) -> dict[str, Any]:

@@ -23,16 +23,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 @pytest.fixture
-def page() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1360, "height": 1000})
-            yield context.new_page()
-        finally:
-            browser.close()
+def page(chromium: Any) -> Iterator[Any]:
+    """One Playwright per test session (tests/fixtures/browser.py): a second sync_playwright()
+    inside it fails, so this takes a context from the shared browser."""
+    context = chromium.new_context(viewport={"width": 1360, "height": 1000})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def post_metrics(url: str, secret: str, attempt_id: int, points: list[list[Any]]) -> dict[str, Any]:
