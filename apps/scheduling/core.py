@@ -98,9 +98,14 @@ __all__ = [
     "WaitCode",
     "decay_usage",
     "explain_policy",
+    "queue_keys",
     "queue_order",
     "schedule",
 ]
+
+
+# A team without a quota row in a pool has no cap there (guarantee 0, borrows freely).
+UNLIMITED = 1 << 62
 
 
 def _fmt_wait(seconds: float) -> str:
@@ -192,11 +197,22 @@ class _PoolPass:
         reservations = 0
         reserve_depth = max(1, policy.reserve_depth)
         stop_all = False
-        dead_shapes: set[tuple[int, int]] = set()
+        # Shapes that might still start a job in this pass, and those among them with a job short
+        # enough to use the headroom. Without reasons to give, the pass ends once none is left.
+        live = set(shortest)
+        live_short = {shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s}
 
         for position, item in enumerate(ordered, start=1):
             if not explain and (
-                stop_all or (lowest_victim is None and (cap.free_sum == 0 or len(dead_shapes) == len(shortest)))
+                stop_all
+                or (
+                    lowest_victim is None
+                    and (
+                        cap.free_sum == 0
+                        or not live
+                        or (headroom > 0 and cap.free_sum <= headroom and not live_short)
+                    )
+                )
             ):
                 break
             job = item[5]
@@ -212,7 +228,7 @@ class _PoolPass:
             if not fits_hardware:
                 self._no_hardware(job, position, cap)
                 continue
-            limit = limits.get(job.team, capacity)
+            limit = limits.get(job.team, UNLIMITED)
             if held.get(job.team, 0) + job.devices > limit:
                 self._entry(
                     job,
@@ -223,9 +239,9 @@ class _PoolPass:
                     f"{job.devices} more.",
                 )
                 continue
-            klass = PriorityClass(-item[0])
+            klass = -item[0]  # the effective class (aging applied), as an int: cheap to compare
             if stop_all:
-                self._behind(job, klass, position, blockers, fair_share)
+                self._behind(job, PriorityClass(klass), position, blockers, fair_share)
                 continue
             end = now + max(job.predicted_runtime, 0.0)
             if end < failed_end.get(shape, INF):
@@ -255,18 +271,19 @@ class _PoolPass:
                 # job of this shape that runs at least as long cannot fit either.
                 failed_end[shape] = end
                 if not explain and cap.find(job.nodes, job.devices_per_node, now + shortest[shape]) is None:
-                    dead_shapes.add(shape)
+                    live.discard(shape)
+                    live_short.discard(shape)
 
             if lowest_victim is not None:
                 reclaiming = policy.reclaim_borrowed and held.get(job.team, 0) + job.devices <= guarantees.get(job.team, 0)
                 # Victims only get scarcer during a pass: once a shape found none for a class,
                 # later jobs of that shape and no higher class find none either.
                 memo = (shape, job.team if reclaiming else "")
-                if (reclaiming or int(klass) > lowest_victim) and int(klass) > preempt_failed.get(memo, -1):
-                    if self._try_preempt(job, klass, reclaiming, position, cap, within_run, taken):
-                        blockers.append(_Blocker(job, klass, now))
+                if (reclaiming or klass > lowest_victim) and klass > preempt_failed.get(memo, -1):
+                    if self._try_preempt(job, PriorityClass(klass), reclaiming, position, cap, within_run, taken):
+                        blockers.append(_Blocker(job, PriorityClass(klass), now))
                         continue
-                    preempt_failed[memo] = int(klass)
+                    preempt_failed[memo] = klass
 
             if reservations < reserve_depth:
                 reservations += 1
@@ -274,11 +291,11 @@ class _PoolPass:
                     # The first blocked job stops the line; its reservation only feeds the message.
                     stop_all = True
                 start = cap.reserve(job.nodes, job.devices_per_node, now) if policy.backfill or explain else None
-                blockers.append(_Blocker(job, klass, start))
+                blockers.append(_Blocker(job, PriorityClass(klass), start))
                 if explain:
                     self._head(job, position, start, cap)
                 continue
-            self._behind(job, klass, position, blockers, fair_share, cap=cap)
+            self._behind(job, PriorityClass(klass), position, blockers, fair_share, cap=cap)
 
         if explain:
             self.fragmentation = self._fragmentation(cap, [item[5] for item in keyed], hardware)
@@ -473,14 +490,14 @@ def _by_pool(state: ClusterState) -> tuple[dict[str, list[RunningJob]], dict[str
     return running, queued, usage
 
 
-def queue_order(state: ClusterState) -> dict[str, list[QueuedJob]]:
-    """Each pool's queue in scheduling order, without placing anything (cheap: no capacity)."""
+def queue_keys(state: ClusterState) -> dict[str, list[OrderKey]]:
+    """Each pool's order keys (unsorted; smaller goes first), without placing anything."""
     running, queued, usage = _by_pool(state)
-    order: dict[str, list[QueuedJob]] = {}
+    keys: dict[str, list[OrderKey]] = {}
     for pool in sorted(queued):
         policy = state.policies.get(pool, state.default_policy)
         guarantees = guarantees_by_team(state.quotas, pool)
-        keyed = order_keys(
+        keys[pool] = order_keys(
             queued[pool],
             now=state.now,
             policy=policy,
@@ -488,9 +505,12 @@ def queue_order(state: ClusterState) -> dict[str, list[QueuedJob]]:
             guarantees=guarantees,
             fair_share=_fair_share(policy, queued[pool], usage.get(pool, {}), guarantees),
         )
-        keyed.sort()
-        order[pool] = [item[5] for item in keyed]
-    return order
+    return keys
+
+
+def queue_order(state: ClusterState) -> dict[str, list[QueuedJob]]:
+    """Each pool's queue in scheduling order, without placing anything (cheap: no capacity)."""
+    return {pool: [item[5] for item in sorted(keyed)] for pool, keyed in queue_keys(state).items()}
 
 
 def _drain(heap: list[OrderKey]) -> Iterator[OrderKey]:

@@ -158,7 +158,7 @@ class Policy:
     # 1 is classic EASY backfill.
     reserve_depth: int = 1
     # Jobs that fit inside their team's guarantee go before jobs that would borrow.
-    guarantee_first: bool = True
+    guarantee_first: bool = False
     # Aging between classes: a low job is treated as normal after waiting this long.
     class_promotion_s: float = 12 * 3600.0
     # Within a class (and tier), the earliest virtual deadline goes first:
@@ -166,10 +166,10 @@ class Policy:
     # where size is the predicted runtime (at least `min_runtime_s`) times devices raised to
     # `width_exponent`. Short, narrow jobs get near deadlines and go first; a long job's deadline
     # is fixed, so later arrivals eventually rank behind it and nothing starves.
-    stretch: float = 4.0
-    fair_share_weight: float = 1.0
+    stretch: float = 6.0
+    fair_share_weight: float = 0.1
     width_exponent: float = 0.5
-    min_runtime_s: float = 600.0
+    min_runtime_s: float = 60.0
     # Half-life of the usage history that fair share looks at. The caller decays usage with it
     # (see `decay_usage`); the core only reads it to explain itself.
     fair_share_half_life_s: float = 3 * 24 * 3600.0

@@ -103,7 +103,7 @@ class RuntimePredictor:
         quantile: float = 0.5,
         low_quantile: float = 0.2,
         high_quantile: float = 0.8,
-        window: int = 64,
+        window: int = 16,
         min_samples: int = 3,
         default_runtime_s: float = 3600.0,
     ) -> None:

@@ -118,6 +118,8 @@ class Summary:
     scheduling_passes: int
     estimator_passes: int
     wall_s: float
+    # CPU seconds of this process: the same figure on a busy and on an idle machine.
+    cpu_s: float
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
@@ -149,6 +151,13 @@ def equal_quotas(teams: Sequence[str], capacity: int) -> tuple[TeamQuota, ...]:
         TeamQuota(team=t, pool=POOL, guaranteed_devices=base + (1 if i < extra else 0), borrow_limit=None)
         for i, t in enumerate(names)
     )
+
+
+def gang_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, devices per node): more GPUs than a node holds means ceil(gpus / per node) whole nodes."""
+    if gpus > gpus_per_node:
+        return math.ceil(gpus / gpus_per_node), gpus_per_node
+    return 1, max(1, gpus)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -198,18 +207,14 @@ class Replay:
         self.passes = 0
         self.estimator_passes = 0
         # The at-submission replay: bounded work per submission, coarser steps far ahead.
-        self.estimate_passes = 200
+        self.estimate_passes = 12
         self.estimate_step_ratio = 0.05
         self.estimate_scale = 1.0
-        self.arrival_window_s = 86400.0
-        self.arrival_windows = 2
-        self.submitted_count = 0
+        # A job behind more than this many others gets the fluid extrapolation without a replay.
+        self.estimate_max_ahead = 150
 
     def shape(self, job: TraceJob) -> tuple[int, int]:
-        if job.gpus > self.gpn:
-            count = math.ceil(job.gpus / self.gpn)
-            return count, self.gpn
-        return 1, max(1, job.gpus)
+        return gang_shape(job.gpus, self.gpn)
 
     def predicted_runtime(self, job: TraceJob) -> float:
         key = (job.team, job.job_type, job.gpus)
@@ -246,7 +251,6 @@ class Replay:
             while submit_at < len(self.jobs) and self.jobs[submit_at].submit_s <= now:
                 job = self.jobs[submit_at]
                 submit_at += 1
-                self.submitted_count = submit_at
                 count, per_node = self.shape(job)
                 self.queued[job.id] = QueuedJob(
                     id=job.id,
@@ -332,39 +336,6 @@ class Replay:
         heapq.heappush(self.completions, (now + job.duration_s, job_id))
         heapq.heappush(self.overdue, (predicted_end, job_id))
 
-    def _expected_arrivals(self, now: float) -> list[QueuedJob]:
-        """The last window's submissions, replayed as if they came again in the next windows.
-
-        Only what was submitted by `now` is used; the estimator learns how much later work is
-        likely to overtake a job under an ordering that favours short jobs.
-        """
-        if self.arrival_window_s <= 0 or self.arrival_windows <= 0:
-            return []
-        recent: list[TraceJob] = []
-        i = self.submitted_count - 1
-        while i >= 0 and self.jobs[i].submit_s > now - self.arrival_window_s:
-            recent.append(self.jobs[i])
-            i -= 1
-        out: list[QueuedJob] = []
-        for k in range(1, self.arrival_windows + 1):
-            shift = k * self.arrival_window_s
-            for job in recent:
-                count, per_node = self.shape(job)
-                out.append(
-                    QueuedJob(
-                        id=f"~{k}:{job.id}",
-                        team=job.team,
-                        pool=POOL,
-                        priority_class=PriorityClass.NORMAL,
-                        submitted_at=job.submit_s + shift,
-                        nodes=count,
-                        devices_per_node=per_node,
-                        predicted_runtime=self.predicted_runtime(job),
-                        preemptible=False,
-                    )
-                )
-        return out
-
     def _estimate(self, new: list[str], now: float) -> None:
         waiting = [j for j in new if j not in self.started]
         for job_id in new:
@@ -378,14 +349,15 @@ class Replay:
             max_passes=self.estimate_passes,
             step_ratio=self.estimate_step_ratio,
             scale=self.estimate_scale,
-            arrivals=self._expected_arrivals(now),
+            ahead_only=True,
+            max_ahead=self.estimate_max_ahead,
         )
         self.estimator_passes += result.passes
         for job_id in waiting:
             self.estimated[job_id] = result.starts.get(job_id)
 
 
-def summarize(replay: Replay, policy_name: str, wall_s: float) -> Summary:
+def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.0) -> Summary:
     outcomes = replay.outcomes
     jcts = [o.jct for o in outcomes]
     waits = [o.wait for o in outcomes]
@@ -429,6 +401,7 @@ def summarize(replay: Replay, policy_name: str, wall_s: float) -> Summary:
         scheduling_passes=replay.passes,
         estimator_passes=replay.estimator_passes,
         wall_s=wall_s,
+        cpu_s=cpu_s,
     )
 
 
@@ -440,10 +413,11 @@ def replay_trace(
     policy: str = "trainyard",
     estimates: bool = True,
 ) -> tuple[Summary, list[JobOutcome]]:
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates)
     sim.run()
-    return summarize(sim, policy, time.perf_counter() - started), sim.outcomes
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return summarize(sim, policy, wall, cpu), sim.outcomes
 
 
 def _hours(seconds: float) -> str:
@@ -465,6 +439,7 @@ def format_table(summaries: Sequence[Summary]) -> str:
         ("est. median err", lambda s: _hours(s.estimate_median_abs_error_s)),
         ("est. median err (waited)", lambda s: _hours(s.estimate_median_abs_error_waited_s)),
         ("replay wall time", lambda s: f"{s.wall_s:10.1f} s"),
+        ("replay CPU time", lambda s: f"{s.cpu_s:10.1f} s"),
     ]
     header = f"{'':26}" + "".join(f"{s.policy:>14}" for s in summaries)
     lines = [header]
