@@ -45,6 +45,7 @@ from apps.billing.selectors import (
     run_predicted_cost,
 )
 from apps.core.errors import FieldError, ServiceError
+from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
 from apps.tenants.models import Membership, Project, Role, Team
@@ -340,8 +341,8 @@ def quota_update(*, quota: Quota, **changes: Any) -> Quota:
 
 
 def team_webhook_set(*, team: Team, url: str, secret: str) -> TeamWebhook:
-    if not url.startswith(("http://", "https://")):
-        raise FieldError("url", "must be an http(s) URL")
+    # The same guard as project webhooks: no loopback, private or metadata addresses (SSRF).
+    url = webhook_url_check(url)
     if len(secret) < 16:
         raise FieldError("secret", "must be at least 16 characters")
     hook = TeamWebhook.objects.create(team=team, url=url, secret=secret)
@@ -475,8 +476,12 @@ def webhook_deliver(*, alert_id: int, webhook_id: int, timeout: float = 10.0) ->
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with guarded_urlopen(request, timeout=timeout) as response:
             return int(response.status)
+    except BlockedAddress as err:
+        # Not worth retrying: the address (checked again at delivery, against DNS rebinding) is refused.
+        log.warning("webhook %s for alert %s refused by the address guard: %s", hook.pk, alert_id, err)
+        return 0
     except urllib.error.HTTPError as err:
         if err.code >= 500 or err.code == 429:
             raise WebhookFailed(f"{hook.url}: HTTP {err.code}") from err

@@ -6,11 +6,13 @@ details appear only to members of its team (others see "another team's run").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
-from apps.nodes.models import Node, NodePool
+from apps.nodes.models import Device, Node, NodePool
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
@@ -21,43 +23,75 @@ def node_display_state(*, node: Node, used: int, total: int) -> str:
     return str(node.state)
 
 
-def node_overview(*, user: AnyUser) -> list[dict[str, Any]]:
+def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = None) -> list[dict[str, Any]]:
+    """One row per node (pool, devices with pool and devices prefetched): state, devices and the
+    runs on it, another team's run shown without its details."""
+    nodes = list(nodes)
     teams = set(team_ids_for_user(user=user))
-    now = timezone.now()
-    held = Assignment.objects.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).select_related("attempt__run__project__team")
+    now = now or timezone.now()
+    held = Assignment.objects.filter(state__in=ASSIGNMENT_HOLDS_DEVICES, node_id__in=[n.pk for n in nodes]).select_related(
+        "attempt__run__project__team")
     by_node: dict[int, list[Assignment]] = {}
     for a in held:
         by_node.setdefault(a.node_id, []).append(a)
+    rows: list[dict[str, Any]] = []
+    for node in nodes:
+        assignments = by_node.get(node.pk, [])
+        device_runs: dict[int, dict[str, Any]] = {}
+        runs = []
+        for a in assignments:
+            run = a.attempt.run
+            mine = run.project.team_id in teams
+            info = ({"id": run.pk, "name": run.name or f"run {run.pk}", "project": f"{run.project.team.slug}/{run.project.slug}",
+                     "status": run.status, "attempt": a.attempt.number, "rank": a.node_rank}
+                    if mine else {"id": None, "name": "another team's run", "project": None, "status": None,
+                                  "attempt": None, "rank": None})
+            runs.append(info)
+            for d in a.devices:
+                device_runs[int(d)] = info
+        devices = [{"index": d.index, "kind": d.kind, "model": d.model, "uuid": d.uuid, "memory_bytes": d.memory_bytes,
+                    "utilization": d.utilization, "power_w": d.power_w, "used": d.index in device_runs,
+                    "run": device_runs.get(d.index)} for d in node.devices.all()]
+        used = len(device_runs)
+        age = (now - node.last_heartbeat_at).total_seconds() if node.last_heartbeat_at else None
+        rows.append({"id": node.pk, "hostname": node.hostname, "address": node.address, "pool": node.pool.name,
+                     "state": node_display_state(node=node, used=used, total=len(devices)), "cpus": node.cpus,
+                     "memory_bytes": node.memory_bytes, "agent_version": node.agent_version,
+                     "heartbeat_age_s": round(age, 1) if age is not None else None,
+                     "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None,
+                     "devices_total": len(devices), "devices_used": used, "devices_free": len(devices) - used,
+                     "devices": devices, "runs": runs})
+    return rows
+
+
+def _pool_row(pool: NodePool, nodes: list[dict[str, Any]], total: int, free: int) -> dict[str, Any]:
+    return {"name": pool.name, "kind": pool.kind, "description": pool.description,
+            "price_per_device_hour": str(pool.price_per_device_hour), "nodes": nodes, "devices_total": total,
+            "devices_free": free}
+
+
+def node_overview(*, user: AnyUser) -> list[dict[str, Any]]:
+    """Every pool with all its nodes (the Nodes page)."""
     pools = []
     for pool in NodePool.objects.prefetch_related("nodes__devices").order_by("name"):
-        nodes: list[dict[str, Any]] = []
-        for node in pool.nodes.all():
-            assignments = by_node.get(node.pk, [])
-            device_runs: dict[int, dict[str, Any]] = {}
-            runs = []
-            for a in assignments:
-                run = a.attempt.run
-                mine = run.project.team_id in teams
-                info = ({"id": run.pk, "name": run.name or f"run {run.pk}", "project": f"{run.project.team.slug}/{run.project.slug}",
-                         "status": run.status, "attempt": a.attempt.number, "rank": a.node_rank}
-                        if mine else {"id": None, "name": "another team's run", "project": None, "status": None,
-                                      "attempt": None, "rank": None})
-                runs.append(info)
-                for d in a.devices:
-                    device_runs[int(d)] = info
-            devices = [{"index": d.index, "kind": d.kind, "model": d.model, "uuid": d.uuid, "memory_bytes": d.memory_bytes,
-                        "utilization": d.utilization, "power_w": d.power_w, "used": d.index in device_runs,
-                        "run": device_runs.get(d.index)} for d in node.devices.all()]
-            used = len(device_runs)
-            age = (now - node.last_heartbeat_at).total_seconds() if node.last_heartbeat_at else None
-            nodes.append({"id": node.pk, "hostname": node.hostname, "address": node.address, "pool": pool.name,
-                          "state": node_display_state(node=node, used=used, total=len(devices)), "cpus": node.cpus,
-                          "memory_bytes": node.memory_bytes, "agent_version": node.agent_version,
-                          "heartbeat_age_s": round(age, 1) if age is not None else None,
-                          "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None,
-                          "devices_total": len(devices), "devices_used": used, "devices_free": len(devices) - used,
-                          "devices": devices, "runs": runs})
-        pools.append({"name": pool.name, "kind": pool.kind, "description": pool.description,
-                      "price_per_device_hour": str(pool.price_per_device_hour), "nodes": nodes,
-                      "devices_total": sum(n["devices_total"] for n in nodes), "devices_free": sum(n["devices_free"] for n in nodes)})
+        nodes = node_rows(user=user, nodes=[*pool.nodes.all()])
+        pools.append(_pool_row(pool, nodes, sum(n["devices_total"] for n in nodes), sum(n["devices_free"] for n in nodes)))
     return pools
+
+
+def pool_summaries() -> list[dict[str, Any]]:
+    """Every pool's devices, total and free, without the per-node rows (the API pages nodes)."""
+    held: dict[int, set[int]] = {}
+    for node_id, devices in Assignment.objects.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("node_id", "devices"):
+        held.setdefault(node_id, set()).update(int(d) for d in devices or [])
+    total: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for pool_id, node_id, index in Device.objects.values_list("node__pool_id", "node_id", "index"):
+        total[pool_id] = total.get(pool_id, 0) + 1
+        used[pool_id] = used.get(pool_id, 0) + (index in held.get(node_id, ()))
+    out = []
+    for pool in NodePool.objects.order_by("name"):
+        row = _pool_row(pool, [], total.get(pool.pk, 0), total.get(pool.pk, 0) - used.get(pool.pk, 0))
+        del row["nodes"]
+        out.append(row)
+    return out

@@ -324,7 +324,12 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
 # --- checkpoints, logs, energy, progress ---------------------------------------------------------
 
 def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
-    ckpts = list(Checkpoint.objects.filter(run=run).select_related("attempt").order_by("step", "id"))
+    return checkpoint_rows(run=run, checkpoints=Checkpoint.objects.filter(run=run).select_related("attempt").order_by("step", "id"))
+
+
+def checkpoint_rows(*, run: Run, checkpoints: Iterable[Checkpoint]) -> list[dict[str, Any]]:
+    """Rows for these checkpoints of ``run`` (attempt joined), in the order given (the API pages them)."""
+    ckpts = list(checkpoints)
     need = [c.step for c in ckpts if not c.metrics]
     at_step: dict[int, dict[str, Any]] = {}
     if need:
@@ -404,8 +409,11 @@ def run_cost(*, run: Run, now: datetime | None = None) -> Decimal:
     return (device_seconds * run.pool.price_per_device_hour / 3600).quantize(Decimal("0.01"))
 
 
-def attempt_timeline(*, run: Run) -> list[dict[str, Any]]:
-    attempts = Attempt.objects.filter(run=run).prefetch_related("assignments__node").order_by("number")
+def attempt_timeline(*, run: Run, attempts: Iterable[Attempt] | None = None) -> list[dict[str, Any]]:
+    """The run's attempts in order; `attempts` when the caller already read them (by number, with
+    their assignments and nodes)."""
+    if attempts is None:
+        attempts = Attempt.objects.filter(run=run).prefetch_related("assignments__node").order_by("number")
     out = []
     for a in attempts:
         nodes = sorted({asg.node.hostname for asg in a.assignments.all()})
@@ -416,4 +424,5 @@ def attempt_timeline(*, run: Run) -> list[dict[str, Any]]:
 
 
 def metric_keys_for_runs(*, run_ids: Iterable[int]) -> list[str]:
-    return sorted(set(MetricSummary.objects.filter(run_id__in=list(run_ids)).values_list("key", flat=True)))
+    # DISTINCT in the database: a list page asks for the keys of up to 2,000 runs.
+    return list(MetricSummary.objects.filter(run_id__in=list(run_ids)).order_by("key").values_list("key", flat=True).distinct())

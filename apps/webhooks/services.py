@@ -30,6 +30,7 @@ from apps.core.errors import FieldError
 from apps.core.queueing import enqueue
 from apps.tenants.models import Project
 from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
+from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +79,8 @@ def webhook_verify(*, secret: str, timestamp: str, body: bytes, signature: str, 
 # --- endpoints ------------------------------------------------------------------------------------
 
 def _clean_url(url: Any) -> str:
-    text = str(url or "").strip()
-    if not text.startswith(("http://", "https://")) or len(text) > 500 or " " in text:
-        raise FieldError("url", "must be an http(s) URL of at most 500 characters")
-    return text
+    # http(s) only, and no loopback / link-local / private destinations (apps.core.urlguard).
+    return webhook_url_check(url, field="url")
 
 
 def _clean_events(events: Any) -> list[str]:
@@ -187,15 +186,19 @@ def event_body(*, event: WebhookEvent) -> bytes:
 
 # --- delivering -----------------------------------------------------------------------------------
 
-def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str]:
+def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int | None, str, bool]:
+    """(status code or None, error, refused): refused means the guard blocked the destination."""
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # URL set by a team admin
-            return int(response.status), ""
+        # URL set by a team admin: the guard re-checks the address actually connected to.
+        with guarded_urlopen(request, timeout=timeout) as response:
+            return int(response.status), "", False
+    except BlockedAddress as err:
+        return None, f"refused by the webhook address guard: {err}"[:500], True
     except urllib.error.HTTPError as err:
-        return int(err.code), f"HTTP {err.code}"
+        return int(err.code), f"HTTP {err.code}", False
     except (urllib.error.URLError, OSError, ValueError) as err:
-        return None, str(getattr(err, "reason", err))[:500]
+        return None, str(getattr(err, "reason", err))[:500], False
 
 
 def _permanent(code: int | None) -> bool:
@@ -217,6 +220,7 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None, timeout: f
         return None
     delivery = WebhookDelivery.objects.select_related("endpoint", "event__project").get(pk=delivery_id)
     endpoint, event = delivery.endpoint, delivery.event
+    refused = False
     if not endpoint.active:
         code, error = None, "endpoint disabled"
     else:
@@ -228,13 +232,14 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None, timeout: f
             "X-Trainyard-Timestamp": str(timestamp),
             "X-Trainyard-Signature": webhook_sign(secret=endpoint.secret, timestamp=timestamp, body=body),
         }
-        code, error = _post(endpoint.url, body, headers, timeout)
+        code, error, refused = _post(endpoint.url, body, headers, timeout)
     done_at = timezone.now()
     fields: dict[str, Any] = {"last_status_code": code, "last_error": error, "lease_until": None}
     retry_in: float | None = None
     if code is not None and 200 <= code < 300:
         fields.update(status=DeliveryStatus.SUCCEEDED, delivered_at=done_at, next_retry_at=None)
-    elif not endpoint.active or _permanent(code) or delivery.attempts >= max_attempts():
+    elif not endpoint.active or refused or _permanent(code) or delivery.attempts >= max_attempts():
+        # A refused address is not retried: the name points inside the network (maybe on purpose).
         fields.update(status=DeliveryStatus.FAILED, next_retry_at=None)
         log.warning("webhook delivery %s to %s failed for good after %s attempts: %s", delivery.pk, endpoint.url,
                     delivery.attempts, error)

@@ -49,6 +49,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Outside everything that builds the body: the ETag must hash what is finally sent.
+    "apps.core.conditional.ApiConditionalGetMiddleware",
     "apps.core.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -82,6 +84,13 @@ SQLITE_PATH = VAR_DIR / "trainyard.sqlite3"
 _database_url = env_str("DATABASE_URL", "")
 if _database_url:
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django turns psycopg's prepared statements off (for poolers such as PgBouncer, not used
+        # here). On: the statements run through plain psycopg cursors, the metric ingestion's,
+        # are prepared once per connection after a few uses, which halved the database's CPU per
+        # metric batch (bench/_profile_requests.py). Django's own queries bind client-side and
+        # are not affected.
+        DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = env_int("TRAINYARD_DB_PREPARE_THRESHOLD", 5)
 else:
     DATABASES = {
         "default": {
@@ -138,7 +147,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.ApiAutoSchema",
     "DEFAULT_PAGINATION_CLASS": "apps.core.pagination.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "apps.core.errors.api_exception_handler",
@@ -148,7 +157,14 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Trainyard API",
-    "DESCRIPTION": "Submit, watch and compare training runs on a shared GPU fleet.",
+    "DESCRIPTION": (
+        "Submit, watch and compare training runs on a shared GPU fleet.\n\n"
+        "Lists are paginated (`page`, `page_size` up to 500; `next`/`previous` links) and take `ordering` (an unknown "
+        "field is a 400 listing the allowed ones). For cheap polling every JSON GET answers an `ETag`: send it back as "
+        "`If-None-Match` to get a 304 with no body while nothing changed; lists with an `updated_at` also take "
+        "`updated_after=<ISO date-time>`. Every error has the body `{\"error\": {\"status\", \"code\", \"message\", "
+        "\"fields\"}}`."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -176,6 +192,11 @@ TRAINYARD_GANG_START_TIMEOUT_S = env_int("TRAINYARD_GANG_START_TIMEOUT_S", 120)
 # Project secrets (apps.vault): Fernet keys, newest first. Empty is allowed only with DEBUG on
 # (a key derived from SECRET_KEY); `check --deploy` refuses it otherwise.
 TRAINYARD_SECRET_KEYS = env_list("TRAINYARD_SECRET_KEYS", [])
+
+# Outgoing webhooks may not target loopback, link-local (cloud metadata), private or reserved
+# addresses: checked when a URL is saved and again, on the resolved address, at each delivery
+# (DNS rebinding). Only for development and tests with a receiver on this machine.
+TRAINYARD_WEBHOOK_ALLOW_PRIVATE = env_bool("TRAINYARD_WEBHOOK_ALLOW_PRIVATE", False)
 
 # Code snapshots for the custom template: upload size, and what they may unpack to.
 TRAINYARD_MAX_SNAPSHOT_BYTES = env_int("TRAINYARD_MAX_SNAPSHOT_BYTES", 20 * 1024 * 1024)

@@ -13,6 +13,9 @@ if SECRET_KEY == DEFAULT_SECRET_KEY or len(SECRET_KEY) < 50:
 if env_bool("TRAINYARD_DEBUG", False):
     raise ImproperlyConfigured("TRAINYARD_DEBUG must be off in production")
 DEBUG = False
+# Webhooks may not reach this network's own addresses unless the operator opts in knowingly
+# (receivers on the internal network); see README's configuration table.
+TRAINYARD_WEBHOOK_ALLOW_PRIVATE = env_bool("TRAINYARD_WEBHOOK_ALLOW_PRIVATE", False)
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("TRAINYARD_SSL_REDIRECT", True)

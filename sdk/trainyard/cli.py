@@ -203,7 +203,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     tags = {k: str(v) for k, v in _kv_pairs(args.tag, "tag", parse_json=False).items()}
     runs = []
     for run in _client(args).runs(
-        project=args.project, status=args.status, template=args.template, tags=tags, family=args.family, search=args.search
+        project=args.project, status=args.status, template=args.template, tags=tags, family=args.family, search=args.search,
+        ordering=args.ordering,
     ):
         runs.append(run)
         if args.limit and len(runs) >= args.limit:
@@ -385,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--family", help="runs of one family (a sweep)")
     p.add_argument("--search", help="match name, family or id")
     p.add_argument("--limit", type=int, default=0, help="at most this many runs (0 = all)")
+    p.add_argument("--ordering", help="sort field, '-' for descending: created_at, updated_at, finished_at, status, "
+                                      "priority, id ... (default -created_at)")
 
     p = add("show", cmd_show, "show one run: status, progress, params, attempts, cost")
     p.add_argument("run", type=int)

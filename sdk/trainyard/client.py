@@ -203,11 +203,17 @@ class Client:
         return self.request("GET", path, params=params)
 
     def paginate(self, path: str, params: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> Iterator[JSON]:
-        """Yields every item of a list endpoint, following ``next`` links page by page."""
+        """Yields every item of a list endpoint, following ``next`` links page by page.
+
+        Lists take ``ordering`` ("-created_at"; an unknown field is a ValidationError) and, where
+        items have an updated_at, ``updated_after`` (an ISO date-time) for cheap polling."""
         page: Any = self.request("GET", path, params=params)
         while True:
             if isinstance(page, list):  # an unpaginated list endpoint
                 yield from page
+                return
+            if "results" not in page and isinstance(page.get("checkpoints"), list):  # a server from before pagination
+                yield from page["checkpoints"]
                 return
             yield from page.get("results", [])
             nxt = page.get("next")
@@ -251,12 +257,16 @@ class Client:
     # --- runs ---------------------------------------------------------------------------------
     def runs(self, *, project: int | str | None = None, status: str | Iterable[str] | None = None, template: str | None = None,
              tags: Mapping[str, str] | None = None, family: str | None = None, parent: int | None = None,
-             search: str | None = None, page_size: int = 200) -> Iterator[JSON]:
-        """Every run matching the filters (all pages), newest first."""
+             search: str | None = None, page_size: int = 200, ordering: str | None = None,
+             updated_after: str | None = None) -> Iterator[JSON]:
+        """Every run matching the filters (all pages), newest first unless ``ordering`` says
+        otherwise ("-finished_at", "priority,created_at"). ``updated_after`` (ISO date-time) keeps
+        only runs changed since then: poll with the newest ``updated_at`` seen."""
         if status is not None and not isinstance(status, str):
             status = ",".join(status)
         params: list[tuple[str, Any]] = [("project", project), ("status", status), ("template", template), ("family", family),
-                                         ("parent", parent), ("search", search), ("page_size", page_size)]
+                                         ("parent", parent), ("search", search), ("page_size", page_size),
+                                         ("ordering", ordering), ("updated_after", updated_after)]
         params += [("tag", f"{k}:{v}") for k, v in (tags or {}).items()]
         return self.paginate("/api/v1/runs/", params)
 
@@ -296,8 +306,9 @@ class Client:
         return dict(self.request("GET", f"/api/v1/runs/{int(run_id)}/metrics/",
                                  params={"key": keys, "max_points": max_points, "x": x, "start": start, "end": end}))
 
-    def checkpoints(self, run_id: int) -> list[JSON]:
-        return list(self.request("GET", f"/api/v1/runs/{int(run_id)}/checkpoints/").get("checkpoints", []))
+    def checkpoints(self, run_id: int, *, ordering: str | None = None, page_size: int = 500) -> list[JSON]:
+        """Every checkpoint record of the run (all pages), by step unless ``ordering`` says otherwise."""
+        return list(self.paginate(f"/api/v1/runs/{int(run_id)}/checkpoints/", {"ordering": ordering, "page_size": page_size}))
 
     def logs(self, run_id: int, *, after: int = 0, limit: int | None = None) -> JSON:
         """One page of log chunks after the cursor: {"chunks": [...], "next": cursor, "more": bool}."""
@@ -315,8 +326,20 @@ class Client:
         project_id = self.project(project)["id"] if not str(project).strip().isdigit() else int(str(project).strip())
         return dict(self.request("GET", f"/api/v1/projects/{project_id}/budget/"))
 
-    def nodes(self) -> JSON:
-        return dict(self.request("GET", "/api/v1/nodes/"))
+    def nodes(self, *, pool: str | None = None, state: str | None = None, ordering: str | None = None,
+              page_size: int = 500) -> JSON:
+        """{"pools": [...], "nodes": [...every node, all pages...]}: the fleet and its free devices."""
+        params = {"pool": pool, "state": state, "ordering": ordering, "page_size": page_size}
+        first: Any = self.request("GET", "/api/v1/nodes/", params=params)
+        if not isinstance(first, dict) or "results" not in first:  # a server from before pagination
+            return dict(first)
+        nodes = list(first.get("results") or [])
+        nxt = first.get("next")
+        while nxt:
+            page = self.request("GET", nxt)
+            nodes += page.get("results") or []
+            nxt = page.get("next")
+        return {"pools": list(first.get("pools") or []), "nodes": nodes}
 
     # --- code snapshots -------------------------------------------------------------------------
     def upload_snapshot(self, *, project: int | str, directory: str | os.PathLike[str] | None = None,

@@ -106,7 +106,7 @@
   }
 
   async function refreshCheckpoints() {
-    const resp = await T.getJSON(`${api}/checkpoints/`);
+    const resp = await T.getJSON(`${api}/checkpoints/?page_size=500`);
     const body = document.querySelector("#checkpoints tbody");
     if (!resp.checkpoints.length) return;
     body.replaceChildren(...resp.checkpoints.map((c) => {

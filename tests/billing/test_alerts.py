@@ -20,6 +20,7 @@ from apps.audit.models import AuditEvent
 from apps.billing import tasks
 from apps.billing.models import BudgetAlert, UsageEntry
 from apps.billing.services import accrual_run, budget_alerts_check, budget_create, team_webhook_set
+from apps.core.errors import FieldError
 from tests.billing.helpers import make_attempt, make_pool, make_run
 
 SECRET = "s3cret-for-the-vision-team"
@@ -159,3 +160,29 @@ def test_webhook_retries_on_server_error(cast: Any, django_capture_on_commit_cal
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_team_webhooks_get_the_address_guard(cast: Any, receiver: Any, settings: Any, django_capture_on_commit_callbacks: Any) -> None:
+    """Team webhooks pass the same SSRF guard as project webhooks: refused when saved, and again
+    at delivery for a URL that was saved while private addresses were allowed."""
+    url, received = receiver
+    settings.TRAINYARD_WEBHOOK_ALLOW_PRIVATE = False
+    for bad in ("http://169.254.169.254/latest/meta-data/", "http://10.0.0.5/hook", "ftp://example.com/x", url):
+        with pytest.raises(FieldError) as err:
+            team_webhook_set(team=cast.vision, url=bad, secret=SECRET)
+        assert list(err.value.fields) == ["url"]
+    assert not cast.vision.webhooks.exists()
+
+    settings.TRAINYARD_WEBHOOK_ALLOW_PRIVATE = True
+    team_webhook_set(team=cast.vision, url=url, secret=SECRET)
+    settings.TRAINYARD_WEBHOOK_ALLOW_PRIVATE = False
+    pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
+    budget_create(team=cast.vision, project=cast.digits, amount="1.00", thresholds=[100])
+    _spend(cast, pool, datetime(2026, 11, 2, tzinfo=UTC), 2)
+    now = datetime(2026, 11, 5, tzinfo=UTC)
+    accrual_run(now=now)
+    with django_capture_on_commit_callbacks(execute=True):
+        alert = budget_alerts_check(now=now)[0]
+    # Refused at the connection, not retried, and nothing reached the receiver on 127.0.0.1.
+    assert tasks.webhook_deliver.apply(args=[alert.pk, cast.vision.webhooks.get().pk], throw=True).get() == 0
+    assert received == []

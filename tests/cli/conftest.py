@@ -42,6 +42,8 @@ class Cli:
 @pytest.fixture(scope="module")
 def cli_stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LiveStack]:
     stack = LiveStack(tmp_path_factory.mktemp("cli-stack"), redis_url)
+    # The webhook receivers listen on 127.0.0.1, which the SSRF guard refuses by default.
+    stack.env["TRAINYARD_WEBHOOK_ALLOW_PRIVATE"] = "true"
     try:
         stack.start_web()
         # Webhook retries after 0.5 s, 1 s, ... so the live webhook check takes seconds.

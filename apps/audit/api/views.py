@@ -4,6 +4,7 @@ from django.db.models import QuerySet
 from rest_framework import permissions, serializers, viewsets
 
 from apps.audit.models import AuditEvent
+from apps.core.api.listing import LIST_BACKENDS
 
 
 class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
@@ -19,6 +20,9 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg
 
     permission_classes = [permissions.IsAdminUser]
     serializer_class = AuditEventSerializer
+    filter_backends = LIST_BACKENDS
+    ordering_fields = ["at", "action", "object_type", "id"]
+    ordering = ["-at", "-id"]
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
         qs = AuditEvent.objects.all()

@@ -45,3 +45,50 @@ class QuotaWriteSerializer(serializers.Serializer[Any]):
     pool = serializers.SlugField(required=False)
     guaranteed_devices = serializers.IntegerField(required=False, min_value=0, max_value=100_000)
     borrow_limit = serializers.IntegerField(required=False, min_value=0, max_value=100_000)
+
+
+class BudgetPeriodSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField(help_text="YYYY-MM")
+    label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label; DRF pops it
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(help_text="Exclusive.")
+
+
+class BudgetSummarySerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    scope = serializers.ChoiceField(choices=["project", "team"], help_text="A project's own budget, or its team's.")
+    amount = serializers.CharField(help_text="A decimal number as a string.")
+    thresholds = serializers.ListField(child=serializers.IntegerField(), help_text="Percentages that raise an alert.")
+    action = serializers.ChoiceField(choices=BudgetAction.choices, help_text="What happens at 100%.")
+
+
+class BurndownPointSerializer(serializers.Serializer[Any]):
+    date = serializers.DateField()
+    spent = serializers.CharField(help_text="Cumulative spend by the end of that day (decimal string).")
+
+
+class BudgetAlertSerializer(serializers.Serializer[Any]):
+    threshold = serializers.IntegerField()
+    at = serializers.DateTimeField()
+
+
+class ProjectRefSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    full_slug = serializers.CharField(help_text="team/project")
+
+
+class ProjectBudgetSerializer(serializers.Serializer[Any]):
+    """GET /api/v1/projects/{id}/budget/: money as decimal strings in `currency`."""
+
+    project = ProjectRefSerializer()
+    period = BudgetPeriodSerializer()
+    budget = BudgetSummarySerializer(allow_null=True, help_text="Null when neither the project nor its team has a budget.")
+    currency = serializers.CharField()
+    spent = serializers.CharField(help_text="Spent this period.")
+    reserved = serializers.CharField(help_text="Held by queued and running work.")
+    remaining = serializers.CharField(allow_null=True)
+    percent = serializers.FloatField(allow_null=True, help_text="Spent as a percentage of the budget.")
+    forecast = serializers.CharField(help_text="Linear forecast of the period's spend.")
+    burndown = BurndownPointSerializer(many=True)
+    alerts = BudgetAlertSerializer(many=True, help_text="Thresholds crossed this period.")

@@ -19,11 +19,13 @@ from apps.billing import selectors, services
 from apps.billing.api.serializers import (
     BudgetSerializer,
     BudgetWriteSerializer,
+    ProjectBudgetSerializer,
     QuotaSerializer,
     QuotaWriteSerializer,
 )
 from apps.billing.models import Budget, Quota, UsageEntry
 from apps.billing.views import FILTER_KEYS, ledger_csv_response
+from apps.core.api.listing import POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedMixin, UnscopedAPIMixin
 from apps.core.errors import FieldError, ServiceError
 from apps.nodes.models import NodePool
@@ -51,7 +53,7 @@ class ProjectBudgetView(ScopedMixin, generics.GenericAPIView):  # type: ignore[t
     lookup_url_kwarg = "project_id"
     serializer_class = None
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: ProjectBudgetSerializer})
     def get(self, request: Request, project_id: int) -> Response:
         project = self.get_object()
         data = selectors.project_budget_status(project=project).as_dict()
@@ -108,6 +110,9 @@ class FinanceBudgetViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.Retri
     permission_classes = [permissions.IsAuthenticated, IsFinance]
     serializer_class = BudgetSerializer
     queryset = Budget.objects.select_related("team", "project", "project__team").order_by("pk")
+    filter_backends = POLLING_LIST_BACKENDS
+    ordering_fields = {"team": "team__slug", "amount": "amount", "created_at": "created_at", "updated_at": "updated_at", "id": "id"}
+    ordering = ["id"]
 
     @extend_schema(request=BudgetWriteSerializer, responses={201: BudgetSerializer})
     def create(self, request: Request) -> Response:
@@ -150,6 +155,10 @@ class FinanceQuotaViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.Retrie
     permission_classes = [permissions.IsAuthenticated, IsFinance]
     serializer_class = QuotaSerializer
     queryset = Quota.objects.select_related("team", "pool").order_by("pk")
+    filter_backends = POLLING_LIST_BACKENDS
+    ordering_fields = {"team": "team__slug", "pool": "pool__name", "guaranteed_devices": "guaranteed_devices",
+                       "updated_at": "updated_at", "id": "id"}
+    ordering = ["id"]
 
     @extend_schema(request=QuotaWriteSerializer, responses={201: QuotaSerializer})
     def create(self, request: Request) -> Response:

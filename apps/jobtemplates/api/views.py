@@ -8,6 +8,7 @@ from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.listing import LIST_BACKENDS
 from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
 from apps.jobtemplates.api.serializers import JobTemplateSerializer
@@ -20,10 +21,13 @@ class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):  # type: ig
     serializer_class = JobTemplateSerializer
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
+    filter_backends = LIST_BACKENDS
+    ordering_fields = ["slug", "title", "kind", "published_at", "created_at"]
+    ordering = ["slug"]
 
     @extend_schema(responses={200: JobTemplateSerializer(many=True)})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        page = self.paginate_queryset(template_list(user=request.user))
+        page = self.paginate_queryset(self.filter_queryset(template_list(user=request.user)))
         return self.get_paginated_response(JobTemplateSerializer(page, many=True).data)
 
     @extend_schema(

@@ -225,7 +225,8 @@ class ProgressView(AgentView):
             updates["progress_at"] = timezone.now()
         with transaction.atomic():
             if updates:
-                Run.objects.filter(pk=attempt.run_id).update(**updates)
+                # .update() skips auto_now: bump updated_at by hand so ?updated_after= polls see progress.
+                Run.objects.filter(pk=attempt.run_id).update(**updates, updated_at=timezone.now())
             lineage = data.get("lineage")
             if lineage is not None:
                 if not isinstance(lineage, dict) or len(str(lineage)) > 100_000:

@@ -4,35 +4,71 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import permissions
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, permissions
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
-from apps.nodes.models import Node
-from apps.nodes.selectors import node_overview
+from apps.nodes.api.serializers import NodeDrainSerializer, NodePageSerializer, NodeStateSerializer
+from apps.nodes.models import Node, NodeState
+from apps.nodes.selectors import node_rows, pool_summaries
 from apps.nodes.services import node_drain, node_undrain
 
+NODE_ORDERING = {"hostname": "hostname", "last_heartbeat_at": "last_heartbeat_at", "pool": "pool__name", "state": "state",
+                 "registered_at": "registered_at", "id": "id"}
 
-class NodeListView(UnscopedAPIMixin, APIView):
+
+class NodeListView(UnscopedAPIMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+    """The shared fleet, a page of nodes at a time, with every pool's free devices."""
+
     permission_classes = [permissions.IsAuthenticated]
+    serializer_class = NodePageSerializer
 
-    @extend_schema(responses=None)
+    def get_queryset(self) -> QuerySet[Node]:
+        queryset = Node.objects.select_related("pool").prefetch_related("devices")
+        params = self.request.query_params
+        if params.get("pool"):
+            queryset = queryset.filter(pool__name=params["pool"])
+        if params.get("state"):
+            if params["state"] not in NodeState.values:
+                raise FieldError("state", f"one of {', '.join(NodeState.values)} (got {params['state'][:40]!r})")
+            queryset = queryset.filter(state=params["state"])
+        return ordering_apply(queryset, self.request, fields=NODE_ORDERING, default=["pool__name", "hostname", "id"])
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("pool", OpenApiTypes.STR, description="Only this pool's nodes."),
+            OpenApiParameter("state", OpenApiTypes.STR, enum=NodeState.values, description="Only nodes in this state."),
+            ordering_parameter(NODE_ORDERING, "pool,hostname"),
+            OpenApiParameter("page", OpenApiTypes.INT, description="A page number within the paginated result set."),
+            OpenApiParameter("page_size", OpenApiTypes.INT, description="Number of results to return per page (at most 500)."),
+        ],
+        responses={200: NodePageSerializer},
+    )
     def get(self, request: Request) -> Response:
-        pools = node_overview(user=request.user)
-        nodes = [n for p in pools for n in p["nodes"]]
-        return Response({"pools": [{k: v for k, v in p.items() if k != "nodes"} for p in pools], "nodes": nodes})
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None  # the project's pagination is always on
+        rows = node_rows(user=request.user, nodes=page)
+        response = self.get_paginated_response(rows)
+        response.data["pools"] = pool_summaries()
+        response.data["nodes"] = rows  # the pre-pagination key, for older clients
+        return response
 
 
 class NodeDrainView(UnscopedAPIMixin, APIView):
     permission_classes = [permissions.IsAuthenticated]
     undrain = False
 
-    @extend_schema(request=None, responses=None)
+    @extend_schema(request=NodeDrainSerializer, responses={200: NodeStateSerializer},
+                   description="Admins: drain stops new work on the node; running work may go on for deadline_s seconds. "
+                               "Undrain takes no body.")
     def post(self, request: Request, pk: int) -> Response:
         node = get_object_or_404(Node, pk=pk)
         if self.undrain:

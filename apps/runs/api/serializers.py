@@ -83,7 +83,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         fields = [
             "id", "name", "project", "project_slug", "template", "template_version", "submitted_by", "status", "reason_code",
             "status_reason", "priority", "tags", "family", "parent", "progress", "steps_done", "total_steps", "created_at",
-            "queued_at", "started_at", "finished_at",
+            "queued_at", "started_at", "finished_at", "updated_at",
         ]
         read_only_fields = fields
 

@@ -13,6 +13,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError, Forbidden, NotFound
 from apps.jobtemplates.models import TemplateKind
@@ -79,6 +80,9 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
 
     team_path = "project__team"
     serializer_class = RunSerializer
+    filter_backends = POLLING_LIST_BACKENDS
+    ordering_fields = ["created_at", "updated_at", "queued_at", "started_at", "finished_at", "status", "priority", "name", "id"]
+    ordering = ["-created_at", "-id"]
 
     def get_base_queryset(self) -> QuerySet[Run]:
         queryset = Run.objects.select_related("project__team", "template", "pool", "submitted_by", "init_checkpoint", "code_snapshot")
@@ -118,7 +122,8 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
             if term.isdigit():
                 match |= Q(pk=int(term))
             queryset = queryset.filter(match)
-        return queryset
+        # ?ordering= and ?updated_after= (apps.core.api.listing)
+        return super().filter_queryset(queryset)
 
     @extend_schema(parameters=LIST_PARAMETERS, responses={200: RunSerializer(many=True)})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -160,7 +165,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         run = self.get_base_queryset().get(pk=run.pk)
         return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: RunDetailSerializer, 409: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={200: RunDetailSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Cancel the run (a sweep cancels its children too). 409 if it already finished."""
@@ -180,6 +185,9 @@ class CodeSnapshotViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveMod
     team_path = "project__team"
     serializer_class = CodeSnapshotSerializer
     queryset = CodeSnapshot.objects.select_related("project").order_by("-created_at")
+    filter_backends = LIST_BACKENDS
+    ordering_fields = ["created_at", "size", "id"]
+    ordering = ["-created_at", "-id"]
     parser_classes = [MultiPartParser, FormParser]
 
     @extend_schema(request={"multipart/form-data": CodeSnapshotUploadSerializer}, responses={201: CodeSnapshotSerializer})

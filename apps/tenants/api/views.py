@@ -8,6 +8,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.listing import LIST_BACKENDS
 from apps.core.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.core.errors import FieldError, Forbidden
 from apps.tenants import services
@@ -27,6 +28,9 @@ class TeamViewSet(ScopedReadOnlyViewSet):
     team_path = ""
     queryset = Team.objects.all()
     serializer_class = TeamSerializer
+    filter_backends = LIST_BACKENDS
+    ordering_fields = ["slug", "name", "created_at", "id"]
+    ordering = ["slug"]
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = dict(super().get_serializer_context())
@@ -43,6 +47,9 @@ class ProjectViewSet(ScopedModelViewSet):
     write_role = "admin"
     queryset = Project.objects.select_related("team")
     serializer_class = ProjectSerializer
+    filter_backends = LIST_BACKENDS
+    ordering_fields = {"team": "team__slug", "slug": "slug", "name": "name", "created_at": "created_at", "id": "id"}
+    ordering = ["team__slug", "slug"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_base_queryset(self) -> QuerySet[Project]:

@@ -13,11 +13,21 @@ from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
 from apps.nodes.auth import AgentAPIView
 from apps.runs.models import Checkpoint, Run
 from apps.tracking import selectors
+from apps.tracking.api.serializers import (
+    CheckpointPageSerializer,
+    CompareResponseSerializer,
+    EnergyResponseSerializer,
+    LogPageSerializer,
+    MetricIngestResponseSerializer,
+    MetricKeysResponseSerializer,
+    MetricSeriesResponseSerializer,
+)
 from apps.tracking.services import MAX_BODY_BYTES, PayloadTooLarge, metric_batch_ingest, metric_batch_parse
 
 
@@ -72,7 +82,7 @@ class MetricIngestView(AgentAPIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: MetricIngestResponseSerializer},
         description=(
             'Body {"attempt_id", "attempt", "points": [[key, step, value, wall_time], ...]} with at most 10,000 points and '
             '4 MB. Values are numbers or "NaN"/"Infinity"/"-Infinity". 409 means the attempt is stale or the run finished: '
@@ -108,7 +118,7 @@ _SERIES_PARAMS = [
 class RunMetricsView(_RunScoped):
     @extend_schema(
         parameters=[OpenApiParameter("key", str, required=True, description="Metric key; several comma-separated."), *_SERIES_PARAMS],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: MetricSeriesResponseSerializer},
         description="Downsampled series: per bucket x, mean, min and max; true_min/true_max are the series' exact extremes.",
     )
     def get(self, request: Request, pk: int) -> Response:
@@ -121,7 +131,7 @@ class RunMetricsView(_RunScoped):
 
 
 class RunMetricKeysView(_RunScoped):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="Per-key summaries (count, first, last, min, max, last step) "
+    @extend_schema(responses={200: MetricKeysResponseSerializer}, description="Per-key summaries (count, first, last, min, max, last step) "
                    "and the run's status and progress, for live pages.")
     def get(self, request: Request, pk: int) -> Response:
         run = self.get_object()
@@ -133,10 +143,27 @@ class RunMetricKeysView(_RunScoped):
         })
 
 
+CHECKPOINT_ORDERING = ["step", "created_at", "size", "id"]
+
+
 class RunCheckpointsView(_RunScoped):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        parameters=[ordering_parameter(CHECKPOINT_ORDERING, "step"),
+                    OpenApiParameter("page", int, description="A page number within the paginated result set."),
+                    OpenApiParameter("page_size", int, description="Number of results to return per page (at most 500).")],
+        responses={200: CheckpointPageSerializer},
+        description="The run's checkpoints (removed ones too, marked), a page at a time.",
+    )
     def get(self, request: Request, pk: int) -> Response:
-        return Response({"checkpoints": selectors.checkpoint_list(run=self.get_object())})
+        run = self.get_object()
+        queryset = ordering_apply(Checkpoint.objects.filter(run=run).select_related("attempt"), request,
+                                  fields=CHECKPOINT_ORDERING, default=["step", "id"])
+        page = self.paginate_queryset(queryset)
+        assert page is not None  # the project's pagination is always on
+        rows = selectors.checkpoint_rows(run=run, checkpoints=page)
+        response = self.get_paginated_response(rows)
+        response.data["checkpoints"] = rows  # the pre-pagination key, for older clients and the run page
+        return response
 
 
 class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
@@ -160,7 +187,8 @@ class RunLogsView(_RunScoped):
     @extend_schema(
         parameters=[OpenApiParameter("after", int, description="Cursor: the last chunk id seen (0 to start)."),
                     OpenApiParameter("limit", int, description="Chunks per page, 1-1000 (default 200).")],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: LogPageSerializer},
+        description="Log chunks in the order they arrived, after a cursor: follow with after=next while more is true.",
     )
     def get(self, request: Request, pk: int) -> Response:
         run = self.get_object()
@@ -170,7 +198,7 @@ class RunLogsView(_RunScoped):
 
 
 class RunEnergyView(_RunScoped):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="Energy samples per device and the cumulative total.")
+    @extend_schema(responses={200: EnergyResponseSerializer}, description="Energy samples per device and the cumulative total.")
     def get(self, request: Request, pk: int) -> Response:
         return Response(selectors.energy_series(run=self.get_object()))
 
@@ -182,7 +210,7 @@ class CompareView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-ar
     @extend_schema(
         parameters=[OpenApiParameter("runs", str, required=True, description="2-50 comma-separated run ids."),
                     OpenApiParameter("keys", str, description="Metric keys (default: all, up to 20)."), *_SERIES_PARAMS],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: CompareResponseSerializer},
         description="Params, lineage and summaries side by side with a diff, and downsampled series per run and key.",
     )
     def get(self, request: Request) -> Response:

@@ -12,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.core.errors import FieldError, Forbidden
 from apps.tenants.models import Project
@@ -47,12 +48,15 @@ class WebhookEndpointViewSet(ScopedModelViewSet):
     write_role = "admin"
     serializer_class = WebhookEndpointSerializer
     queryset = WebhookEndpoint.objects.select_related("project__team").order_by("pk")
+    filter_backends = POLLING_LIST_BACKENDS
+    ordering_fields = ["created_at", "updated_at", "url", "id"]
+    ordering = ["id"]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.request.query_params.get("project"):
             queryset = queryset.filter(project=_project(user=self.request.user, ref=self.request.query_params["project"]))
-        return queryset
+        return super().filter_queryset(queryset)  # ?ordering=, ?updated_after=
 
     @extend_schema(parameters=[OpenApiParameter("project", OpenApiTypes.STR, description="Project id or 'team/project'.")])
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -109,6 +113,9 @@ class WebhookDeliveryViewSet(ScopedReadOnlyViewSet):
     team_path = "endpoint__project__team"
     serializer_class = WebhookDeliverySerializer
     queryset = WebhookDelivery.objects.select_related("endpoint__project__team", "event").order_by("-created_at", "-pk")
+    filter_backends = LIST_BACKENDS
+    ordering_fields = ["created_at", "last_attempt_at", "status", "attempts", "id"]
+    ordering = ["-created_at", "-id"]
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         params = self.request.query_params
@@ -124,7 +131,7 @@ class WebhookDeliveryViewSet(ScopedReadOnlyViewSet):
             queryset = queryset.filter(endpoint_id=int(params["endpoint"]))
         if params.get("event_type"):
             queryset = queryset.filter(event__type=params["event_type"])
-        return queryset
+        return super().filter_queryset(queryset)  # ?ordering=
 
     @extend_schema(parameters=[
         OpenApiParameter("project", OpenApiTypes.STR, description="Project id or 'team/project'."),

@@ -1,0 +1,75 @@
+"""Response shapes of the nodes API (documentation: the views answer dicts from apps.nodes.selectors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+
+class NodeRunSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField(allow_null=True, help_text="Null for another team's run (its details are not shown).")
+    name = serializers.CharField()
+    project = serializers.CharField(allow_null=True, help_text="team/project; null for another team's run.")
+    status = serializers.CharField(allow_null=True)
+    attempt = serializers.IntegerField(allow_null=True)
+    rank = serializers.IntegerField(allow_null=True, help_text="This node's rank in a multi-node run.")
+
+
+class NodeDeviceSerializer(serializers.Serializer[Any]):
+    index = serializers.IntegerField()
+    kind = serializers.CharField(help_text="gpu, or cpu for a CPU slot.")
+    model = serializers.CharField()
+    uuid = serializers.CharField()
+    memory_bytes = serializers.IntegerField()
+    utilization = serializers.FloatField(allow_null=True, help_text="0..1 at the last heartbeat, if the agent measures it.")
+    power_w = serializers.FloatField(allow_null=True)
+    used = serializers.BooleanField()
+    run = NodeRunSerializer(allow_null=True, help_text="The run holding this device, if any.")
+
+
+class NodeSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    hostname = serializers.CharField()
+    address = serializers.CharField()
+    pool = serializers.CharField()
+    state = serializers.CharField(help_text="ready, busy (every device in use), draining, lost or offline.")
+    cpus = serializers.IntegerField()
+    memory_bytes = serializers.IntegerField()
+    agent_version = serializers.CharField()
+    heartbeat_age_s = serializers.FloatField(allow_null=True, help_text="Seconds since the last heartbeat.")
+    drain_deadline = serializers.DateTimeField(allow_null=True)
+    devices_total = serializers.IntegerField()
+    devices_used = serializers.IntegerField()
+    devices_free = serializers.IntegerField()
+    devices = NodeDeviceSerializer(many=True)
+    runs = NodeRunSerializer(many=True)
+
+
+class PoolSummarySerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    description = serializers.CharField()
+    price_per_device_hour = serializers.CharField(help_text="A decimal number as a string.")
+    devices_total = serializers.IntegerField(help_text="Over all the pool's nodes, not only this page's.")
+    devices_free = serializers.IntegerField()
+
+
+class NodePageSerializer(serializers.Serializer[Any]):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = NodeSerializer(many=True)
+    pools = PoolSummarySerializer(many=True, help_text="Every pool, whatever the page.")
+    nodes = NodeSerializer(many=True, help_text="Deprecated: the same as results (kept for older clients).")
+
+
+class NodeStateSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+
+
+class NodeDrainSerializer(serializers.Serializer[Any]):
+    deadline_s = serializers.IntegerField(required=False, min_value=0, max_value=7 * 86400,
+                                          help_text="Seconds the running work may go on before it is preempted (0-604800, "
+                                                    "default 0).")

@@ -1,0 +1,181 @@
+"""Response shapes of the tracking reads, for the OpenAPI schema (the selectors build the dicts;
+these document every field, and Schemathesis checks that the answers match them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+# A metric value on the wire: a number, or one of the strings for non-finite values.
+METRIC_VALUE_SCHEMA = {
+    "oneOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "Infinity", "-Infinity"]}],
+    "nullable": True,
+    "description": 'A number, or "NaN", "Infinity" or "-Infinity"; null when there is none.',
+}
+
+
+@extend_schema_field(METRIC_VALUE_SCHEMA)
+class MetricValueField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "enum": ["raw"]}, {"type": "integer"}],
+                      "description": '"raw" for stored points, else the rollup level (0 = finest) the buckets come from.'})
+class LevelField(serializers.JSONField):
+    pass
+
+
+class SeriesSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField()
+    run = serializers.IntegerField()
+    x_axis = serializers.ChoiceField(choices=["step", "time"])
+    level = LevelField()
+    bucket_steps = serializers.IntegerField(help_text="Steps per stored bucket (1 for raw points).")
+    count = serializers.IntegerField(help_text="Points in the whole series.")
+    true_min = MetricValueField(help_text="The series' exact minimum (over the shown range when start/end are given).")
+    true_max = MetricValueField()
+    x = serializers.ListField(child=serializers.FloatField(), help_text="Last step (or Unix time) of each bucket.")
+    mean = serializers.ListField(child=MetricValueField())
+    min = serializers.ListField(child=MetricValueField())
+    max = serializers.ListField(child=MetricValueField())
+
+
+class MetricSeriesResponseSerializer(serializers.Serializer[Any]):
+    run = serializers.IntegerField()
+    series = SeriesSerializer(many=True, help_text="One per key asked for, in that order (empty x when a key has no points).")
+
+
+class MetricSummarySerializer(serializers.Serializer[Any]):
+    key = serializers.CharField()
+    count = serializers.IntegerField()
+    first = MetricValueField()
+    last = MetricValueField()
+    min = MetricValueField()
+    max = MetricValueField()
+    mean = MetricValueField(help_text="Mean of the finite values.")
+    nonfinite = serializers.IntegerField(help_text="How many values were NaN or infinite.")
+    first_step = serializers.IntegerField()
+    last_step = serializers.IntegerField()
+    last_wall_time = serializers.FloatField(help_text="Unix time of the point at last_step.")
+
+
+class RunProgressSerializer(serializers.Serializer[Any]):
+    steps_done = serializers.IntegerField()
+    total_steps = serializers.IntegerField(allow_null=True)
+    fraction = serializers.FloatField(allow_null=True)
+    steps_per_s = serializers.FloatField(allow_null=True)
+    eta_s = serializers.FloatField(allow_null=True, help_text="Seconds left at the current rate.")
+
+
+class KeysRunSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    status_reason = serializers.CharField()
+    is_finished = serializers.BooleanField()
+    progress = RunProgressSerializer()
+    cost = serializers.CharField(help_text="Cost so far in the pool's currency, a decimal number as a string.")
+
+
+class MetricKeysResponseSerializer(serializers.Serializer[Any]):
+    run = KeysRunSerializer()
+    keys = MetricSummarySerializer(many=True)
+
+
+class CheckpointSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    step = serializers.IntegerField()
+    file_name = serializers.CharField()
+    size = serializers.IntegerField(help_text="Bytes.")
+    sha256 = serializers.CharField()
+    metrics = serializers.DictField(child=serializers.JSONField(), help_text="Metrics at this step (as the job reported them, "
+                                    "else the logged points at the step).")
+    attempt = serializers.IntegerField(help_text="Attempt number that wrote it.")
+    created_at = serializers.DateTimeField()
+    deleted = serializers.BooleanField(help_text="Removed by retention; the record stays.")
+    available = serializers.BooleanField(help_text="The file can be downloaded.")
+    download_url = serializers.CharField(allow_null=True)
+
+
+class CheckpointPageSerializer(serializers.Serializer[Any]):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = CheckpointSerializer(many=True)
+    checkpoints = CheckpointSerializer(many=True, help_text="Deprecated: the same as results (kept for older clients).")
+
+
+class LogChunkSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField(help_text="Cursor: pass the last one seen as `after`.")
+    attempt = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    stream = serializers.CharField(help_text="stdout or stderr.")
+    text = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class LogPageSerializer(serializers.Serializer[Any]):
+    chunks = LogChunkSerializer(many=True)
+    next = serializers.IntegerField(help_text="The cursor for the next call (the last chunk's id, or `after` when none).")
+    more = serializers.BooleanField(help_text="True when this page was full: call again at once with after=next.")
+
+
+class EnergyDeviceSerializer(serializers.Serializer[Any]):
+    device = serializers.CharField(help_text="host:index, or host:node for a whole-node reading.")
+    t = serializers.ListField(child=serializers.DateTimeField())
+    power_w = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    utilization = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    energy_j = serializers.ListField(child=serializers.FloatField())
+    estimated = serializers.BooleanField()
+
+
+class EnergyCumulativeSerializer(serializers.Serializer[Any]):
+    t = serializers.ListField(child=serializers.DateTimeField())
+    energy_j = serializers.ListField(child=serializers.FloatField())
+
+
+class EnergyResponseSerializer(serializers.Serializer[Any]):
+    devices = EnergyDeviceSerializer(many=True)
+    cumulative = EnergyCumulativeSerializer()
+    total_j = serializers.FloatField()
+    total_kwh = serializers.FloatField()
+    estimated = serializers.BooleanField(help_text="True when some samples are estimates (no power sensor).")
+
+
+class DiffRowSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(help_text="Dotted path of the value (e.g. optimizer.lr).")
+    values = serializers.ListField(child=serializers.JSONField(allow_null=True), help_text="One per run, in the runs' order.")
+    differs = serializers.BooleanField()
+
+
+class CompareRunSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    status = serializers.CharField()
+    project = serializers.CharField(help_text="team/project")
+    template = serializers.CharField()
+    template_version = serializers.IntegerField()
+    family = serializers.CharField()
+    tags = serializers.DictField(child=serializers.JSONField())
+    params = serializers.DictField(child=serializers.JSONField())
+    lineage = serializers.DictField(child=serializers.JSONField(allow_null=True),
+                                    help_text="Template, init checkpoint, code snapshot, parent run and what the job reported.")
+    created_at = serializers.DateTimeField()
+    url = serializers.CharField(help_text="The run's page.")
+    summaries = serializers.DictField(child=MetricSummarySerializer(), help_text="Per chosen key.")
+
+
+class CompareResponseSerializer(serializers.Serializer[Any]):
+    runs = CompareRunSerializer(many=True)
+    keys = serializers.ListField(child=serializers.CharField(), help_text="The keys compared.")
+    available_keys = serializers.ListField(child=serializers.CharField(), help_text="Every key any of the runs logged.")
+    params = DiffRowSerializer(many=True)
+    lineage = DiffRowSerializer(many=True)
+    tags = DiffRowSerializer(many=True)
+    series = serializers.DictField(child=serializers.ListField(child=SeriesSerializer()),
+                                   help_text="Per key: one downsampled series per run, in the runs' order.")
+
+
+class MetricIngestResponseSerializer(serializers.Serializer[Any]):
+    accepted = serializers.IntegerField(help_text="Points accepted from the batch.")
