@@ -1,7 +1,7 @@
 """Load test: simulated agents and users against gunicorn + PostgreSQL + Redis on this machine.
 
     python bench/load.py [--duration 300] [--agents 200] [--users 50] [--interval 5]
-                         [--workers 4] [--threads 8] [--points 20]
+                         [--workers 2] [--threads 8] [--points 20]
 
 Each simulated agent (a thread with its own keep-alive connection and node credential) sends a
 heartbeat every --interval seconds and a metric batch of --points points in the agent wire
@@ -219,8 +219,10 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between an agent's heartbeats (and metric batches)")
     parser.add_argument("--points", type=int, default=20, help="metric points per batch")
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
-    parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
+    # One worker per core, threads to overlap their database waits: more processes than cores
+    # only add context switches and GIL hand-offs on a 2-core machine.
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
+    parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker (default 8)")
     parser.add_argument("--out", default=str(HERE / "results" / "load.json"))
     args = parser.parse_args()
     if not 1 <= args.duration <= 3600 or not 1 <= args.agents <= 2000 or not 0 <= args.users <= 1000:
@@ -244,6 +246,10 @@ def main() -> int:
             port = _free_port()
             web = subprocess.Popen([py, "-m", "gunicorn", "portal.wsgi:application", "-b", f"127.0.0.1:{port}", "-w",
                                     str(args.workers), "-k", "gthread", "--threads", str(args.threads), "--timeout", "120",
+                                    # Longer than an agent's interval: its connection stays open
+                                    # between beats instead of a new TCP connection (and a failed
+                                    # send on the closed one) every time.
+                                    "--keep-alive", str(int(args.interval * 2 + 5)),
                                     "--log-level", "warning"], cwd=ROOT, env=env, start_new_session=True)
             _wait_port(port)
             # Set-up took a while: the nodes' heartbeats are as old as it. Mark them fresh, then
@@ -266,7 +272,8 @@ def main() -> int:
                 _probe(port, session, ["/healthz"])
             stats = Stats()
             sent: dict[int, int] = {}
-            window = Window({"server": web.pid, "database": postmaster_pid(server), "worker": worker.pid})
+            window = Window({"server": web.pid, "database": postmaster_pid(server), "worker": worker.pid,
+                             "redis": redis_proc.pid if redis_proc is not None else None})
             window.start()
             # This process only (its children are the server and worker, counted above).
             clients0 = sum(os.times()[:2])
@@ -333,8 +340,13 @@ def _report(args: argparse.Namespace, stats: Stats, sent: dict[int, int], db: st
     errors = sum(stats.errors.values())
     print(f"\nmetric points: sent (acknowledged) {points_sent:,}, in the database {points_stored:,}, lost {lost}")
     print(f"errors: {errors}" + ("".join(f"\n  {e}" for e in stats.error_samples) if errors else ""))
-    print(f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} on {os.cpu_count()} CPUs; "
-          f"other processes used {cpu.get('other_processes_cpu_s')} CPU-s during the run")
+    used = cpu.get("cpu_s", {})
+    print(f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} on {os.cpu_count()} CPUs; machine busy "
+          f"{cpu.get('machine_cores_busy')} cores on average")
+    print("CPU-s during the run: " + ", ".join(f"{name} {value}" for name, value in used.items())
+          + f", other processes {cpu.get('other_processes_cpu_s')} (the bench's own share: "
+          f"{sum(used.values()) / max(1e-9, float(cpu.get('machine_busy_cpu_s') or 0)):.0%} of the busy CPU; "
+          f"load clients {used.get('load_clients', 0) / elapsed:.2f} cores)")
     targets = {
         "zero_errors": errors == 0,
         "zero_lost_points": lost == 0,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents import protocol
@@ -172,48 +173,125 @@ def _reconcile(node: Node, running: list[Any]) -> list[int]:
     return kill
 
 
+def _heartbeat_state(current: str, data: dict[str, Any]) -> str:
+    state = NodeState.READY if current == NodeState.LOST else current
+    if data.get("draining") and state == NodeState.READY:
+        state = NodeState.DRAINING
+    if data.get("offline"):
+        state = NodeState.OFFLINE
+    return state
+
+
+def _number(value: Any) -> float | None:
+    """A reported measurement, or None when it is not a finite number (never a 500 for it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _devices_update(node_id: int, devices: list[Any]) -> None:
+    """The reported utilization and power of every device: one UPDATE per device, in raw SQL
+    (the heartbeat path; the ORM's query building cost more than the statement)."""
+    rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), node_id, dev.get("index"))
+            for dev in devices[:1024] if isinstance(dev, dict) and isinstance(dev.get("index"), int)]
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s "
+                               f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
+
+
 def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:
+    """Record a heartbeat; answer with the stop orders and kills for what the agent runs.
+
+    Heartbeats are most of the agent traffic (every node, every 5 s), so the usual one, which
+    changes no state, is a conditional UPDATE of the node, one UPDATE of its devices and one
+    SELECT of its assignments, with no row lock. A state change (lost -> ready, draining,
+    offline) or a race with one takes the locked, audited path.
+    """
     if int(data.get("session", -1)) != node.session:
         raise Conflict(f"session {data.get('session')} was superseded by {node.session}; register again", code="stale_session")
     now = timezone.now()
-    with transaction.atomic():
-        locked = Node.objects.select_for_update().get(pk=node.pk)
-        before = locked.state
-        if locked.state == NodeState.LOST:
-            locked.state = NodeState.READY
-        if data.get("draining") and locked.state == NodeState.READY:
-            locked.state = NodeState.DRAINING
-        offline = bool(data.get("offline"))
-        if offline:
-            locked.state = NodeState.OFFLINE
-        locked.last_heartbeat_at = now
-        devices = data.get("devices") or []
-        locked.last_status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
-        locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
-        for dev in devices[:1024]:
-            if isinstance(dev, dict):
-                Device.objects.filter(node=locked, index=int(dev.get("index", -1))).update(
-                    utilization=dev.get("utilization"), power_w=dev.get("power_w"))
-        if locked.state != before:
-            with acting_as(label=f"agent:{locked.hostname}"):
-                audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
-        if before == NodeState.LOST:
-            request_scheduling_pass()
+    devices = data.get("devices") or []
+    status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
+    offline = bool(data.get("offline"))
+    state = node.state
+    quiet = _heartbeat_state(node.state, data) == node.state and not offline
+    # The WHERE on state is the fence against a concurrent change (the sweep declaring the node
+    # lost, an admin draining it): then nothing is updated here and the locked path redoes it.
+    if not quiet or not _node_touch(node, now, status):
+        with transaction.atomic():
+            locked = Node.objects.select_for_update().get(pk=node.pk)
+            before = locked.state
+            state = locked.state = _heartbeat_state(before, data)
+            locked.last_heartbeat_at = now
+            locked.last_status = status
+            locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
+            _devices_update(locked.pk, devices)
+            if locked.state != before:
+                with acting_as(label=f"agent:{locked.hostname}"):
+                    audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
+            if before == NodeState.LOST:
+                request_scheduling_pass()
+    else:
+        _devices_update(node.pk, devices)
     if offline:
         # A drained agent leaves nothing behind; whatever it still held cannot run anymore.
-        for attempt_id in sorted(set(Assignment.objects.filter(node=locked, state__in=ASSIGNMENT_HOLDS_DEVICES)
+        for attempt_id in sorted(set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES)
                                      .values_list("attempt_id", flat=True))):
-            with acting_as(label=f"agent:{locked.hostname}"):
-                lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"the agent on {locked.hostname} stopped")
+            with acting_as(label=f"agent:{node.hostname}"):
+                lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"the agent on {node.hostname} stopped")
         return {"stop": [], "kill": [], "drain": False}
-    _, kill = _valid_running(locked, data.get("running") or [])
-    stop: list[protocol.StopOrder] = []
-    for a in Assignment.objects.filter(node=locked, state__in=ASSIGNMENT_HOLDS_DEVICES).exclude(attempt__stop_kind="").select_related(
-            "attempt__run"):
-        stop.append({"attempt_id": a.attempt_id, "kind": a.attempt.stop_kind,  # type: ignore[typeddict-item]
-                     "grace_period_s": a.attempt.run.grace_period_s})
+    kill, stop = _heartbeat_orders(node, data.get("running") or [])
     # Ended attempts (aborted, lost) whose processes an agent may still hold are killed outright.
-    return {"stop": stop, "kill": kill, "drain": locked.state == NodeState.DRAINING}
+    return {"stop": stop, "kill": kill, "drain": state == NodeState.DRAINING}
+
+
+def _node_touch(node: Node, now: Any, status: dict[str, Any]) -> bool:
+    """The quiet heartbeat's UPDATE, if the node is still in the state and session read."""
+    ops = connection.ops
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s, last_status = %s WHERE id = %s AND state = %s AND session = %s",
+            [ops.adapt_datetimefield_value(now), ops.adapt_json_value(status, None), node.pk, node.state, node.session])
+        return bool(cursor.rowcount)
+
+
+# What the heartbeat answers with, for the node's assignments that hold devices or that the
+# agent reports running: (attempt, assignment state, attempt status, stop kind, grace period,
+# the run's latest attempt). Raw SQL: heartbeats are most of the agent traffic.
+_ORDERS_SQL = (
+    "SELECT a.attempt_id, a.state, t.status, t.stop_kind, r.grace_period_s, "
+    "(SELECT l.id FROM {attempt} l WHERE l.run_id = t.run_id ORDER BY l.number DESC LIMIT 1) "
+    "FROM {assignment} a JOIN {attempt} t ON t.id = a.attempt_id JOIN {run} r ON r.id = t.run_id "
+    "WHERE a.node_id = %s AND (a.state IN ({holds}){reported}) ORDER BY a.attempt_id, a.node_rank"
+)
+
+
+def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[protocol.StopOrder]]:
+    """(attempts to kill, stop orders) in one query: what _valid_running decides for the reported
+    attempts, and a stop order for each assignment on the node whose attempt was asked to stop."""
+    ids = [item.get("attempt_id") if isinstance(item, dict) else 0 for item in running]
+    reported = [i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**63 else 0 for i in ids]
+    holds = sorted(ASSIGNMENT_HOLDS_DEVICES)
+    sql = _ORDERS_SQL.format(attempt=Attempt._meta.db_table, assignment=Assignment._meta.db_table, run=Run._meta.db_table,
+                             holds=", ".join(["%s"] * len(holds)),
+                             reported=f" OR a.attempt_id IN ({', '.join(['%s'] * len(reported))})" if reported else "")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [node.pk, *holds, *reported])
+        rows = cursor.fetchall()
+    first: dict[int, tuple[Any, ...]] = {}
+    stop: list[protocol.StopOrder] = []
+    for row in rows:
+        attempt_id, state, _, stop_kind, grace, _ = row
+        first.setdefault(attempt_id, row)
+        if state in ASSIGNMENT_HOLDS_DEVICES and stop_kind:
+            stop.append({"attempt_id": attempt_id, "kind": stop_kind, "grace_period_s": grace})  # type: ignore[typeddict-item]
+    kill = []
+    for attempt_id in reported:
+        found = first.get(attempt_id)
+        if found is None or found[2] in ATTEMPT_ENDED or found[1] not in ASSIGNMENT_HOLDS_DEVICES or found[5] != attempt_id:
+            kill.append(attempt_id)
+    return kill, stop
 
 
 def _spec(a: Assignment) -> protocol.AssignmentSpec:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from apps.core.errors import Conflict, NotFound
-from apps.runs.models import FINISHED_STATUSES, Attempt, Run
+from apps.runs.models import FINISHED_STATUSES, Assignment, Attempt, Run
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
 
@@ -20,14 +21,45 @@ def attempt_for_node_report(*, node_id: int, attempt_id: int, number: int | None
     is not this agent's business). A stale attempt (the run has moved on to a newer attempt, or
     the number does not match) is 409, which tells the agent to kill it: that is the fence.
     """
-    attempt = Attempt.objects.select_related("run").filter(pk=attempt_id, assignments__node_id=node_id).first()
+    # One query: the run's latest attempt number comes along as a subquery.
+    newest = Attempt.objects.filter(run_id=OuterRef("run_id")).order_by("-number").values("number")[:1]
+    attempt = (Attempt.objects.select_related("run").annotate(latest_number=Subquery(newest))
+               .filter(pk=attempt_id, assignments__node_id=node_id).first())
     if attempt is None:
         raise NotFound(f"attempt {attempt_id} is not assigned to this node")
-    if number is not None and attempt.number != number:
-        raise Conflict(f"attempt {attempt_id} is number {attempt.number}, not {number}", code="stale_attempt")
-    latest = Attempt.objects.filter(run_id=attempt.run_id).order_by("-number").values_list("number", flat=True).first()
-    if latest != attempt.number:
-        raise Conflict(f"attempt {attempt.number} of run {attempt.run_id} was superseded by attempt {latest}", code="stale_attempt")
-    if not allow_finished and attempt.run.status in FINISHED_STATUSES:
-        raise Conflict(f"run {attempt.run_id} is already {attempt.run.status}", code="run_finished")
+    _fence(attempt_id=attempt_id, number=number, found=attempt.number, latest=attempt.latest_number,  # type: ignore[attr-defined]
+           run_id=attempt.run_id, run_status=attempt.run.status, allow_finished=allow_finished)
     return attempt
+
+
+# attempt_for_node_report's check as one plain statement, for metric batches (an agent sends
+# one every few seconds): the same answer without building the attempt and its run.
+_FENCE_SQL = (
+    "SELECT t.run_id, t.number, r.status, (SELECT MAX(l.number) FROM {attempt} l WHERE l.run_id = t.run_id) "
+    "FROM {attempt} t JOIN {run} r ON r.id = t.run_id "
+    "WHERE t.id = %s AND EXISTS (SELECT 1 FROM {assignment} a WHERE a.attempt_id = t.id AND a.node_id = %s)"
+)
+
+
+def attempt_fence_for_node(*, node_id: int, attempt_id: int, number: int | None = None, allow_finished: bool = False) -> tuple[int, int]:
+    """(run id, attempt number) of the attempt an agent reports for; errors as attempt_for_node_report."""
+    sql = _FENCE_SQL.format(attempt=Attempt._meta.db_table, run=Run._meta.db_table, assignment=Assignment._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [attempt_id, node_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound(f"attempt {attempt_id} is not assigned to this node")
+    run_id, found, run_status, latest = row
+    _fence(attempt_id=attempt_id, number=number, found=found, latest=latest, run_id=run_id, run_status=run_status,
+           allow_finished=allow_finished)
+    return run_id, found
+
+
+def _fence(*, attempt_id: int, number: int | None, found: int, latest: int | None, run_id: int, run_status: str,
+           allow_finished: bool) -> None:
+    if number is not None and found != number:
+        raise Conflict(f"attempt {attempt_id} is number {found}, not {number}", code="stale_attempt")
+    if latest != found:
+        raise Conflict(f"attempt {found} of run {run_id} was superseded by attempt {latest}", code="stale_attempt")
+    if not allow_finished and run_status in FINISHED_STATUSES:
+        raise Conflict(f"run {run_id} is already {run_status}", code="run_finished")

@@ -39,7 +39,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from apps.core.errors import FieldError, ServiceError
-from apps.runs.selectors import attempt_for_node_report
+from apps.runs.selectors import attempt_fence_for_node
 from apps.tracking.downsample import NAN_S, NEG_INF_S, POS_INF_S
 from apps.tracking.models import LEVEL_FANOUT, LEVELS, Flag
 
@@ -265,8 +265,8 @@ def metric_batch_ingest(*, node_id: int, batch: MetricBatch) -> int:
     404 for an attempt not on this node, 409 for a stale attempt or finished run (the fence).
     """
     with transaction.atomic():
-        attempt = attempt_for_node_report(node_id=node_id, attempt_id=batch.attempt_id, number=batch.attempt)
-        metric_points_store(run_id=attempt.run_id, attempt=attempt.number, points=batch.points)
+        run_id, number = attempt_fence_for_node(node_id=node_id, attempt_id=batch.attempt_id, number=batch.attempt)
+        metric_points_store(run_id=run_id, attempt=number, points=batch.points)
     return len(batch.points)
 
 

@@ -12,12 +12,12 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from apps.jobtemplates.models import JobTemplate
-from apps.runs.models import Run, RunStatus
+from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
@@ -26,6 +26,9 @@ from apps.tracking.models import MetricSummary
 TAG_FILTERS = ("owner", "task", "dataset", "candidate")
 PAGE_SIZE = 50
 SORTS = {"created": "created_at", "name": "name", "status": "status", "id": "id"}
+# The columns the list page shows (templates/tracking/runs_list.html).
+LIST_FIELDS = ("id", "name", "status", "status_reason", "family", "tags", "steps_done", "total_steps", "created_at", "project__slug",
+               "project__team__slug", "template__slug", "template__version")
 
 
 def _metric_annotation(key: str) -> Subquery:
@@ -78,6 +81,9 @@ def _sort_choices(metric_keys: list[str]) -> list[tuple[str, str]]:
 @login_required
 def runs_list_page(request: HttpRequest) -> HttpResponse:
     qs, metric_cols, sort = runs_filtered(user=request.user, params=request.GET)
+    # Only what a row shows: the runs' and templates' other JSON fields (params, schemas) cost
+    # more to decode than the rest of the page, and the pool is not shown.
+    qs = qs.select_related(None).select_related("project__team", "template").only(*LIST_FIELDS)
     page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
     runs = list(page.object_list)
     values: dict[tuple[int, str], Any] = {}
@@ -86,7 +92,9 @@ def runs_list_page(request: HttpRequest) -> HttpResponse:
             values[(s.run_id, s.key)] = selectors.summary_dict(s)["last"]
     for r in runs:
         r.metric_values = [values.get((r.pk, k)) for k in metric_cols]  # type: ignore[attr-defined]
-    visible = [r.pk for r in run_list(user=request.user).order_by()[:2000]]
+    # Ids only: building 2,000 runs (with their projects, teams, templates, pools) to read their
+    # pks cost most of this page's time.
+    visible = list(run_list(user=request.user).order_by().values_list("pk", flat=True)[:2000])
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "tracking/runs_list.html", {
@@ -100,11 +108,18 @@ def runs_list_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(run_list(user=request.user).select_related("init_checkpoint", "code_snapshot", "parent"), pk=pk)
-    attempts = selectors.attempt_timeline(run=run)
+    # The attempts (with their assignments and nodes) are read once, for the timeline, the cost
+    # and the lineage alike. No more joins on the run: each one added about 0.5 ms of PostgreSQL
+    # planning to every view of the page, more than the separate primary-key read of an init
+    # checkpoint, code snapshot or submitter costs the runs that have one.
+    with_nodes = Prefetch("assignments", queryset=Assignment.objects.select_related("node"))
+    attempts_read = Prefetch("attempts", queryset=Attempt.objects.order_by("number").prefetch_related(with_nodes))
+    run = get_object_or_404(run_list(user=request.user).prefetch_related(attempts_read), pk=pk)
+    history = list(run.attempts.all())
+    attempts = selectors.attempt_timeline(run=run, attempts=history)
     return render(request, "tracking/run_detail.html", {
         "run": run, "progress": selectors.run_progress(run=run), "cost": selectors.run_cost(run=run),
-        "lineage": selectors.run_lineage(run=run), "attempts": attempts,
+        "lineage": selectors.run_lineage(run=run, attempt=history[-1] if history else None), "attempts": attempts,
         "page_data": {"run": run.pk, "finished": run.is_finished, "attempts": attempts},
     })
 
