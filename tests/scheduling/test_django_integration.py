@@ -47,7 +47,8 @@ def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack:
     for run_id in low:
         # No agent yet, so nothing has claimed them: checkpoint every few steps for a cheap preemption.
         stack.query("UPDATE runs_run SET checkpoint_policy=? WHERE id=?", (json.dumps(CHECKPOINT_POLICY), run_id))
-    waiting = queue_entries(stack, bob)
+    # The submissions ask for a pass (a Celery task): the reason appears once the worker ran it.
+    waiting = stack.wait_for(lambda: (q := queue_entries(stack, bob)) and q[0]["reason"]["code"] and q, 30, "a pass over the queue")
     assert [e["run"]["id"] for e in waiting] == low and waiting[0]["reason"]["code"] == "unknown_pool"
 
     start_agent(stack, "a1")
