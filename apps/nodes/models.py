@@ -99,3 +99,16 @@ class JoinToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… for {self.pool.name}"
+
+
+class SweepWatch(models.Model):
+    """When the lost-node sweep last ran (one row). A long gap means the sweeper itself was
+    down (worker, broker or database outage): heartbeats could not land either, so silent
+    nodes then get one node timeout of grace before they are declared lost."""
+
+    SINGLETON = 1
+    last_sweep_at = models.DateTimeField(null=True, blank=True)
+    grace_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"last sweep {self.last_sweep_at}, grace until {self.grace_until}"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
-from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState
+from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState, SweepWatch
 from apps.runs.models import (
     ASSIGNMENT_HOLDS_DEVICES,
     ATTEMPT_ENDED,
@@ -32,6 +33,8 @@ from apps.runs.models import (
 from apps.runs.services import lifecycle
 from apps.runs.services.placement import request_scheduling_pass
 from apps.vault.services import run_secret_values
+
+log = logging.getLogger(__name__)
 
 JOIN_TOKEN_PREFIX = "tyj_"
 HEARTBEAT_INTERVAL_S = 5.0
@@ -406,15 +409,41 @@ def node_mark_lost(*, node_id: int) -> bool:
     return True
 
 
+def sweep_grace_until(*, now: datetime) -> datetime | None:
+    """Record this sweep; the end of the grace period silent nodes get, if any.
+
+    Sweeps run every few seconds. A gap longer than max(TRAINYARD_SWEEP_GAP_S, half the node
+    timeout) since the last one means the sweeper was down, and whatever stopped it (a worker,
+    broker or database outage) most likely kept heartbeats from landing too: the silence says
+    nothing about the nodes. Declaring them all lost would requeue every running job, so they
+    get one node timeout from now to check in first.
+    """
+    timeout = settings.TRAINYARD_NODE_TIMEOUT_S
+    gap = timedelta(seconds=max(settings.TRAINYARD_SWEEP_GAP_S, timeout / 2))
+    with transaction.atomic():
+        watch, _ = SweepWatch.objects.select_for_update().get_or_create(pk=SweepWatch.SINGLETON)
+        if watch.last_sweep_at is not None and now - watch.last_sweep_at > gap:
+            watch.grace_until = now + timedelta(seconds=timeout)
+            log.warning("no node sweep for %s (more than %s): silent nodes get until %s before they are declared lost",
+                        now - watch.last_sweep_at, gap, watch.grace_until.isoformat())
+        watch.last_sweep_at = now
+        watch.save(update_fields=["last_sweep_at", "grace_until"])
+        return watch.grace_until
+
+
 def nodes_sweep() -> dict[str, int]:
     """Declare silent nodes lost, abort gangs that did not fully start, preempt past drain deadlines."""
     now = timezone.now()
-    counts = {"lost": 0, "aborted": 0, "drained": 0}
+    counts = {"lost": 0, "aborted": 0, "drained": 0, "grace": 0}
+    grace_until = sweep_grace_until(now=now)
     with acting_as(label="system"):
         silent = now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
-        for node_id in Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING],
-                                           last_heartbeat_at__lt=silent).values_list("pk", flat=True):
-            counts["lost"] += int(node_mark_lost(node_id=node_id))
+        quiet = Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING], last_heartbeat_at__lt=silent)
+        if grace_until is not None and now < grace_until:
+            counts["grace"] = quiet.count()
+        else:
+            for node_id in quiet.values_list("pk", flat=True):
+                counts["lost"] += int(node_mark_lost(node_id=node_id))
         late = now - timedelta(seconds=settings.TRAINYARD_GANG_START_TIMEOUT_S)
         for attempt_id in Attempt.objects.filter(status=AttemptStatus.STARTING, created_at__lt=late).values_list("pk", flat=True):
             why = f"not every rank started within {settings.TRAINYARD_GANG_START_TIMEOUT_S}s"

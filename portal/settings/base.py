@@ -187,6 +187,9 @@ DEFAULT_FROM_EMAIL = env_str("TRAINYARD_FROM_EMAIL", "trainyard@localhost")
 
 # Agents: how long a node may stay silent before it is declared lost.
 TRAINYARD_NODE_TIMEOUT_S = env_int("TRAINYARD_NODE_TIMEOUT_S", 30)
+# A gap this long (or half the node timeout, if longer) between lost-node sweeps means the
+# sweeper was down: silent nodes then get one node timeout of grace (apps.nodes.services).
+TRAINYARD_SWEEP_GAP_S = env_int("TRAINYARD_SWEEP_GAP_S", 20)
 TRAINYARD_GANG_START_TIMEOUT_S = env_int("TRAINYARD_GANG_START_TIMEOUT_S", 120)
 
 # Project secrets (apps.vault): Fernet keys, newest first. Empty is allowed only with DEBUG on

@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.audit.models import AuditEvent
-from apps.nodes.models import Node, NodePool
+from apps.nodes.models import Node, NodePool, SweepWatch
 from apps.nodes.services import node_drain, nodes_sweep
 from apps.runs.models import Attempt, Checkpoint, EnergySample, Run
 from apps.runs.services.placement import placement_pass
@@ -155,3 +155,39 @@ def test_attempt_energy_is_its_last_cumulative_sample(cast: Any, pool: NodePool)
         exited(client, {**base, "node_rank": 0, "time": 0}, exit_code=None, signal=9)  # OOM: retried
     run = Run.objects.get(pk=run.pk)
     assert run.energy_j == sum(totals) == 12.5 + 7.25 and run.energy_estimated
+
+
+def test_sweeper_back_from_an_outage_gives_silent_nodes_grace(cast: Any, pool: NodePool, settings: Any) -> None:
+    """After a gap in sweeps (the sweeper was down, and heartbeats most likely could not land
+    either) silent nodes get one node timeout to check in; those that do stay ready, those that
+    do not are declared lost once it has passed. Regular sweeps give no grace."""
+    settings.TRAINYARD_NODE_TIMEOUT_S, settings.TRAINYARD_SWEEP_GAP_S = 30, 20
+    client, reg = register(pool, "n1")
+    register(pool, "n2")
+    run = make_run(cast, pool)
+    base = start(client, reg["session"])
+    assert nodes_sweep()["lost"] == 0
+    # The sweeper is down for ten minutes, and so were the heartbeats.
+    SweepWatch.objects.update(last_sweep_at=timezone.now() - timedelta(minutes=10))
+    Node.objects.update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
+    counts = nodes_sweep()
+    assert (counts["lost"], counts["grace"]) == (0, 2)
+    assert set(Node.objects.values_list("state", flat=True)) == {"ready"}
+    assert Run.objects.get(pk=run.pk).status == "running"
+    # n1 checks in during the grace; n2 does not. Once the grace has passed, only n2 is lost.
+    hb = {"session": reg["session"], "draining": False, "devices": [], "running": [{**base, "node_rank": 0}]}
+    assert client.post(A + "heartbeat/", hb, format="json").status_code == 200
+    SweepWatch.objects.update(grace_until=timezone.now() - timedelta(seconds=1))
+    assert nodes_sweep()["lost"] == 1
+    assert dict(Node.objects.values_list("agent_uid", "state")) == {"n1": "ready", "n2": "lost"}
+    assert Run.objects.get(pk=run.pk).status == "running"
+    assert AuditEvent.objects.filter(action="node.lost", object_id=str(Node.objects.get(agent_uid="n2").pk)).exists()
+
+
+def test_regular_sweeps_declare_silent_nodes_lost_at_once(cast: Any, pool: NodePool, settings: Any) -> None:
+    settings.TRAINYARD_NODE_TIMEOUT_S, settings.TRAINYARD_SWEEP_GAP_S = 30, 20
+    register(pool, "n1")
+    assert nodes_sweep()["lost"] == 0
+    SweepWatch.objects.update(last_sweep_at=timezone.now() - timedelta(seconds=5))
+    Node.objects.update(last_heartbeat_at=timezone.now() - timedelta(minutes=1))
+    assert nodes_sweep() == {"lost": 1, "aborted": 0, "drained": 0, "grace": 0}
