@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -18,6 +18,7 @@ from apps.billing.costmodel import ZERO, PricePoint
 from apps.billing.models import Budget, BudgetAlert, EntryKind, PoolPrice, Quota, UsageEntry
 from apps.nodes.models import NodePool
 from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
+from apps.runs.services.runtime import runs_expected_runtimes
 from apps.tenants.models import Project
 
 WASTE_OUTCOMES = ("failed", "cancelled", "lost")
@@ -84,16 +85,34 @@ def run_predicted_devices(*, run: Run) -> int:
     return int(run.nodes or 0) * int(run.devices_per_node or 0)
 
 
-def run_predicted_cost(*, run: Run, price: Decimal | None = None) -> tuple[Decimal, int, Decimal]:
-    """(cost, devices, price) of the run if it uses its whole max runtime."""
-    price = pool_price_now(pool=run.pool) if price is None else price
-    devices = run_predicted_devices(run=run)
-    return costmodel.predicted_cost(devices=devices, runtime_s=int(run.max_runtime_s), price=price), devices, price
+@dataclass(frozen=True)
+class CostForecast:
+    """What a run is predicted to cost: predicted runtime × devices × price (the runtime capped
+    at its max runtime; the max runtime itself where there is no history to predict from)."""
+
+    cost: Decimal
+    devices: int
+    price: Decimal
+    runtime_s: float
+    basis: str
+
+
+def runs_predicted_cost(*, runs: Sequence[Run], prices: dict[int, Decimal] | None = None) -> list[CostForecast]:
+    prices = {} if prices is None else prices
+    out = []
+    for run, runtime in zip(runs, runs_expected_runtimes(runs=runs), strict=True):
+        if run.pool_id not in prices:
+            prices[run.pool_id] = pool_price_now(pool=run.pool)
+        devices = run_predicted_devices(run=run)
+        cost = costmodel.predicted_cost(devices=devices, runtime_s=int(round(runtime.seconds)), price=prices[run.pool_id])
+        out.append(CostForecast(cost=cost, devices=devices, price=prices[run.pool_id], runtime_s=runtime.seconds,
+                                basis=runtime.basis))
+    return out
 
 
 def budget_reserved(*, budget: Budget, exclude_run_id: int | None = None) -> Decimal:
     """What admitted-but-unfinished runs may still spend: predicted cost less what they spent."""
-    runs = Run.objects.exclude(status__in=FINISHED_STATUSES).select_related("pool")
+    runs = Run.objects.exclude(status__in=FINISHED_STATUSES).select_related("pool", "project__team", "template")
     runs = runs.filter(project_id=budget.project_id) if budget.project_id else runs.filter(project__team_id=budget.team_id)
     if exclude_run_id is not None:
         runs = runs.exclude(pk=exclude_run_id)
@@ -103,13 +122,9 @@ def budget_reserved(*, budget: Budget, exclude_run_id: int | None = None) -> Dec
     spent = dict(
         UsageEntry.objects.filter(run_id__in=[r.pk for r in run_list]).values("run_id").annotate(s=Sum("cost")).values_list("run_id", "s")
     )
-    prices: dict[int, Decimal] = {}
     total = ZERO
-    for run in run_list:
-        if run.pool_id not in prices:
-            prices[run.pool_id] = pool_price_now(pool=run.pool)
-        predicted, _, _ = run_predicted_cost(run=run, price=prices[run.pool_id])
-        total += max(ZERO, predicted - (spent.get(run.pk) or ZERO))
+    for run, forecast in zip(run_list, runs_predicted_cost(runs=run_list), strict=True):
+        total += max(ZERO, forecast.cost - (spent.get(run.pk) or ZERO))
     return total
 
 

@@ -42,12 +42,13 @@ from apps.billing.selectors import (
     budgets_for_project,
     period_for,
     pool_price_points,
-    run_predicted_cost,
+    runs_predicted_cost,
 )
 from apps.core.errors import FieldError, ServiceError
 from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
+from apps.runs.services.runtime import MAX_RUNTIME_BASIS
 from apps.tenants.models import Membership, Project, Role, Team
 from apps.tenants.selectors import FINANCE_GROUP
 
@@ -202,8 +203,14 @@ def accrual_run(*, now: datetime | None = None) -> int:
 # --- admission ----------------------------------------------------------------------------------
 
 
+def _cost_word(basis: str) -> str:
+    # A max runtime is a ceiling; a prediction is only about right.
+    return "up to" if basis == MAX_RUNTIME_BASIS else "about"
+
+
 def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_: Any) -> None:
-    """Refuse a run whose worst-case cost does not fit what its budgets have left.
+    """Refuse a run whose predicted cost (predicted runtime × devices × price; the max runtime
+    without history to predict from) does not fit what its budgets have left.
 
     Called inside the submit transaction. The budget rows are locked (pk order) until that
     transaction commits, so a concurrent submission waits, then sees this run among the
@@ -217,7 +224,8 @@ def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_:
     locked = Budget.objects.select_for_update(of=("self",)).filter(pk__in=ids).order_by("pk")
     budgets = list(locked.select_related("team", "project", "project__team"))
     period = period_for(at=timezone.now())
-    predicted, devices, price = run_predicted_cost(run=run)
+    forecast = runs_predicted_cost(runs=[run])[0]
+    predicted = forecast.cost
     for budget in budgets:
         spent = budget_spent(budget=budget, period=period)
         reserved = budget_reserved(budget=budget, exclude_run_id=run.pk)
@@ -226,9 +234,9 @@ def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_:
             held = f" ({money(reserved)} held by unfinished runs)" if reserved > 0 else ""
             raise ServiceError(
                 f"Budget '{budget_name(budget=budget, period=period)}' has {money(max(left, ZERO))} left of "
-                f"{money(budget.amount)}{held}; this run would cost up to {money(predicted)} "
-                f"({devices} device{'s' if devices != 1 else ''} × {_hours_text(int(run.max_runtime_s))} h × "
-                f"{_price_text(price)}/device-hour).",
+                f"{money(budget.amount)}{held}; this run would cost {_cost_word(forecast.basis)} {money(predicted)} "
+                f"({forecast.devices} device{'s' if forecast.devices != 1 else ''} × "
+                f"{_hours_text(int(round(forecast.runtime_s)))} h, {forecast.basis}, × {_price_text(forecast.price)}/device-hour).",
                 code="budget_exceeded",
             )
 

@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class SchedulingConfig(AppConfig):
     name = "apps.scheduling"
     label = "scheduling"
+
+    def ready(self) -> None:
+        # Billing's admission prices runs by predicted runtime, which only the scheduler knows.
+        from apps.runs.services.runtime import runtime_estimator_register
+        from apps.scheduling.snapshot import runtime_estimator
+
+        runtime_estimator_register(runtime_estimator)

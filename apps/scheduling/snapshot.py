@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Max, Q, QuerySet
+from django.utils import timezone
 
 from apps.billing.models import Quota
 from apps.billing.selectors import budget_name, budget_spent, budgets_for_project, period_for
@@ -111,6 +112,22 @@ def predict_queued(predictor: RuntimePredictor, run: Run) -> RuntimePrediction:
         left = max(0.05, 1.0 - min(1.0, run.steps_done / run.total_steps))
         return dataclasses.replace(pred, runtime_s=pred.runtime_s * left, low_s=pred.low_s * left, high_s=pred.high_s * left)
     return pred
+
+
+# Bases that are only guesses: admission then keeps to the run's max runtime.
+UNINFORMED_BASES = ("template maximum", "no history")
+
+
+def runtime_estimator() -> Callable[[Run], float | None]:
+    """For apps.runs.services.runtime (billing's admission): the predicted runtime still ahead
+    of a run, from the history of finished runs like it; None without such history."""
+    predictor = predictor_load(now=timezone.now())
+
+    def estimate(run: Run) -> float | None:
+        pred = predict_queued(predictor, run)
+        return None if pred.basis in UNINFORMED_BASES else pred.runtime_s
+
+    return estimate
 
 
 @dataclass

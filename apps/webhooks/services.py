@@ -28,9 +28,9 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.core.errors import FieldError
 from apps.core.queueing import enqueue
+from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.tenants.models import Project
 from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
-from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 
 log = logging.getLogger(__name__)
 

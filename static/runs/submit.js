@@ -23,6 +23,36 @@
     var price = parseFloat(pool.options[pool.selectedIndex].dataset.price || "0");
     var cost = price * num("res_nodes") * num("res_devices_per_node") * num("res_max_runtime_s") / 3600;
     out.textContent = cost.toFixed(2);
+    showShare(cost);
+  }
+  // What share of the project's remaining budget (after what unfinished runs hold) the cost is.
+  var budget = null;
+  function percent(ratio) {
+    var p = 100 * ratio;
+    return p > 0 && p < 1 ? "under 1%" : Math.round(p) + "%";
+  }
+  function showShare(cost) {
+    var share = document.getElementById("budget-share");
+    if (!share || !budget) { return; }
+    if (!budget.budget) {
+      share.textContent = "This project has no budget.";
+    } else {
+      var left = parseFloat(budget.remaining) - parseFloat(budget.reserved);
+      var text = "Budget '" + budget.budget.name + "' has $" + Math.max(left, 0).toFixed(2) + " left";
+      if (parseFloat(budget.reserved) > 0) { text += " after $" + parseFloat(budget.reserved).toFixed(2) + " held by unfinished runs"; }
+      text += left > 0 ? ": this run is at most " + percent(cost / left) + " of it." : ": runs are refused until the next period.";
+      share.textContent = text;
+      share.classList.toggle("over-budget", cost > left);
+    }
+    share.hidden = false;
+  }
+  var shareEl = document.getElementById("budget-share");
+  if (shareEl && shareEl.dataset.project) {
+    fetch("/api/v1/projects/" + encodeURIComponent(shareEl.dataset.project) + "/budget/", {credentials: "same-origin",
+      headers: {"Accept": "application/json"}})
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (data) { budget = data; updateCost(); })
+      .catch(function () { /* the share is a hint: the submission itself is checked */ });
   }
   ["res_pool", "res_nodes", "res_devices_per_node", "res_max_runtime_s"].forEach(function (name) {
     var el = form.elements[name];

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -52,7 +52,7 @@ def test_refusal_names_budget_left_and_cost(cast: Any, local: Any) -> None:
     assert err.value.code == "budget_exceeded"
     assert err.value.message == (
         f"Budget 'vision/digits {label}' has $2.00 left of $10.00 ($8.00 held by unfinished runs); "
-        "this run would cost up to $4.00 (2 devices × 4.0 h × $0.50/device-hour)."
+        "this run would cost up to $4.00 (2 devices × 4.0 h, its max runtime, × $0.50/device-hour)."
     )
     assert Run.objects.filter(project=cast.digits).count() == 2
     # A finished run releases its reservation: room again.
@@ -60,6 +60,25 @@ def test_refusal_names_budget_left_and_cost(cast: Any, local: Any) -> None:
     submit(cast, template)
     # Another team's budget is not this project's business.
     submit(cast, template, project=cast.tinylm, user=cast.bob, devices=8)
+
+
+def test_cost_is_predicted_from_runs_like_it_when_there_are_some(cast: Any, local: Any) -> None:
+    """With finished runs like this one (same team, template and devices), admission prices the
+    predicted runtime (their median, here 1 h) instead of the 4 h max runtime, and says so."""
+    pool, template = local
+    now = timezone.now()
+    for minutes in (50, 60, 70):
+        Run.objects.create(project=cast.digits, template=template, pool=pool, nodes=1, devices_per_node=2, max_runtime_s=4 * 3600,
+                           entrypoint="python -m x", status=RunStatus.SUCCEEDED, started_at=now - timedelta(hours=3),
+                           finished_at=now - timedelta(hours=3) + timedelta(minutes=minutes))
+    budget_create(team=cast.vision, project=cast.digits, amount="2.50")
+    submit(cast, template)  # $1.00 predicted: admitted, and holds $1.00
+    submit(cast, template)
+    with pytest.raises(ServiceError) as err:
+        submit(cast, template)
+    assert err.value.message.endswith(
+        "has $0.50 left of $2.50 ($2.00 held by unfinished runs); "
+        "this run would cost about $1.00 (2 devices × 1.0 h, the predicted runtime, × $0.50/device-hour).")
 
 
 def test_team_budget_applies_to_all_its_projects(cast: Any, local: Any) -> None:
@@ -83,7 +102,8 @@ def test_api_refusal_is_400_budget_exceeded(cast: Any, local: Any) -> None:
     assert response.status_code == 400, response.content
     error = response.json()["error"]
     assert error["code"] == "budget_exceeded"
-    assert "has $3.00 left of $3.00; this run would cost up to $4.00 (2 devices × 4.0 h × $0.50/device-hour)" in error["message"]
+    assert ("has $3.00 left of $3.00; this run would cost up to $4.00 (2 devices × 4.0 h, its max runtime, × $0.50/device-hour)"
+            in error["message"])
 
 
 def test_form_shows_refusal(cast: Any, local: Any, client: Any) -> None:
@@ -96,7 +116,7 @@ def test_form_shows_refusal(cast: Any, local: Any, client: Any) -> None:
     })
     assert response.status_code == 400
     text = html.unescape(response.content.decode())
-    assert "has $3.00 left of $3.00; this run would cost up to $4.00 (2 devices × 4.0 h × $0.50/device-hour)." in text
+    assert "has $3.00 left of $3.00; this run would cost up to $4.00 (2 devices × 4.0 h, its max runtime, × $0.50/device-hour)." in text
     assert not Run.objects.exists()
 
 

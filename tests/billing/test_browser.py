@@ -66,5 +66,11 @@ def test_finance_console_and_burndown(spend_stack: Any, browser_page: Any) -> No
         other.goto(f"{stack.url}/projects/{project_id}/")
         other.wait_for_selector(".budget-panel .main-svg")
         screenshot(other, "billing-project-panel-alice")
+        # The submission form says what share of the budget's remainder the run would take.
+        other.goto(f"{stack.url}/runs/new/?project={project_id}&template=digits-classifier")
+        other.wait_for_selector("#budget-share:not([hidden])")
+        share = other.inner_text("#budget-share")
+        assert share.startswith("Budget 'vision/digits") and "left" in share and "% of it." in share and "at most" in share, share
+        screenshot(other, "billing-submit-budget-share")
     finally:
         alice.close()
