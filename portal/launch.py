@@ -83,7 +83,7 @@ class Launcher:
     def run(self) -> None:
         print("Trainyard: preparing the database under var/ ...")
         self.manage("migrate", "--noinput", "-v0")
-        self.manage("seed_demo")
+        self.manage("seed_demo", "--history")
         print("Starting services:")
         self.start_redis()
         url = f"http://{self.host}:{self.port}"

@@ -8,13 +8,15 @@ class BillingConfig(AppConfig):
     label = "billing"
 
     def ready(self) -> None:
-        from apps.billing import seed, services, views
-        from apps.core.seeding import DEMO_SEEDERS
+        from apps.billing import history, seed, services, views
+        from apps.core.seeding import DEMO_HISTORY_SEEDERS, DEMO_SEEDERS
         from apps.runs.services.submit import ADMISSION_CHECKS
         from apps.tenants.views import PROJECT_PANELS
 
         if seed.seed_billing not in DEMO_SEEDERS:
             DEMO_SEEDERS.append(seed.seed_billing)
+        if history.seed_history not in DEMO_HISTORY_SEEDERS:
+            DEMO_HISTORY_SEEDERS.append(history.seed_history)
         if views.project_budget_panel not in PROJECT_PANELS:
             PROJECT_PANELS.append(views.project_budget_panel)
         if services.budget_admission_check not in ADMISSION_CHECKS:

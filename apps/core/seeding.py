@@ -10,3 +10,11 @@ class DemoSeeder(Protocol):
 
 
 DEMO_SEEDERS: list[DemoSeeder] = []
+
+
+class HistorySeeder(Protocol):
+    def __call__(self, *, users: dict[str, Any], stdout: Any) -> Any: ...
+
+
+# Past activity for `seed_demo --history` (make run): finished runs and their spend.
+DEMO_HISTORY_SEEDERS: list[HistorySeeder] = []

@@ -45,3 +45,34 @@ def test_seed_demo_creates_the_contract_data_and_is_idempotent(db: Any) -> None:
     assert roles.get("alice") == "vision" and roles.get("bob") == "nlp"
     assert not Membership.objects.filter(user__username="alice", team__slug="nlp").exists()
     assert Membership.objects.get(user__username="alice").role in (Role.ENGINEER, Role.ADMIN)
+
+
+def test_seed_demo_history_prices_three_weeks_of_runs_once(db: Any) -> None:
+    """`seed_demo --history` (what `make run` runs) adds finished runs on a retired node and
+    their ledger, priced by the real accrual: each team's spend is its device-seconds × the
+    demo price. A second run adds nothing; plain `seed_demo` adds no history."""
+    from decimal import Decimal
+
+    from django.db.models import Sum
+
+    from apps.billing.history import HISTORY_NODE
+    from apps.billing.models import UsageEntry
+    from apps.nodes.models import Node
+    from apps.runs.models import Attempt, Run
+
+    call_command("seed_demo", stdout=StringIO())
+    assert not UsageEntry.objects.exists() and not Run.objects.filter(family__startswith="demo-history").exists()
+    out = StringIO()
+    call_command("seed_demo", "--history", stdout=out)
+    runs = Run.objects.filter(family__startswith="demo-history")
+    assert runs.count() == 36 and "36 finished demo runs" in out.getvalue()
+    assert set(runs.values_list("status", flat=True)) <= {"succeeded", "failed", "cancelled"}
+    assert Node.objects.get(hostname=HISTORY_NODE).state == "offline"
+    for team in ("vision", "nlp"):
+        attempts = Attempt.objects.filter(run__project__team__slug=team, run__family__startswith="demo-history")
+        device_hours = sum((a.ended_at - a.started_at).total_seconds() * a.run.devices_per_node for a in attempts) / 3600
+        spent = UsageEntry.objects.filter(team__slug=team).aggregate(s=Sum("cost"))["s"]
+        assert spent > 0 and abs(spent - Decimal(device_hours) * Decimal("0.50")) < Decimal("0.05"), (team, spent, device_hours)
+    before = _counts()
+    call_command("seed_demo", "--history", stdout=StringIO())
+    assert _counts() == before

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.audit.context import acting_as
-from apps.core.seeding import DEMO_SEEDERS
+from apps.core.seeding import DEMO_HISTORY_SEEDERS, DEMO_SEEDERS
 from apps.tenants.models import Project, Role, Team
 from apps.tenants.selectors import FINANCE_GROUP
 from apps.tenants.services import membership_set, project_create, team_create
@@ -25,6 +25,10 @@ DEMO_PASSWORD = "trainyard-demo"  # demo only; production never runs this comman
 
 class Command(BaseCommand):
     help = "Create the demo teams, users, pool, templates and budgets (idempotent)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--history", action="store_true",
+                            help="Also three weeks of finished runs and their spend (for `make run`; tests leave it out).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic(), acting_as(label="seed_demo"):
@@ -42,6 +46,10 @@ class Command(BaseCommand):
             membership_set(team=teams["nlp"], user=users["bob"], role=Role.ADMIN)
             for seeder in DEMO_SEEDERS:
                 seeder(users=users, teams=teams, stdout=self.stdout)
+        if options.get("history"):
+            with acting_as(label="seed_demo"):
+                for history in DEMO_HISTORY_SEEDERS:
+                    history(users=users, stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS(f"Demo data ready. Logins: alice, bob, carol, admin (password {DEMO_PASSWORD})"))
 
     def _users(self) -> dict[str, Any]:

@@ -1,0 +1,87 @@
+"""Demo spend for `make run` (`seed_demo --history`): three weeks of finished runs, priced by the
+real ledger code, so the finance console, budgets and burn-downs have something to show.
+
+Not part of plain `seed_demo`: tests want an empty ledger. Idempotent (skipped once the
+history node exists). The runs ran on a retired node, "demo-history", left offline.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.billing.services import attempt_accrue
+from apps.jobtemplates.models import JobTemplate
+from apps.nodes.models import Node, NodePool, NodeState
+from apps.runs.models import Assignment, AssignmentState, Attempt, AttemptStatus, Run, RunStatus
+from apps.tenants.models import Project
+
+HISTORY_NODE = "demo-history"
+HISTORY_DAYS = 21
+# (team, project, template, family prefix, owner, hours of a typical run, devices)
+WORKLOADS = [
+    ("vision", "digits", "digits-classifier", "demo-history-digits", "alice", 0.6, 1),
+    ("vision", "digits", "digits-classifier", "demo-history-digits-wide", "alice", 0.4, 2),
+    ("nlp", "tiny-lm", "ddp-train", "demo-history-tinylm", "bob", 1.5, 2),
+]
+RUNS_PER_WORKLOAD = 12
+# How runs end, in proportion: failures and cancellations are the waste the console shows.
+OUTCOMES = [RunStatus.SUCCEEDED] * 8 + [RunStatus.FAILED, RunStatus.CANCELLED]
+
+
+def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
+    """Create the history once; the number of runs made (0 when already there)."""
+    pool = NodePool.objects.filter(name="local").first()
+    if pool is None or Node.objects.filter(hostname=HISTORY_NODE).exists():
+        return 0
+    rng = random.Random(20261101)
+    now = timezone.now()
+    made = 0
+    with transaction.atomic():
+        node = Node.objects.create(pool=pool, hostname=HISTORY_NODE, agent_uid=f"{HISTORY_NODE}-retired", state=NodeState.OFFLINE,
+                                   last_status={"note": "retired: ran the demo history"})
+        attempts = []
+        for team, project_slug, slug, family, owner, hours, devices in WORKLOADS:
+            template = JobTemplate.objects.filter(slug=slug, published=True).order_by("-version").first()
+            project = Project.objects.filter(team__slug=team, slug=project_slug).first()
+            if template is None or project is None:
+                continue
+            for i in range(RUNS_PER_WORKLOAD):
+                start = now - timedelta(days=HISTORY_DAYS) + timedelta(hours=rng.uniform(0, 24 * (HISTORY_DAYS - 1)))
+                status = rng.choice(OUTCOMES)
+                runtime = timedelta(hours=hours * rng.lognormvariate(0, 0.35) * (0.4 if status != RunStatus.SUCCEEDED else 1))
+                run = Run.objects.create(
+                    project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get(owner),
+                    name=f"{slug} history #{i + 1}", params=_defaults(template),
+                    tags={"owner": owner, "task": template.kind, "dataset": "sklearn-digits", "candidate": "baseline",
+                          "family": family},
+                    family=family, nodes=1, devices_per_node=devices, max_runtime_s=int(hours * 3 * 3600), status=status,
+                    status_reason="demo history", started_at=start, finished_at=start + runtime,
+                )
+                Run.objects.filter(pk=run.pk).update(created_at=start - timedelta(minutes=rng.uniform(1, 30)))
+                # About 40-70 W a device: what the CPU fallback of the energy meter reports here.
+                attempt = Attempt.objects.create(run=run, number=1, status=_attempt_status(status), started_at=start,
+                                                 ended_at=start + runtime,
+                                                 energy_j=devices * runtime.total_seconds() * rng.uniform(40, 70))
+                Assignment.objects.create(attempt=attempt, node=node, node_rank=0, devices=list(range(devices)),
+                                          state=AssignmentState.EXITED, started_at=start)
+                attempts.append(attempt.pk)
+                made += 1
+    for attempt_id in attempts:
+        attempt_accrue(attempt_id=attempt_id, now=now)
+    stdout.write(f"Billing: {made} finished demo runs over the last {HISTORY_DAYS} days, priced in the ledger.")
+    return made
+
+
+def _attempt_status(status: str) -> str:
+    ends: dict[str, str] = {RunStatus.SUCCEEDED: AttemptStatus.SUCCEEDED, RunStatus.FAILED: AttemptStatus.FAILED}
+    return ends.get(status, AttemptStatus.CANCELLED)
+
+
+def _defaults(template: JobTemplate) -> dict[str, Any]:
+    properties = (template.param_schema or {}).get("properties", {})
+    return {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
