@@ -163,9 +163,9 @@ def test_sweeper_back_from_an_outage_gives_silent_nodes_grace(cast: Any, pool: N
     do not are declared lost once it has passed. Regular sweeps give no grace."""
     settings.TRAINYARD_NODE_TIMEOUT_S, settings.TRAINYARD_SWEEP_GAP_S = 30, 20
     client, reg = register(pool, "n1")
-    register(pool, "n2")
     run = make_run(cast, pool)
     base = start(client, reg["session"])
+    register(pool, "n2")  # only now, so the run is on n1 whatever the packing order
     assert nodes_sweep()["lost"] == 0
     # The sweeper is down for ten minutes, and so were the heartbeats.
     SweepWatch.objects.update(last_sweep_at=timezone.now() - timedelta(minutes=10))
