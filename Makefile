@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(PY) -m portal.launch
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not live and not browser and not slow"

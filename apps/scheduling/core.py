@@ -223,7 +223,9 @@ class _PoolPass:
             fits_hardware = hardware.get(shape)
             if fits_hardware is None:
                 fits_hardware = hardware[shape] = (
-                    job.nodes >= 1 and cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
+                    job.nodes >= 1
+                    and job.devices_per_node >= 1
+                    and cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
                 )
             if not fits_hardware:
                 self._no_hardware(job, position, cap)
@@ -241,7 +243,8 @@ class _PoolPass:
                 continue
             klass = -item[0]  # the effective class (aging applied), as an int: cheap to compare
             if stop_all:
-                self._behind(job, PriorityClass(klass), position, blockers, fair_share)
+                if explain:
+                    self._behind(job, PriorityClass(klass), position, blockers, fair_share)
                 continue
             end = now + max(job.predicted_runtime, 0.0)
             if end < failed_end.get(shape, INF):
@@ -295,7 +298,10 @@ class _PoolPass:
                 if explain:
                     self._head(job, position, start, cap)
                 continue
-            self._behind(job, PriorityClass(klass), position, blockers, fair_share, cap=cap)
+            if explain:
+                # Building the reason costs an enum lookup per job; passes without reasons walk
+                # hundreds of waiting jobs, so they skip the call altogether.
+                self._behind(job, PriorityClass(klass), position, blockers, fair_share, cap=cap)
 
         if explain:
             self.fragmentation = self._fragmentation(cap, [item[5] for item in keyed], hardware)
@@ -479,11 +485,20 @@ def _fair_share(
 
 def _by_pool(state: ClusterState) -> tuple[dict[str, list[RunningJob]], dict[str, list[QueuedJob]], dict[str, dict[str, float]]]:
     running: dict[str, list[RunningJob]] = defaultdict(list)
-    for run in state.running:
-        running[run.pool].append(run)
     queued: dict[str, list[QueuedJob]] = defaultdict(list)
-    for job in state.queued:
-        queued[job.pool].append(job)
+    # One pool is the common case (and the simulator's): skip the per-job loop then.
+    pools = {run.pool for run in state.running} | {job.pool for job in state.queued}
+    if len(pools) == 1:
+        (only,) = pools
+        if state.running:
+            running[only] = list(state.running)
+        if state.queued:
+            queued[only] = list(state.queued)
+    else:
+        for run in state.running:
+            running[run.pool].append(run)
+        for job in state.queued:
+            queued[job.pool].append(job)
     usage: dict[str, dict[str, float]] = defaultdict(dict)
     for use in state.usage:
         usage[use.pool][use.team] = usage[use.pool].get(use.team, 0.0) + use.device_seconds

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import ClusterState, Node, NodeState, QueuedJob, RunningJob
@@ -36,11 +37,56 @@ class Estimate:
     extrapolated: bool = False
 
 
+class QueueLag:
+    """How far behind their rank times jobs have been starting lately.
+
+    Every queued job has a rank time (its virtual deadline, or its submission time under FIFO;
+    see `OrderKey`); jobs start roughly in rank-time order, so a job starts about when the
+    front of the line reaches its rank time. The lag of a start is its start time minus its
+    rank time, and the median lag of the starts in the last `window_s` says how far behind its
+    rank time a job now joining the line will start: measured from what actually started, it
+    already includes work not yet submitted and runs that overran their predictions, which a
+    replay of today's queue cannot know. Lag is taken as constant over the wait: the front
+    moving at one second of rank time per second. (Fitting the front's speed from the two
+    halves of the window instead was much noisier on the Philly trace.) Record starts with
+    `observe`.
+    """
+
+    def __init__(self, *, window_s: float = 86400.0, min_samples: int = 8) -> None:
+        self.window_s = window_s
+        self.min_samples = min_samples
+        self._starts: deque[tuple[float, float]] = deque()
+        # (now, median lag or None) of the last `lag_at` call: many estimates share one clock.
+        self._cached: tuple[float, float | None] | None = None
+
+    def observe(self, started_at: float, rank_time: float) -> None:
+        self._starts.append((started_at, started_at - rank_time))
+        while self._starts and self._starts[0][0] < started_at - self.window_s:
+            self._starts.popleft()
+        self._cached = None
+
+    def lag_at(self, now: float) -> float | None:
+        """Median lag of the starts in the window ending at `now`, or None with too few."""
+        if self._cached is not None and self._cached[0] == now:
+            return self._cached[1]
+        lags = sorted(lag for t, lag in self._starts if now - self.window_s <= t <= now)
+        median = lags[len(lags) // 2] if len(lags) >= self.min_samples else None
+        self._cached = (now, median)
+        return median
+
+    def eta(self, rank_time: float, now: float) -> float | None:
+        """When a job of this rank time should start, or None without enough recent starts."""
+        lag = self.lag_at(now)
+        return None if lag is None else max(now, rank_time + lag)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
     starts: dict[str, float]
     extrapolated: frozenset[str]
     passes: int
+    # Each target's rank time at the start (see `OrderKey`), when the replay looked at the order.
+    rank_times: dict[str, float] = field(default_factory=dict)
 
 
 def simulate_starts(
@@ -55,6 +101,7 @@ def simulate_starts(
     arrivals: Sequence[QueuedJob] = (),
     ahead_only: bool = False,
     max_ahead: int | None = None,
+    lag: QueueLag | None = None,
 ) -> ReplayResult:
     """Start time of each queued job (or of `targets` only) in a forward replay.
 
@@ -76,12 +123,20 @@ def simulate_starts(
     backfilling into holes the targets cannot use, so leaving them out changes little and
     makes a replay for a job near the front of a long queue cheap. With `max_ahead`, targets
     behind more than that many jobs skip the replay and get the fluid extrapolation at once.
+    With a `lag`, jobs the replay does not reach are placed where the measured lag of the
+    line puts them instead (falling back to the fluid guess while it has too few samples).
     """
+    rank_times: dict[str, float] = {}
     if targets is not None and (ahead_only or max_ahead is not None):
-        ahead = _jobs_ahead(state, targets)
+        ahead, rank_times = _jobs_ahead(state, targets)
         if max_ahead is not None and len(ahead) > max_ahead:
-            guessed = _extrapolate(replace(state, queued=tuple(ahead)), targets)
-            return ReplayResult(starts=guessed, extrapolated=frozenset(guessed), passes=0)
+            # The lag needs only the rank times just taken; the fluid guess re-ranks the line.
+            lagged = None if lag is None else {t: lag.eta(r, state.now) for t, r in rank_times.items()}
+            if lagged is not None and all(when is not None for when in lagged.values()):
+                guessed = {t: when for t, when in lagged.items() if when is not None}
+            else:
+                guessed = _extrapolate(replace(state, queued=tuple(ahead)), targets)
+            return ReplayResult(starts=guessed, extrapolated=frozenset(guessed), passes=0, rank_times=rank_times)
         if ahead_only:
             state = replace(state, queued=tuple(ahead))
     now = state.now
@@ -91,7 +146,7 @@ def simulate_starts(
     running: dict[str, RunningJob] = {}
     ends: list[tuple[float, str]] = []
     for run in sorted(state.running, key=lambda r: r.id):
-        end = now + max(0.0, run.predicted_end - now) * scale
+        end = now + max(0.0, _expected_end(run) - now) * scale
         running[run.id] = run if end == run.predicted_end else replace(run, predicted_end=end)
         heapq.heappush(ends, (end, run.id))
     pending = set(queued) if targets is None else {t for t in targets if t in queued}
@@ -122,7 +177,7 @@ def simulate_starts(
             job = queued.pop(placement.job_id)
             starts[job.id] = now
             pending.discard(job.id)
-            end = now + max(0.0, job.predicted_runtime) * scale
+            end = now + max(0.0, _expected_runtime(job)) * scale
             running[job.id] = RunningJob(
                 id=job.id,
                 team=job.team,
@@ -177,29 +232,40 @@ def simulate_starts(
             running=tuple(running.values()),
             queued=tuple(queued.values()),
         )
-        for job_id, when in _extrapolate(rest, pending).items():
+        for job_id, when in _extrapolate(rest, pending, lag, not_before=state.now).items():
             starts[job_id] = when
             extrapolated.add(job_id)
-    return ReplayResult(starts=starts, extrapolated=frozenset(extrapolated), passes=passes)
+    return ReplayResult(starts=starts, extrapolated=frozenset(extrapolated), passes=passes, rank_times=rank_times)
 
 
-def _jobs_ahead(state: ClusterState, targets: Collection[str]) -> list[QueuedJob]:
-    """The targets and every job ranked ahead of the last of them in its pool (not sorted)."""
+def _jobs_ahead(state: ClusterState, targets: Collection[str]) -> tuple[list[QueuedJob], dict[str, float]]:
+    """The targets and every job ranked ahead of the last of them in its pool (not sorted),
+    and the targets' rank times."""
     wanted = set(targets)
     keep: list[QueuedJob] = []
+    rank_times: dict[str, float] = {}
     for keyed in queue_keys(state).values():
-        last = max((item for item in keyed if item[5].id in wanted), default=None)
-        if last is not None:
+        marks = [item for item in keyed if item[4] in wanted]
+        if marks:
+            last = max(marks)
             keep.extend(item[5] for item in keyed if item <= last)
-    return keep
+            rank_times.update((item[4], item[2]) for item in marks)
+    return keep, rank_times
 
 
-def _extrapolate(state: ClusterState, pending: Collection[str]) -> dict[str, float]:
-    """Fluid guess for jobs the replay did not reach.
+def _extrapolate(
+    state: ClusterState,
+    pending: Collection[str],
+    lag: QueueLag | None = None,
+    not_before: float | None = None,
+) -> dict[str, float]:
+    """Guess for jobs the replay did not reach.
 
-    With the pool full, devices come free as fast as work completes, so a job starts roughly
-    when the device-seconds queued ahead of it (in the core's own order) have been served:
-    now + work ahead / pool devices, and never before the next running job ends.
+    With a lag that has samples: when the front of the line reaches the job's rank time
+    (`QueueLag`), judged from the replay's start `not_before` but never before the replay's
+    own end. Otherwise a fluid guess: with the pool full, devices come free as fast as work
+    completes, so a job starts when the device-seconds queued ahead of it (in the core's own
+    order) have been served, now + work ahead / pool devices, never before the next end.
     """
     capacity: dict[str, int] = {}
     for node in state.nodes:
@@ -207,7 +273,7 @@ def _extrapolate(state: ClusterState, pending: Collection[str]) -> dict[str, flo
             capacity[node.pool] = capacity.get(node.pool, 0) + node.total_devices
     next_end: dict[str, float] = {}
     for run in state.running:
-        next_end[run.pool] = min(next_end.get(run.pool, float("inf")), run.predicted_end)
+        next_end[run.pool] = min(next_end.get(run.pool, float("inf")), _expected_end(run))
     out: dict[str, float] = {}
     wanted = set(pending)
     for pool, keyed in queue_keys(state).items():
@@ -215,17 +281,30 @@ def _extrapolate(state: ClusterState, pending: Collection[str]) -> dict[str, flo
         marks = sorted(item for item in keyed if item[5].id in wanted)
         if devices <= 0 or not marks:
             continue
-        # Work queued ahead of each target: bucket every job by the first target it ranks ahead of.
+        # Work queued ahead of each target: bucket every job by the first target it does not
+        # rank behind (a target falls in its own bucket, so its own work is taken out again).
         work = [0.0] * len(marks)
         for item in keyed:
             i = bisect_left(marks, item)
             if i < len(marks):
-                work[i] += item[5].devices * max(0.0, item[5].predicted_runtime)
+                work[i] += item[5].devices * max(0.0, _expected_runtime(item[5]))
         ahead = 0.0
         for i, mark in enumerate(marks):
-            out[mark[5].id] = max(state.now + ahead / devices, next_end.get(pool, state.now))
             ahead += work[i]
+            own = mark[5].devices * max(0.0, _expected_runtime(mark[5]))
+            fluid = max(state.now + (ahead - own) / devices, next_end.get(pool, state.now))
+            eta = None if lag is None else lag.eta(mark[2], state.now if not_before is None else not_before)
+            out[mark[5].id] = fluid if eta is None else max(eta, state.now)
     return out
+
+
+def _expected_runtime(job: QueuedJob) -> float:
+    # Waits add many durations together, so they take the expected (mean) runtime where known.
+    return job.predicted_runtime if job.expected_runtime is None else job.expected_runtime
+
+
+def _expected_end(run: RunningJob) -> float:
+    return run.predicted_end if run.expected_end is None else run.expected_end
 
 
 def _release(free: dict[str, int], nodes: dict[str, Node], run: RunningJob) -> None:

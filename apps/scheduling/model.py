@@ -95,6 +95,9 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     progress: float | None = None
     stopping: bool = False
+    # Expected end (mean of the history rather than the median behind `predicted_end`): only
+    # wait estimates read it, since they sum many durations; None means `predicted_end`.
+    expected_end: float | None = None
     # Derived once: passes read it for every run, many times.
     devices: int = field(init=False, repr=False, compare=False)
 
@@ -126,6 +129,9 @@ class QueuedJob:
     preemptible: bool = True
     blocked_reason: str | None = None
     blocked_message: str = ""
+    # Expected runtime (the history's mean): what wait estimates add up; the core orders and
+    # backfills by `predicted_runtime` only. None means `predicted_runtime`.
+    expected_runtime: float | None = None
     devices: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -140,6 +140,9 @@ def runs_within_guarantee(
     return within
 
 
+# (-class, tier, rank time, submitted_at, id, job). The rank time is the virtual deadline under
+# the priority ordering and the submission time under FIFO: in both, the line moves forward
+# through rank times, which is what the wait estimator's lag model (`QueueLag`) relies on.
 OrderKey = tuple[int, int, float, float, str, QueuedJob]
 
 
@@ -157,11 +160,10 @@ def order_keys(
     Returned unsorted so a pass that needs only the front can heapify instead of sorting.
     This runs on every pass over every queued job, so it is kept tight.
     """
-    keyed: list[OrderKey] = []
     if policy.ordering == Ordering.FIFO:
-        for j in jobs:
-            keyed.append((-int(j.priority_class), 1, 0.0, j.submitted_at, j.id, j))
-        return keyed
+        # (Negating an IntEnum gives a plain int, cheaper than int() first.)
+        return [(-j.priority_class, 1, j.submitted_at, j.submitted_at, j.id, j) for j in jobs]
+    keyed: list[OrderKey] = []
 
     promote_before = now - policy.class_promotion_s if policy.class_promotion_s > 0 else -math.inf
     low, normal = int(PriorityClass.LOW), int(PriorityClass.NORMAL)
@@ -171,16 +173,22 @@ def order_keys(
         team: policy.stretch * math.pow(max(f, 1e-12), -policy.fair_share_weight) for team, f in fair_share.items()
     }
     width_factor: dict[int, float] = {}
+    # Local names: this loop visits every queued job on every pass.
+    stretch_of, default_stretch, exponent = team_stretch.get, policy.stretch, policy.width_exponent
+    append = keyed.append
     for j in jobs:
-        klass = int(j.priority_class)
-        if klass == low and j.submitted_at <= promote_before:
+        klass: int = j.priority_class
+        submitted = j.submitted_at
+        if klass == low and submitted <= promote_before:
             klass = normal
-        width = width_factor.get(j.devices)
+        devices = j.devices
+        width = width_factor.get(devices)
         if width is None:
-            width = width_factor[j.devices] = math.pow(max(j.devices, 1), policy.width_exponent)
-        runtime = j.predicted_runtime if j.predicted_runtime > min_runtime else min_runtime
-        deadline = j.submitted_at + team_stretch.get(j.team, policy.stretch) * runtime * width
-        keyed.append((-klass, 1, deadline, j.submitted_at, j.id, j))
+            width = width_factor[devices] = math.pow(max(devices, 1), exponent)
+        runtime = j.predicted_runtime
+        if runtime < min_runtime:
+            runtime = min_runtime
+        append((-klass, 1, submitted + stretch_of(j.team, default_stretch) * runtime * width, submitted, j.id, j))
 
     if policy.guarantee_first:
         # Walk each team's jobs best-first; those that still fit in the team's unused guarantee

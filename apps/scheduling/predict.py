@@ -4,7 +4,10 @@ A queued run is predicted from the recent finished runs most like it: same team,
 (job type), parameters and devices; when those are too few, the predictor widens step by step
 (dropping parameters, then the device count, then the team) and finally falls back to the
 template's maximum runtime. The point estimate is a quantile of that history (the median by
-default: durations are heavy-tailed, so means mislead), with a low/high quantile range.
+default: durations are heavy-tailed, so for one job a mean misleads), with a low/high quantile
+range. Alongside it comes the mean over a longer window (`mean_s`): the right figure wherever
+many predictions are summed, as in a queue-wait estimate, where summing medians of a
+heavy-tailed distribution underestimates the work ahead many times over.
 
 A running run is predicted from its progress (steps done, total steps, current rate) when it
 reports them; otherwise from the same history conditioned on having already run `elapsed_s`
@@ -62,6 +65,14 @@ class RuntimePrediction:
     high_s: float
     basis: str
     samples: int = 0
+    # Expected runtime (mean of the history, conditioned like the point estimate); None where
+    # there is no history to average.
+    mean_s: float | None = None
+
+    @property
+    def expected_s(self) -> float:
+        """The figure to sum over many jobs: the mean when known, else the point estimate."""
+        return self.runtime_s if self.mean_s is None else self.mean_s
 
 
 def _quantile(sorted_values: list[float], q: float, start: int = 0) -> float:
@@ -75,21 +86,35 @@ def _quantile(sorted_values: list[float], q: float, start: int = 0) -> float:
 
 
 class _Window:
-    """The last `size` samples of one history key, kept both in arrival and in sorted order."""
+    """Samples of one history key: the last `size` in sorted order (quantiles), and the last
+    `mean_size` (at least `size`) in arrival order with their sum (means)."""
 
-    __slots__ = ("arrival", "ordered", "size")
+    __slots__ = ("arrival", "mean_size", "ordered", "size", "total")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, mean_size: int) -> None:
         self.size = size
+        self.mean_size = max(size, mean_size)
         self.arrival: deque[float] = deque()
         self.ordered: list[float] = []
+        self.total = 0.0
 
     def add(self, value: float) -> None:
         self.arrival.append(value)
+        self.total += value
         insort(self.ordered, value)
-        if len(self.arrival) > self.size:
-            old = self.arrival.popleft()
+        if len(self.ordered) > self.size:
+            # The sample leaving the quantile window is the one `size` places from the end.
+            old = self.arrival[-self.size - 1]
             del self.ordered[bisect_right(self.ordered, old) - 1]
+        if len(self.arrival) > self.mean_size:
+            self.total -= self.arrival.popleft()
+
+    def mean_beyond(self, elapsed: float) -> tuple[float, int]:
+        """Mean and count of the samples longer than `elapsed` (all of them when it is 0)."""
+        if elapsed <= 0:
+            return self.total / len(self.arrival), len(self.arrival)
+        longer = [v for v in self.arrival if v > elapsed]
+        return (sum(longer) / len(longer), len(longer)) if longer else (elapsed, 0)
 
 
 class RuntimePredictor:
@@ -106,12 +131,18 @@ class RuntimePredictor:
         window: int = 16,
         min_samples: int = 3,
         default_runtime_s: float = 3600.0,
+        mean_window: int = 64,
+        mean_min_samples: int = 16,
     ) -> None:
         self.quantile = quantile
         self.low_quantile = low_quantile
         self.high_quantile = high_quantile
         self.window = window
         self.min_samples = min_samples
+        # A mean of a heavy-tailed history needs many more samples than a median to settle, so
+        # it rests on a longer window and widens to a coarser level sooner.
+        self.mean_window = mean_window
+        self.mean_min_samples = mean_min_samples
         self.default_runtime_s = default_runtime_s
         self._history: dict[HistoryKey, _Window] = {}
         self._cache: dict[tuple[HistoryKey, ...], RuntimePrediction] = {}
@@ -131,7 +162,7 @@ class RuntimePredictor:
         for key in self._keys(run.team, run.job_type, run.devices, run.params_key):
             window = self._history.get(key)
             if window is None:
-                window = self._history[key] = _Window(self.window)
+                window = self._history[key] = _Window(self.window, self.mean_window)
             window.add(max(0.0, run.runtime_s))
         # Invalidate everything: cheap, and a finished run can change several cached answers.
         self._cache.clear()
@@ -167,6 +198,9 @@ class RuntimePredictor:
         self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float
     ) -> RuntimePrediction:
         cap = query.template_max_runtime_s
+        mean = self._mean(keys, elapsed)
+        if mean is not None and cap is not None:
+            mean = min(mean, max(cap, elapsed))
         fallback: tuple[int, _Window, int] | None = None
         for level, key in enumerate(keys):
             window = self._history.get(key)
@@ -176,22 +210,43 @@ class RuntimePredictor:
             start = bisect_right(window.ordered, elapsed) if elapsed > 0 else 0
             count = len(window.ordered) - start
             if count >= self.min_samples:
-                return self._summarise(window, start, level, cap, elapsed)
+                return self._summarise(window, start, level, cap, elapsed, mean)
             if count > 0 and fallback is None:
                 fallback = (level, window, start)
         if fallback is not None:
             level, window, start = fallback
-            return self._summarise(window, start, level, cap, elapsed)
+            return self._summarise(window, start, level, cap, elapsed, mean)
         if cap is not None and cap > elapsed:
-            return RuntimePrediction(runtime_s=cap, low_s=max(elapsed, cap * 0.1), high_s=cap, basis="template maximum")
+            return RuntimePrediction(
+                runtime_s=cap, low_s=max(elapsed, cap * 0.1), high_s=cap, basis="template maximum", mean_s=mean
+            )
         # Nothing to go on, or it outlived every peer: heavy tails say it is about half done.
         runtime = max(self.default_runtime_s, 2.0 * elapsed)
         return RuntimePrediction(
-            runtime_s=runtime, low_s=max(elapsed, runtime * 0.5), high_s=runtime * 2.0, basis="no history"
+            runtime_s=runtime,
+            low_s=max(elapsed, runtime * 0.5),
+            high_s=runtime * 2.0,
+            basis="no history",
+            mean_s=None if mean is None else max(mean, elapsed),
         )
 
+    def _mean(self, keys: tuple[HistoryKey, ...], elapsed: float) -> float | None:
+        """Mean runtime of the narrowest level with `mean_min_samples` peers that outlived
+        `elapsed`, else of the level with the most such peers; None without any."""
+        best: tuple[int, float] | None = None
+        for key in keys:
+            window = self._history.get(key)
+            if window is None:
+                continue
+            mean, count = window.mean_beyond(elapsed)
+            if count >= self.mean_min_samples:
+                return mean
+            if count > 0 and (best is None or count > best[0]):
+                best = (count, mean)
+        return None if best is None else best[1]
+
     def _summarise(
-        self, window: _Window, start: int, level: int, cap: float | None, elapsed: float
+        self, window: _Window, start: int, level: int, cap: float | None, elapsed: float, mean: float | None
     ) -> RuntimePrediction:
         values = window.ordered
         point = _quantile(values, self.quantile, start)
@@ -205,6 +260,7 @@ class RuntimePredictor:
             high_s=max(high, point, elapsed),
             basis=f"history: {self.LEVELS[level]}",
             samples=len(values) - start,
+            mean_s=None if mean is None else max(mean, elapsed),
         )
 
 

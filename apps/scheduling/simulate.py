@@ -9,8 +9,10 @@ the rest when idle; a job with more GPUs than a node spans ceil(gpus / per-node)
 The replay is event-driven: at every submission or completion time (events at the same second
 are handled together) it runs the same `schedule()` the portal runs. Runtime predictions see
 only jobs that had finished by then. At each submission, the queue-wait estimator (the same
-forward replay the portal uses) records when the new job is expected to start; the report
-compares that with when it did start.
+forward replay the portal uses, summing expected rather than median runtimes) records when the
+new job is expected to start; a job behind more than `estimate_max_ahead` others skips the
+replay and is placed by the recent lag of starts behind their rank times (`QueueLag`). The
+report compares that with when it did start.
 
 Policies: `fifo` (strict submission order, no backfill, first-fit), `backfill` (FIFO plus EASY
 backfill with predicted runtimes), `trainyard` (the full policy: guarantees and borrowing, fair
@@ -32,8 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from apps.scheduling.core import schedule
-from apps.scheduling.estimate import simulate_starts
+from apps.scheduling.core import UNLIMITED, schedule
+from apps.scheduling.estimate import QueueLag, simulate_starts
 from apps.scheduling.model import (
     ClusterState,
     Node,
@@ -46,7 +48,7 @@ from apps.scheduling.model import (
     TeamQuota,
     TeamUsage,
 )
-from apps.scheduling.policies import accrue_usage
+from apps.scheduling.policies import accrue_usage, limits_by_team
 from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
 
 POOL = "trace"
@@ -190,6 +192,7 @@ class Replay:
         self.policy = policy
         self.estimates = estimates
         self.quotas = equal_quotas([j.team for j in self.jobs], nodes * gpus_per_node)
+        self.limits = limits_by_team(self.quotas, POOL, nodes * gpus_per_node)
         self.predictor = RuntimePredictor()
         self.queued: dict[str, QueuedJob] = {}
         # Queued ids per job type (insertion-ordered dicts used as sets), to refresh predictions.
@@ -203,7 +206,8 @@ class Replay:
         self.completions: list[tuple[float, str]] = []
         # Running jobs by predicted end, to re-predict only those that outlive their prediction.
         self.overdue: list[tuple[float, str]] = []
-        self.prediction_cache: dict[tuple[str, str, int], float] = {}
+        # (team, job type, GPUs) -> (point runtime, expected runtime).
+        self.prediction_cache: dict[tuple[str, str, int], tuple[float, float]] = {}
         self.passes = 0
         self.estimator_passes = 0
         # The at-submission replay: bounded work per submission, coarser steps far ahead.
@@ -212,16 +216,20 @@ class Replay:
         self.estimate_scale = 1.0
         # A job behind more than this many others gets the fluid extrapolation without a replay.
         self.estimate_max_ahead = 150
+        self.lag = QueueLag()
+        # Rank time of each queued job as of its submission, fed to the lag when it starts.
+        self.rank_time: dict[str, float] = {}
 
     def shape(self, job: TraceJob) -> tuple[int, int]:
         return gang_shape(job.gpus, self.gpn)
 
-    def predicted_runtime(self, job: TraceJob) -> float:
+    def prediction(self, job: TraceJob) -> tuple[float, float]:
+        """(point runtime the scheduler orders and backfills by, expected runtime for estimates)."""
         key = (job.team, job.job_type, job.gpus)
         value = self.prediction_cache.get(key)
         if value is None:
-            query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus)
-            value = self.prediction_cache[key] = self.predictor.predict(query).runtime_s
+            pred = self.predictor.predict(RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus))
+            value = self.prediction_cache[key] = (pred.runtime_s, pred.expected_s)
         return value
 
     def state(self, now: float) -> ClusterState:
@@ -252,6 +260,7 @@ class Replay:
                 job = self.jobs[submit_at]
                 submit_at += 1
                 count, per_node = self.shape(job)
+                predicted, expected = self.prediction(job)
                 self.queued[job.id] = QueuedJob(
                     id=job.id,
                     team=job.team,
@@ -260,19 +269,49 @@ class Replay:
                     submitted_at=job.submit_s,
                     nodes=count,
                     devices_per_node=per_node,
-                    predicted_runtime=self.predicted_runtime(job),
+                    predicted_runtime=predicted,
                     preemptible=False,
+                    expected_runtime=expected,
                 )
                 self.queued_by_type[job.job_type][job.id] = None
                 new.append(job.id)
             self._refresh_predictions(now, stale)
-            state = self.state(now)
-            decision = schedule(state, explain=False)
-            self.passes += 1
-            for placement in decision.placements:
-                self._start(placement.job_id, placement.allocation, now)
+            if not self._head_blocks_all():
+                decision = schedule(self.state(now), explain=False)
+                self.passes += 1
+                for placement in decision.placements:
+                    self._start(placement.job_id, placement.allocation, now)
             if self.estimates:
                 self._estimate(new, now)
+
+    def _head_blocks_all(self) -> bool:
+        """Whether the pass is sure to place nothing: FIFO without backfill, head does not fit.
+
+        Under strict FIFO the first job in line that could ever run stops everyone behind it
+        when it does not fit now, so the pass is a no-op; the core would only find that out
+        after keying the whole queue, which on this trace holds thousands of jobs at every
+        event. Exact: anything the core would skip (no such hardware, over quota) runs the pass.
+        """
+        policy = self.policy
+        if policy.ordering != Ordering.FIFO or policy.backfill or policy.preemption or not self.queued:
+            return False
+        # `queued` is in submission order (jobs join at submission and keep their slot when
+        # re-predicted), so the head is among the jobs submitted first: ties go to the core's
+        # order, by id, so check every job sharing the first submission time.
+        first = next(iter(self.queued.values()))
+        free = sorted(self.free.values(), reverse=True)
+        for job in self.queued.values():
+            if job.submitted_at != first.submitted_at:
+                break
+            if job.priority_class != first.priority_class or job.blocked_reason is not None:
+                return False
+            if job.nodes > len(free) or job.devices_per_node > self.gpn:
+                return False
+            if self.held.get(job.team, 0) + job.devices > self.limits.get(job.team, UNLIMITED):
+                return False
+            if free[job.nodes - 1] >= job.devices_per_node:
+                return False
+        return True
 
     def _finish_due(self, now: float) -> set[str]:
         """Complete every job due by `now`; returns the job types whose predictions moved."""
@@ -298,29 +337,41 @@ class Replay:
         for job_type in sorted(stale_types):
             for job_id in self.queued_by_type.get(job_type, ()):
                 queued = self.queued[job_id]
-                predicted = self.predicted_runtime(self.by_id[job_id])
-                if predicted != queued.predicted_runtime:
-                    self.queued[job_id] = replace(queued, predicted_runtime=predicted)
-        # A run past its predicted end gets a new prediction conditioned on how long it has run.
+                predicted, expected = self.prediction(self.by_id[job_id])
+                if predicted != queued.predicted_runtime or expected != queued.expected_runtime:
+                    self.queued[job_id] = replace(queued, predicted_runtime=predicted, expected_runtime=expected)
+        # A run past its predicted (or expected) end gets a new one conditioned on how long it
+        # has run: with heavy tails, a run that outlived its peers is probably a long one.
         while self.overdue and self.overdue[0][0] <= now:
             _, job_id = heapq.heappop(self.overdue)
             run = self.running.get(job_id)
-            if run is None or run.predicted_end > now:
+            if run is None:
+                continue
+            expected_end = run.predicted_end if run.expected_end is None else run.expected_end
+            if run.predicted_end > now and expected_end > now:
                 continue
             job = self.by_id[job_id]
             query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus, elapsed_s=now - run.started_at)
-            end = run.started_at + self.predictor.predict(query).runtime_s
-            end = max(end, now + 60.0)
-            self.running[job_id] = replace(run, predicted_end=end)
-            heapq.heappush(self.overdue, (end, job_id))
+            pred = self.predictor.predict(query)
+            predicted_end = run.predicted_end
+            if predicted_end <= now:
+                predicted_end = max(run.started_at + pred.runtime_s, now + 60.0)
+            if expected_end <= now:
+                expected_end = max(run.started_at + pred.expected_s, now + 60.0)
+            self.running[job_id] = replace(run, predicted_end=predicted_end, expected_end=expected_end)
+            heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
 
     def _start(self, job_id: str, allocation: tuple[tuple[str, int], ...], now: float) -> None:
+        rank_time = self.rank_time.pop(job_id, None)
+        if rank_time is not None:
+            self.lag.observe(now, rank_time)
         queued = self.queued.pop(job_id)
         job = self.by_id[job_id]
         del self.queued_by_type[job.job_type][job_id]
         for node_id, count in allocation:
             self.free[node_id] -= count
         predicted_end = now + queued.predicted_runtime
+        expected_end = now + (queued.predicted_runtime if queued.expected_runtime is None else queued.expected_runtime)
         self.running[job_id] = RunningJob(
             id=job_id,
             team=job.team,
@@ -330,11 +381,12 @@ class Replay:
             started_at=now,
             predicted_end=predicted_end,
             preemptible=False,
+            expected_end=expected_end,
         )
         self.held[job.team] += queued.devices
         self.started[job_id] = now
         heapq.heappush(self.completions, (now + job.duration_s, job_id))
-        heapq.heappush(self.overdue, (predicted_end, job_id))
+        heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
 
     def _estimate(self, new: list[str], now: float) -> None:
         waiting = [j for j in new if j not in self.started]
@@ -351,8 +403,10 @@ class Replay:
             scale=self.estimate_scale,
             ahead_only=True,
             max_ahead=self.estimate_max_ahead,
+            lag=self.lag,
         )
         self.estimator_passes += result.passes
+        self.rank_time.update(result.rank_times)
         for job_id in waiting:
             self.estimated[job_id] = result.starts.get(job_id)
 

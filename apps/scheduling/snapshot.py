@@ -110,7 +110,8 @@ def predict_queued(predictor: RuntimePredictor, run: Run) -> RuntimePrediction:
         template_max_runtime_s=float(run.max_runtime_s)))
     if run.total_steps and run.steps_done:
         left = max(0.05, 1.0 - min(1.0, run.steps_done / run.total_steps))
-        return dataclasses.replace(pred, runtime_s=pred.runtime_s * left, low_s=pred.low_s * left, high_s=pred.high_s * left)
+        return dataclasses.replace(pred, runtime_s=pred.runtime_s * left, low_s=pred.low_s * left, high_s=pred.high_s * left,
+                                   mean_s=None if pred.mean_s is None else pred.mean_s * left)
     return pred
 
 
@@ -274,7 +275,9 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             priority_class=CLASS_OF.get(run.priority, core.PriorityClass.NORMAL),
             allocation=tuple((node_id, count) for _, node_id, count in sorted(alloc[attempt.pk])),
             started_at=ts(started), predicted_end=max(end, now_s), preemptible=run.preemptible,
-            last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping))
+            last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
+            # Wait estimates add many runtimes up: they take the history's mean, not its median.
+            expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s)))
 
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
     blocks = _budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
@@ -288,7 +291,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             priority_class=CLASS_OF.get(run.priority, core.PriorityClass.NORMAL),
             # The original submission time: a preempted or requeued run keeps its place in line.
             submitted_at=ts(run.created_at), nodes=run.nodes, devices_per_node=run.devices_per_node,
-            predicted_runtime=pred.runtime_s, preemptible=run.preemptible,
+            predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
             blocked_reason="budget" if block else None, blocked_message=block or ""))
 
     quotas = tuple(

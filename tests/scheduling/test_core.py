@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ from apps.scheduling.core import (
     queue_order,
     schedule,
 )
-from apps.scheduling.estimate import queue_estimates, simulate_starts
+from apps.scheduling.estimate import QueueLag, queue_estimates, simulate_starts
 from apps.scheduling.placement import PoolCapacity
 from apps.scheduling.policies import accrue_usage, fair_share_factors, runs_within_guarantee
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePredictor, RuntimeQuery, predict_runtime
@@ -504,3 +505,69 @@ def test_estimate_counts_expected_arrivals_that_overtake() -> None:
     assert simulate_starts(s).starts["long"] == 1000
     soon = [replace(job("short", devices=8, runtime=300), submitted_at=500)]
     assert simulate_starts(s, arrivals=soon).starts["long"] == 1300
+
+
+def test_predictor_mean_is_for_sums_and_survivors() -> None:
+    p = RuntimePredictor(mean_min_samples=3)
+    for value in (100, 200, 300, 400, 5000, 6000, 7000):
+        p.observe(FinishedRun("t", "job", 1, value, finished_at=0))
+    pred = p.predict(RuntimeQuery("t", "job", 1))
+    # The median is the point estimate; the heavy tail shows in the mean, which waits add up.
+    assert pred.runtime_s == 400 and pred.mean_s == pytest.approx(19_000 / 7) and pred.expected_s == pred.mean_s
+    survivor = p.predict(RuntimeQuery("t", "job", 1, elapsed_s=1000))
+    assert survivor.mean_s == pytest.approx(6000)
+    # Means rest on a longer window than the median does.
+    q = RuntimePredictor(window=4, mean_window=8, mean_min_samples=1)
+    for value in (1000, 1000, 1000, 1000, 10, 10, 10, 10):
+        q.observe(FinishedRun("t", "job", 1, value, finished_at=0))
+    short = q.predict(RuntimeQuery("t", "job", 1))
+    assert short.runtime_s == 10 and short.mean_s == pytest.approx(505)
+    assert RuntimePredictor().predict(RuntimeQuery("t", "none", 1)).expected_s == 3600.0
+
+
+def test_estimates_add_up_expected_runtimes() -> None:
+    # The scheduler orders by the median-like prediction; the wait adds up the expected ones.
+    running = [replace(run("r", (("n1", 8),), end=1000), expected_end=4000)]
+    queue = [
+        replace(job("a", devices=8, runtime=500, submitted=0), expected_runtime=3000),
+        job("b", devices=8, runtime=500, submitted=1),
+    ]
+    s = state([node("n1", 0)], queue, running, now=100, policy=FIFO)
+    assert simulate_starts(s).starts == {"a": 4000, "b": 7000}
+    # Past the pass limit the fluid guess counts expected work ahead too: b waits for a's 3000 s.
+    rough = simulate_starts(s, max_passes=1)
+    assert rough.starts == {"a": 4000, "b": 7000} and rough.extrapolated == {"a", "b"}
+
+
+def test_queue_lag_places_a_job_by_the_recent_lag_of_starts() -> None:
+    lag = QueueLag(window_s=1000, min_samples=3)
+    assert lag.eta(500, now=100) is None  # too few starts to judge
+    for t, rank in ((10, 0), (20, 5), (30, 10), (40, 25)):
+        lag.observe(t, rank)
+    # Lags 10, 15, 20, 15: the median 15 puts rank 500 at 515, never before now.
+    assert lag.eta(500, now=100) == 515
+    assert lag.eta(0, now=100) == 100
+    lag.observe(5000, 4000)  # the older starts leave the window
+    assert lag.eta(500, now=5000) is None
+
+
+def test_jobs_far_back_are_placed_by_the_lag_without_a_replay() -> None:
+    # One full node, a FIFO line of three: with max_ahead=1 the last job skips the replay.
+    running = [run("r", (("n1", 8),), end=1000)]
+    queue = [job(f"q{i}", devices=8, runtime=500, submitted=i) for i in range(3)]
+    s = state([node("n1", 0)], queue, running, now=100, policy=FIFO)
+    # Too few starts seen yet: the fluid guess, now + the work ahead spread over the pool.
+    fluid = simulate_starts(s, targets=["q2"], max_ahead=1, lag=QueueLag(min_samples=3))
+    # (q0 and q1 ahead: 2 x 8 x 500 device-seconds over 8 devices.)
+    assert fluid.passes == 0 and fluid.extrapolated == {"q2"} and fluid.starts["q2"] == 1100
+    lag = QueueLag(min_samples=3)
+    for t in (40.0, 50.0, 60.0):
+        lag.observe(t, t - 300)  # jobs have been starting 300 s behind their rank times
+    assert lag.lag_at(100) == 300
+    placed = simulate_starts(s, targets=["q2"], max_ahead=1, lag=lag)
+    # Under FIFO the rank time is the submission time: 2 + 300, never before now.
+    assert placed.passes == 0 and placed.rank_times == {"q2": 2} and placed.starts == {"q2": 302}
+    for t in (70.0, 80.0, 90.0):
+        lag.observe(t, t - 2000)  # new starts move the median at once (no stale cached figure)
+    assert lag.lag_at(100) == 2000
+    assert simulate_starts(s, targets=["q2"], max_ahead=1, lag=lag).starts == {"q2": 2002}

@@ -1,0 +1,225 @@
+"""The trace simulator: small synthetic traces (fast), and the acceptance run on the real trace.
+
+The real-trace tests replay all 13,716 jobs of tests/data/philly-vc-seed0.csv (or the
+copy named by TRAINYARD_TRACE) on 40 nodes x 8 GPUs, once per policy for the module; they are
+marked slow. No test here looks at the clock: the replay's timings are bench/simulate.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from apps.scheduling.simulate import (
+    JobOutcome,
+    Replay,
+    Summary,
+    TraceJob,
+    equal_quotas,
+    gang_shape,
+    jain,
+    load_trace,
+    main,
+    percentile,
+    replay_trace,
+)
+
+SHIPPED_TRACE = Path(__file__).resolve().parents[1] / "data" / "philly-vc-seed0.csv"
+REAL_TRACE = Path(os.environ.get("TRAINYARD_TRACE", str(SHIPPED_TRACE)))
+
+
+def write_trace(path: Path, rows: Sequence[tuple[int | str, str, float, int, float, str]]) -> Path:
+    lines = ["job_id,team,submit_s,gpus,duration_s,job_type"]
+    lines += [f"{j},{t},{s:g},{g},{d:g},{jt}" for j, t, s, g, d, jt in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def synthetic(count: int, *, seed: int, teams: int = 4, rate_s: float = 300.0) -> list[TraceJob]:
+    """Heavy-tailed jobs of a few repeating types, like the Philly-derived traces."""
+    rng = random.Random(seed)
+    types = {f"type-{i}": rng.lognormvariate(8, 1.2) for i in range(6)}
+    now = 0.0
+    jobs = []
+    for i in range(count):
+        now += rng.expovariate(1 / rate_s)
+        job_type = rng.choice(sorted(types))
+        jobs.append(
+            TraceJob(
+                id=str(i + 1),
+                team=f"team-{rng.randrange(teams)}",
+                submit_s=round(now),
+                gpus=rng.choice([1, 1, 1, 1, 2, 4, 8, 16]),
+                duration_s=max(30.0, round(types[job_type] * rng.lognormvariate(0, 1.0))),
+                job_type=job_type,
+            )
+        )
+    return jobs
+
+
+def busy_intervals_fit(outcomes, capacity: int) -> bool:
+    events = sorted([(o.start, o.job.gpus) for o in outcomes] + [(o.end, -o.job.gpus) for o in outcomes], key=lambda e: (e[0], e[1]))
+    held = 0
+    for _, delta in events:
+        held += delta
+        if held > capacity:
+            return False
+    return True
+
+
+def test_load_trace_and_shapes(tmp_path: Path) -> None:
+    trace = write_trace(
+        tmp_path / "t.csv",
+        [(1, "a", 0, 1, 100, "x"), (2, "b", 5, 16, 50, "y"), (3, "a", 9, 12, 10, "y"), (4, "b", 9, 2, 10, "x")],
+    )
+    jobs = load_trace(trace)
+    assert [j.gpus for j in jobs] == [1, 16, 12, 2]
+    assert len(load_trace(trace, limit=2)) == 2
+    assert gang_shape(jobs[1].gpus, 8) == (2, 8)
+    assert gang_shape(jobs[2].gpus, 8) == (2, 8)  # 12 GPUs span ceil(12 / 8) whole nodes
+    assert gang_shape(jobs[3].gpus, 8) == (1, 2)
+
+
+def test_equal_quotas_sum_to_the_cluster() -> None:
+    quotas = equal_quotas(["c", "a", "b", "a"], 320)
+    assert [q.team for q in quotas] == ["a", "b", "c"]
+    assert sum(q.guaranteed_devices for q in quotas) == 320
+    assert all(q.borrow_limit is None for q in quotas)
+
+
+def test_metric_helpers() -> None:
+    assert jain([2.0, 2.0, 2.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert percentile([1, 2, 3, 4, 5], 0.5) == 3
+    assert percentile([], 0.95) == 0.0
+
+
+@pytest.mark.parametrize("policy", ["fifo", "backfill", "trainyard"])
+def test_replay_is_consistent(policy: str) -> None:
+    jobs = synthetic(300, seed=3)
+    summary, outcomes = replay_trace(jobs, nodes=3, gpus_per_node=8, policy=policy)
+    assert summary.jobs == len(outcomes) == len(jobs)
+    assert all(o.start >= o.job.submit_s and math.isclose(o.end - o.start, o.job.duration_s) for o in outcomes)
+    assert busy_intervals_fit(outcomes, capacity=24)
+    # A job that started at once was estimated to start at once.
+    assert all(o.estimated_start == o.start for o in outcomes if o.wait == 0)
+    assert 0 < summary.utilization <= 1
+    assert 0 < summary.jain_slowdown <= 1
+    assert 0 <= summary.estimate_within <= 1
+
+
+def test_replay_is_deterministic() -> None:
+    jobs = synthetic(200, seed=5)
+    first = replay_trace(jobs, nodes=2, policy="trainyard")[1]
+    second = replay_trace(list(reversed(jobs)), nodes=2, policy="trainyard")[1]
+    assert [(o.job.id, o.start, o.estimated_start) for o in first] == [(o.job.id, o.start, o.estimated_start) for o in second]
+
+
+def test_fifo_skips_passes_its_blocked_head_makes_pointless(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Wide and narrow jobs on a busy cluster, so the head of the line is often blocked.
+    jobs = synthetic(400, seed=7, rate_s=120.0)
+    fast_summary, fast = replay_trace(jobs, nodes=3, policy="fifo", estimates=False)
+    monkeypatch.setattr(Replay, "_head_blocks_all", lambda self: False)
+    slow_summary, slow = replay_trace(jobs, nodes=3, policy="fifo", estimates=False)
+    assert [(o.job.id, o.start) for o in fast] == [(o.job.id, o.start) for o in slow]
+    assert fast_summary.scheduling_passes < slow_summary.scheduling_passes
+
+
+def test_estimates_track_overruns_and_the_line() -> None:
+    jobs = synthetic(600, seed=13, rate_s=150.0)
+    summary, outcomes = replay_trace(jobs, nodes=3, policy="trainyard")
+    waited = [o for o in outcomes if o.wait > 0]
+    assert waited and all(o.estimated_start is not None for o in outcomes)
+    # Estimates are neither all early nor all late.
+    early = sum(1 for o in waited if o.estimated_start is not None and o.estimated_start < o.start)
+    assert 0.1 < early / len(waited) < 0.9
+    assert summary.estimate_within > summary.started_immediately
+
+
+def test_trainyard_beats_the_baselines_on_a_busy_synthetic_cluster() -> None:
+    jobs = synthetic(900, seed=11, rate_s=200.0)
+    results = {p: replay_trace(jobs, nodes=4, policy=p, estimates=False)[0] for p in ("fifo", "backfill", "trainyard")}
+    assert results["backfill"].avg_jct_s <= results["fifo"].avg_jct_s
+    assert results["trainyard"].avg_jct_s < 0.9 * results["backfill"].avg_jct_s
+
+
+def test_cli_prints_a_table_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [(j.id, j.team, j.submit_s, j.gpus, j.duration_s, j.job_type) for j in synthetic(80, seed=2)]
+    trace = write_trace(tmp_path / "t.csv", rows)
+    out = tmp_path / "out.json"
+    assert main([str(trace), "--nodes", "2", "--gpus-per-node", "8", "--policy", "backfill", "--json", str(out), "--limit", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert "avg JCT" in printed and "estimate within" in printed
+    payload = json.loads(out.read_text())
+    assert payload["results"][0]["policy"] == "backfill"
+    assert payload["results"][0]["jobs"] == 50
+
+
+# -- acceptance on the real trace ----------------------------------------------------------------
+
+# Issue #6 item 3 asks that >= 70% of runs start within max(10 min, 25% of their wait) of their
+# at-submission estimate. The trainyard replay reaches 0.351 (0.219 before the estimator summed
+# mean rather than median runtimes and placed jobs far back in line by the measured lag of
+# starts behind their rank times, `QueueLag`): that target is NOT met, by about 0.35. What
+# stops it is the trace: at 40 x 8 GPUs the first 60 days offer far more work than the cluster
+# holds, 87% of jobs wait, the median wait is 6.5 days, and multi-GPU jobs wait out the backlog
+# of smaller ones for weeks, so the line's pace drifts a lot within one wait. Offline analysis
+# of this replay found no honest estimator that does better: calibrating by recent errors,
+# lags per job width, a fitted pace of the line, throughput and fluid work-ahead models all
+# scored 0.18 to 0.35; with hindsight, a least-squares fit of the log wait on what is known at
+# submission scores 0.33, and only placing each job by when its neighbours in rank and width
+# actually started (the future) reaches 0.67. This floor guards what is reached;
+# bench/simulate.py reports the figure against the 0.70 target.
+ESTIMATE_WITHIN_FLOOR = 0.33
+# The median miss among runs that waited was 61.7 h (the median wait is 157 h).
+ESTIMATE_MEDIAN_ERROR_CEILING_S = 72 * 3600.0
+
+
+@pytest.fixture(scope="module")
+def real_replay() -> Callable[[str], tuple[Summary, list[JobOutcome]]]:
+    """One replay per policy for the whole module, made on first use.
+
+    Only the trainyard replay computes the at-submission estimates: the baselines are compared
+    on JCT and fairness alone (bench/simulate.py estimates under every policy).
+    """
+    assert REAL_TRACE.exists(), f"trace not found: {REAL_TRACE} (the repository ships {SHIPPED_TRACE})"
+    jobs = load_trace(REAL_TRACE)
+    done: dict[str, tuple[Summary, list[JobOutcome]]] = {}
+
+    def get(policy: str) -> tuple[Summary, list[JobOutcome]]:
+        if policy not in done:
+            done[policy] = replay_trace(jobs, nodes=40, gpus_per_node=8, policy=policy, estimates=policy == "trainyard")
+        return done[policy]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.trace
+@pytest.mark.timeout(1200)
+def test_real_trace_jct_and_fairness(real_replay: Callable[[str], tuple[Summary, list[JobOutcome]]]) -> None:
+    fifo, backfill, trainyard = (real_replay(p)[0] for p in ("fifo", "backfill", "trainyard"))
+    assert trainyard.jobs == fifo.jobs == backfill.jobs == 13_716
+    assert trainyard.avg_jct_s <= 0.6 * fifo.avg_jct_s
+    assert trainyard.avg_jct_s <= 0.9 * backfill.avg_jct_s
+    assert trainyard.jain_slowdown >= fifo.jain_slowdown
+
+
+@pytest.mark.slow
+@pytest.mark.trace
+@pytest.mark.timeout(1200)
+def test_real_trace_estimate_accuracy(real_replay: Callable[[str], tuple[Summary, list[JobOutcome]]]) -> None:
+    trainyard, outcomes = real_replay("trainyard")
+    assert all(o.estimated_start is not None for o in outcomes)
+    assert trainyard.estimate_within >= ESTIMATE_WITHIN_FLOOR, trainyard
+    assert trainyard.estimate_median_abs_error_waited_s <= ESTIMATE_MEDIAN_ERROR_CEILING_S, trainyard
+    # Not biased to one side: of the runs that waited, 59% were estimated early.
+    waited = [o for o in outcomes if o.wait > 0]
+    early = sum(1 for o in waited if o.estimated_start is not None and o.estimated_start < o.start)
+    assert 0.4 <= early / len(waited) <= 0.75
