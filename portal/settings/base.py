@@ -118,7 +118,9 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
-USE_I18N = True
+# English only. Off, Django skips the translation machinery that every number and date shown on
+# a page went through (a thread-local lookup each: about a tenth of the runs list's CPU).
+USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
