@@ -864,6 +864,11 @@ def run_main(body: Callable[[], int], name: str) -> int:
 def process_group(dist_info: Dist) -> Iterator[Dist]:
     try:
         yield dist_info
+        if dist_info.enabled and dist.is_initialized():
+            # Leave together: a rank that tears its gloo pairs down while a peer is still
+            # evaluating or writing the checkpoint can die in std::terminate at exit (SIGABRT)
+            # after a successful run. Only on the normal path: after an error a peer may never come.
+            dist.barrier()
     finally:
         if dist_info.enabled and dist.is_initialized():
             dist.destroy_process_group()
