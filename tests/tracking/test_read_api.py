@@ -118,6 +118,12 @@ def test_pages_render(cast: Any, media: Path) -> None:
     page.force_login(cast.alice)
     listing = page.get("/runs/?sort=-metric:acc&owner=alice&q=r")
     assert listing.status_code == 200 and b"Compare selected" in listing.content
+    html = listing.content.decode()
+    for run in runs:  # each row: name, project, tags and the sorted-by metric's last value
+        row = html[html.index(f'name="runs" value="{run.pk}"'):]
+        row = row[:row.index("</tr>")]
+        assert f"#{run.pk} {run.name}" in row and cast.digits.full_slug in row
+        assert "owner=alice" in row and ">299<" in row and " ago</td>" in row
     assert page.get(f"/runs/?project={cast.digits.pk}&status=running&template=track-train&task=digits").status_code == 200
     detail = page.get(f"/runs/{runs[0].pk}/")
     assert detail.status_code == 200 and b"run-page" in detail.content
