@@ -75,22 +75,7 @@ def run_predicted_runtime(*, run: Run) -> float:
     return float(pred.runtime_s)
 
 
-def estimate_accuracy(*, pool: NodePool | None = None, days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[str, Any]:
-    """How the estimates given at submission compared with actual starts, over the last `days`."""
-    now = now or timezone.now()
-    rows = QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
-                                        error_s__isnull=False)
-    if pool is not None:
-        rows = rows.filter(run__pool=pool)
-    errors: list[float] = []
-    within = 0
-    for error, recorded, actual in rows.values_list("error_s", "recorded_at", "actual_start"):
-        if error is None or actual is None:
-            continue
-        wait = max(0.0, (actual - recorded).total_seconds())
-        errors.append(abs(error))
-        if abs(error) <= max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait):
-            within += 1
+def _accuracy_summary(errors: list[float], within: int, days: int) -> dict[str, Any]:
     n = len(errors)
     median = statistics.median(errors) if errors else None
     if n == 0:
@@ -103,14 +88,53 @@ def estimate_accuracy(*, pool: NodePool | None = None, days: int = ACCURACY_DAYS
             "median_abs_error_s": median, "summary": summary}
 
 
-def utilization_history(*, pool: NodePool, hours: int = UTILIZATION_HOURS, now: datetime | None = None) -> list[dict[str, Any]]:
+def estimate_accuracies(*, pools: list[NodePool], days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[int, dict[str, Any]]:
+    """Per pool, how the estimates given at submission compared with actual starts over the last
+    `days`: one read for all pools (the queue page shows them all)."""
     now = now or timezone.now()
-    recent = UtilizationSample.objects.filter(pool=pool, at__gte=now - timedelta(hours=hours)).order_by("at")
-    samples: list[dict[str, Any]] = [dict(row) for row in recent.values(
-        "at", "total_devices", "used_devices", "free_devices", "stranded_devices", "largest_free_block", "queued_runs",
-        "queued_devices")]
-    step = max(1, len(samples) // UTILIZATION_POINTS + (1 if len(samples) % UTILIZATION_POINTS else 0))
-    return samples[::step] if step > 1 else samples
+    rows = QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
+                                        error_s__isnull=False, run__pool__in=pools)
+    errors: dict[int, list[float]] = defaultdict(list)
+    within: dict[int, int] = defaultdict(int)
+    for pool_id, error, recorded, actual in rows.values_list("run__pool_id", "error_s", "recorded_at", "actual_start"):
+        if error is None or actual is None:
+            continue
+        wait = max(0.0, (actual - recorded).total_seconds())
+        errors[pool_id].append(abs(error))
+        if abs(error) <= max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait):
+            within[pool_id] += 1
+    return {p.pk: _accuracy_summary(errors[p.pk], within[p.pk], days) for p in pools}
+
+
+def estimate_accuracy(*, pool: NodePool, days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[str, Any]:
+    """How the estimates given at submission compared with actual starts, over the last `days`."""
+    return estimate_accuracies(pools=[pool], days=days, now=now)[pool.pk]
+
+
+UTILIZATION_FIELDS = ("at", "total_devices", "used_devices", "free_devices", "stranded_devices", "largest_free_block",
+                      "queued_runs", "queued_devices")
+
+
+def utilization_histories(*, pools: list[NodePool], hours: int = UTILIZATION_HOURS,
+                          now: datetime | None = None) -> dict[int, list[dict[str, Any]]]:
+    """Per pool, the last `hours` of samples (one a minute), thinned to at most UTILIZATION_POINTS.
+    Rows stay tuples until thinned: a day is 1,440 of them per pool, and the page shows 288."""
+    now = now or timezone.now()
+    recent = UtilizationSample.objects.filter(pool__in=pools, at__gte=now - timedelta(hours=hours)).order_by("pool_id", "at")
+    by_pool: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in recent.values_list("pool_id", *UTILIZATION_FIELDS):
+        by_pool[row[0]].append(row[1:])
+    out: dict[int, list[dict[str, Any]]] = {}
+    for p in pools:
+        rows = by_pool.get(p.pk, [])
+        step = -(-len(rows) // UTILIZATION_POINTS) or 1  # ceil: never more than UTILIZATION_POINTS
+        # Thinned from the newest back, so the last point (the page's "now") is the latest sample.
+        out[p.pk] = [dict(zip(UTILIZATION_FIELDS, row, strict=True)) for row in rows[::-step][::-1]]
+    return out
+
+
+def utilization_history(*, pool: NodePool, hours: int = UTILIZATION_HOURS, now: datetime | None = None) -> list[dict[str, Any]]:
+    return utilization_histories(pools=[pool], hours=hours, now=now)[pool.pk]
 
 
 def _queued(pools: list[NodePool]) -> QuerySet[Run]:
@@ -156,6 +180,8 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
     pools = list(NodePool.objects.order_by("name") if pool is None else NodePool.objects.filter(name=pool))
     my_teams = set(team_ids_for_user(user=user))
     predictor = predictor_load(now=now)
+    accuracy = estimate_accuracies(pools=pools, now=now)
+    histories = utilization_histories(pools=pools, now=now)
     by_pool: dict[int, list[Run]] = defaultdict(list)
     for run in _queued(pools):
         by_pool[run.pool_id].append(run)
@@ -178,7 +204,7 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
             ahead_devices += entry["devices"]
             ahead_by_team[entry["team"]][0] += 1
             ahead_by_team[entry["team"]][1] += entry["devices"]
-        history = utilization_history(pool=p, now=now)
+        history = histories[p.pk]
         latest = history[-1] if history else None
         out.append({
             "pool": p.name,
@@ -187,7 +213,7 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
             "queued_devices": sum(e["devices"] for e in entries),
             "queue": entries,
             "rules": explain_policy(policy_from_json(p.policy)),
-            "accuracy": estimate_accuracy(pool=p, now=now),
+            "accuracy": accuracy[p.pk],
             "utilization": latest,
             "utilization_history": history,
         })

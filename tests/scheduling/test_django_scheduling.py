@@ -257,3 +257,26 @@ def test_concurrent_passes_never_double_place(cast: Any) -> None:
                    .values_list("node_id", "devices") for d in devices)
     assert len(held) == 8 and max(held.values()) == 1
     assert Run.objects.filter(pk__in=[r.pk for r in runs], status=RunStatus.SCHEDULED).count() == 8
+
+
+def test_queue_shows_each_pools_own_day_of_utilization_thinned(cast: Any, pool: NodePool) -> None:
+    other = NodePool.objects.create(name="other")
+    now = timezone.now()
+
+    def sample(p: NodePool, minutes_ago: int, used: int) -> UtilizationSample:
+        return UtilizationSample(pool=p, at=now - timedelta(minutes=minutes_ago), total_devices=8, used_devices=used,
+                                 free_devices=8 - used, stranded_devices=0, largest_free_block=8 - used, queued_runs=0,
+                                 queued_devices=0)
+
+    # A day and a half once a minute in "local" (the older half day must not show), three in "other".
+    UtilizationSample.objects.bulk_create([sample(pool, m, m % 8) for m in range(36 * 60)])
+    UtilizationSample.objects.bulk_create([sample(other, m, 5) for m in (1, 2, 3)])
+    data = cast.client(cast.alice).get("/api/v1/queue/").json()
+    pools = {p["pool"]: p for p in data["pools"]}
+    local = pools["local"]["utilization_history"]
+    assert 200 < len(local) <= 288, len(local)
+    ats = [row["at"] for row in local]
+    assert ats == sorted(ats) and ats[0] >= (now - timedelta(hours=24)).isoformat().replace("+00:00", "Z")
+    assert pools["local"]["utilization"]["used_devices"] == 0, "the current figure is the newest sample, not a thinned one"
+    assert [row["used_devices"] for row in pools["other"]["utilization_history"]] == [5, 5, 5]
+    assert pools["other"]["accuracy"]["runs"] == 0 and pools["local"]["accuracy"]["runs"] == 0
