@@ -4,6 +4,7 @@ system user (runuser), and is reached over a private Unix-socket-free TCP port."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -59,8 +60,16 @@ def postgres_server() -> Iterator[str]:
 
 
 def postmaster_pid(server_url: str) -> int | None:
-    """The server's main process when it is a private cluster started here, else None."""
+    """The server's main process (a private cluster started here, or a server on this machine
+    whose data directory we can read), else None: its CPU is then counted as other processes'."""
     data = _DATA_DIRS.get(server_url)
+    if data is None:
+        with contextlib.suppress(Exception):
+            import psycopg
+
+            with psycopg.connect(server_url, connect_timeout=5) as conn:
+                row = conn.execute("SHOW data_directory").fetchone()
+            data = Path(row[0]) if row else None
     try:
         return int((data / "postmaster.pid").read_text().split()[0]) if data else None
     except (OSError, ValueError, IndexError):

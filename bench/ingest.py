@@ -136,13 +136,20 @@ def bench_mlflow(server: str, python: str, args: argparse.Namespace) -> dict[str
     port = _free_port()
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"ty-mlflow-{port}"
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([python, "-m", "mlflow", "server", "--backend-store-uri", db.replace("postgresql://", "postgresql+psycopg2://"),
+    log = (workdir / "server.log").open("wb")
+    proc = subprocess.Popen([python, "-m", "mlflow", "server", "--backend-store-uri", "postgresql+psycopg2://" + db.split("://", 1)[1],
                              "--default-artifact-root", str(workdir), "--host", "127.0.0.1", "--port", str(port),
                              "--workers", str(args.workers)],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_http(f"{url}/health", 300)
+        try:
+            _wait_http(f"{url}/health", 300)
+        except TimeoutError:
+            # Say why: the server's own last lines (it migrates a fresh database on first start).
+            log.flush()
+            tail = (workdir / "server.log").read_text(errors="replace").splitlines()[-20:]
+            raise SystemExit(f"mlflow server did not answer {url}/health in 300 s; its log ends:\n" + "\n".join(tail)) from None
         setup = ("import sys; from mlflow.tracking import MlflowClient; c = MlflowClient(tracking_uri=sys.argv[1]); "
                  "e = c.create_experiment('bench'); print(' '.join(c.create_run(e).info.run_id for _ in range(int(sys.argv[2]))))")
         run_ids = subprocess.run([python, "-c", setup, url, str(args.clients * args.repeats + 1)], check=True, capture_output=True,
@@ -162,6 +169,7 @@ def bench_mlflow(server: str, python: str, args: argparse.Namespace) -> dict[str
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(30)
+        log.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return _summary(repeats, clients=args.clients, workers=args.workers, batch_points=MLFLOW_BATCH,
                     mlflow_version=_mlflow_version(python))
