@@ -136,7 +136,8 @@ def bench_mlflow(server: str, python: str, args: argparse.Namespace) -> dict[str
     port = _free_port()
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"ty-mlflow-{port}"
     workdir.mkdir(parents=True, exist_ok=True)
-    log = (workdir / "server.log").open("wb")
+    log_path = workdir / "server.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen([python, "-m", "mlflow", "server", "--backend-store-uri", "postgresql+psycopg2://" + db.split("://", 1)[1],
                              "--default-artifact-root", str(workdir), "--host", "127.0.0.1", "--port", str(port),
                              "--workers", str(args.workers)],
@@ -148,7 +149,7 @@ def bench_mlflow(server: str, python: str, args: argparse.Namespace) -> dict[str
         except TimeoutError:
             # Say why: the server's own last lines (it migrates a fresh database on first start).
             log.flush()
-            tail = (workdir / "server.log").read_text(errors="replace").splitlines()[-20:]
+            tail = log_path.read_text(errors="replace").splitlines()[-20:]
             raise SystemExit(f"mlflow server did not answer {url}/health in 300 s; its log ends:\n" + "\n".join(tail)) from None
         setup = ("import sys; from mlflow.tracking import MlflowClient; c = MlflowClient(tracking_uri=sys.argv[1]); "
                  "e = c.create_experiment('bench'); print(' '.join(c.create_run(e).info.run_id for _ in range(int(sys.argv[2]))))")

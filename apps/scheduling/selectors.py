@@ -133,10 +133,6 @@ def utilization_histories(*, pools: list[NodePool], hours: int = UTILIZATION_HOU
     return out
 
 
-def utilization_history(*, pool: NodePool, hours: int = UTILIZATION_HOURS, now: datetime | None = None) -> list[dict[str, Any]]:
-    return utilization_histories(pools=[pool], hours=hours, now=now)[pool.pk]
-
-
 def _queued(pools: list[NodePool]) -> QuerySet[Run]:
     return (
         Run.objects.filter(status=RunStatus.QUEUED, devices_per_node__gt=0, nodes__gt=0, pool__in=pools)

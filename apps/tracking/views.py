@@ -82,7 +82,7 @@ def _list_row(run: Run, metric_values: list[Any], now: datetime) -> dict[str, An
     pct = None if run.progress is None else round(run.progress * 100)
     return {
         "pk": run.pk, "name": run.name, "status": run.status, "status_reason": run.status_reason,
-        "project": f"{run.project.team.slug}/{run.project.slug}", "template": run.template.slug,
+        "project": run.project.full_slug, "template": run.template.slug,
         "version": run.template.version, "family": run.family,
         "tags": [f"{k}={v}" for k, v in (run.tags or {}).items()],
         "pct": pct, "steps": f"{run.steps_done} / {run.total_steps}",
