@@ -78,6 +78,10 @@ class Run(models.Model):
     estimated_start_low = models.DateTimeField(null=True, blank=True)
     estimated_start_high = models.DateTimeField(null=True, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
+    # The run's virtual deadline in its pool's line (apps.scheduling.policies.virtual_deadline),
+    # fixed by the first scheduling pass that sees it queued and kept across requeues, so its
+    # place in line never moves back when predictions or fair share change.
+    queue_deadline = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     queued_at = models.DateTimeField(null=True, blank=True)

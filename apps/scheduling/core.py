@@ -18,9 +18,11 @@ The rules, per pool, in the order they apply:
    submission time + stretch x size, where size is the predicted runtime times sqrt(width), and
    the stretch grows for teams that used more than their share recently (Slurm's fair-share
    factor 2^-(recent use / entitled share), from usage decayed with a half-life). Short jobs
-   start sooner, which lowers mean completion time; a deadline never moves, so later arrivals
-   eventually rank behind any waiting job and nothing starves. The FIFO ordering (class, then
-   submission time) is there for comparison.
+   start sooner, which lowers mean completion time. A job's deadline is fixed when it first
+   meets a pass (`deadlines_due`) and never moves after, whatever later predictions or usage
+   say, so later arrivals eventually rank behind any waiting job, nothing starves, and a place
+   in line only ever improves. The FIFO ordering (class, then submission time) is there for
+   comparison.
 3. Placement. A gang gets all its nodes at once or nothing. Best-fit packing puts a job on the
    fullest node it fits, keeping whole nodes free for wide gangs.
 4. Backfill (EASY). The first `reserve_depth` jobs that do not fit get a reservation: the
@@ -75,6 +77,7 @@ from apps.scheduling.policies import (
     order_keys,
     runs_within_guarantee,
     team_usage_devices,
+    virtual_deadline,
 )
 from apps.scheduling.preempt import plan_preemption
 
@@ -96,6 +99,7 @@ __all__ = [
     "TeamQuota",
     "TeamUsage",
     "WaitCode",
+    "deadlines_due",
     "decay_usage",
     "explain_policy",
     "queue_keys",
@@ -526,6 +530,29 @@ def queue_keys(state: ClusterState) -> dict[str, list[OrderKey]]:
 def queue_order(state: ClusterState) -> dict[str, list[QueuedJob]]:
     """Each pool's queue in scheduling order, without placing anything (cheap: no capacity)."""
     return {pool: [item[5] for item in sorted(keyed)] for pool, keyed in queue_keys(state).items()}
+
+
+def deadlines_due(state: ClusterState) -> dict[str, float]:
+    """Virtual deadlines for the queued jobs that have none yet, as their pool's rules give now.
+
+    Callers fix them on the jobs (the portal stores them on the run, the simulator on its
+    queue) before the pass: from then on a job's place in line no longer depends on later
+    runtime predictions or on fair share moving, only on what arrives ahead of it. Pools
+    ordered FIFO rank by submission time and need none.
+    """
+    _, queued, usage = _by_pool(state)
+    due: dict[str, float] = {}
+    for pool, jobs in queued.items():
+        policy = state.policies.get(pool, state.default_policy)
+        if policy.ordering != Ordering.PRIORITY:
+            continue
+        fresh = [j for j in jobs if j.deadline is None]
+        if not fresh:
+            continue
+        fair_share = _fair_share(policy, jobs, usage.get(pool, {}), guarantees_by_team(state.quotas, pool))
+        for job in fresh:
+            due[job.id] = virtual_deadline(job, policy, fair_share.get(job.team, 1.0))
+    return due
 
 
 def _drain(heap: list[OrderKey]) -> Iterator[OrderKey]:

@@ -1,10 +1,16 @@
-"""Queue-wait estimates: replay the queue forward with the scheduler core itself.
+"""Queue-wait estimates: replay the front of the queue with the scheduler core itself, and
+place jobs further back by how far behind their rank times jobs have lately been starting.
 
-Running jobs end at their predicted ends, queued jobs run for their predicted runtimes, and
-nothing new arrives. At each predicted end the very same `schedule()` pass runs (same
-ordering, aging, quotas, backfill and packing as the live scheduler), so a job's estimated
-start is when that pass would place it. The range comes from two more replays in which every
-remaining duration is shrunk or stretched (by default to half and to double).
+Near the front (the first `max_ahead` jobs of a pool), running jobs end at their expected ends,
+queued jobs run for their expected runtimes, and nothing new arrives. At each end the very same
+`schedule()` pass runs (same ordering, aging, quotas, backfill and packing as the live
+scheduler), so a job's estimated start is when that pass would place it; the range comes from
+two more replays in which every remaining duration is shrunk or stretched (by default to half
+and to double). Further back, a replay would have to guess weeks of other people's runtimes and
+still ignore everything submitted meanwhile, so such jobs are placed by the measured lag of
+starts behind their rank times (`QueueLag`), with the spread of those lags as the range. The
+portal and the trace simulator both call `queue_estimates`, so the simulator's accuracy figures
+are the portal's.
 
 Estimates ignore work not yet submitted, so a job can be overtaken by later, higher-ranked
 arrivals; treat the high end as the more honest figure on a busy pool.
@@ -14,20 +20,26 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Collection, Sequence
+from collections import defaultdict, deque
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import ClusterState, Node, NodeState, QueuedJob, RunningJob
+from apps.scheduling.policies import OrderKey
+
+# Jobs this far back in their pool's line are placed by the lag instead of a replay.
+MAX_AHEAD = 150
+# Lag quantiles for the range of a job placed by the lag.
+LAG_LOW_Q, LAG_HIGH_Q = 0.2, 0.8
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """Estimated start of a queued job; None where the replay did not reach it.
 
-    `extrapolated` is set where the replay stopped (pass or time limit) before the job started
-    and the start was extended from the work still ahead of it, assuming the pool stays full.
+    `extrapolated` is set where the start did not come from a replay reaching the job: placed
+    by the measured lag (`QueueLag`), or by the fluid guess of the work ahead of it.
     """
 
     job_id: str
@@ -56,8 +68,8 @@ class QueueLag:
         self.window_s = window_s
         self.min_samples = min_samples
         self._starts: deque[tuple[float, float]] = deque()
-        # (now, median lag or None) of the last `lag_at` call: many estimates share one clock.
-        self._cached: tuple[float, float | None] | None = None
+        # (now, sorted lags or None) of the last `lags_at` call: many estimates share one clock.
+        self._cached: tuple[float, list[float] | None] | None = None
 
     def observe(self, started_at: float, rank_time: float) -> None:
         self._starts.append((started_at, started_at - rank_time))
@@ -65,19 +77,43 @@ class QueueLag:
             self._starts.popleft()
         self._cached = None
 
-    def lag_at(self, now: float) -> float | None:
-        """Median lag of the starts in the window ending at `now`, or None with too few."""
+    def lags_at(self, now: float) -> list[float] | None:
+        """Lags of the starts in the window ending at `now`, sorted; None with too few."""
         if self._cached is not None and self._cached[0] == now:
             return self._cached[1]
         lags = sorted(lag for t, lag in self._starts if now - self.window_s <= t <= now)
-        median = lags[len(lags) // 2] if len(lags) >= self.min_samples else None
-        self._cached = (now, median)
-        return median
+        found = lags if len(lags) >= self.min_samples else None
+        self._cached = (now, found)
+        return found
+
+    def lag_at(self, now: float) -> float | None:
+        """Median lag of the starts in the window ending at `now`, or None with too few."""
+        lags = self.lags_at(now)
+        return None if lags is None else lags[len(lags) // 2]
 
     def eta(self, rank_time: float, now: float) -> float | None:
         """When a job of this rank time should start, or None without enough recent starts."""
         lag = self.lag_at(now)
         return None if lag is None else max(now, rank_time + lag)
+
+    def eta_range(self, rank_time: float, now: float) -> tuple[float, float, float] | None:
+        """(low, median, high) start of a job of this rank time, from the spread of recent lags."""
+        lags = self.lags_at(now)
+        if lags is None:
+            return None
+        last = len(lags) - 1
+        low, mid, high = lags[int(LAG_LOW_Q * last)], lags[len(lags) // 2], lags[int(round(LAG_HIGH_Q * last))]
+        return max(now, rank_time + low), max(now, rank_time + mid), max(now, rank_time + high)
+
+
+Lags = QueueLag | Mapping[str, QueueLag] | None
+
+
+def _lag_of(lags: Lags, pool: str) -> QueueLag | None:
+    """The lag to use for a pool: one for every pool, or each pool's own."""
+    if lags is None or isinstance(lags, QueueLag):
+        return lags
+    return lags.get(pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +123,8 @@ class ReplayResult:
     passes: int
     # Each target's rank time at the start (see `OrderKey`), when the replay looked at the order.
     rank_times: dict[str, float] = field(default_factory=dict)
+    # (low, high) of the targets placed by the measured lag: the spread of the recent lags.
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def simulate_starts(
@@ -101,7 +139,7 @@ def simulate_starts(
     arrivals: Sequence[QueuedJob] = (),
     ahead_only: bool = False,
     max_ahead: int | None = None,
-    lag: QueueLag | None = None,
+    lag: Lags = None,
 ) -> ReplayResult:
     """Start time of each queued job (or of `targets` only) in a forward replay.
 
@@ -118,27 +156,41 @@ def simulate_starts(
     for instance yesterday's submissions shifted a day ahead. Each joins the replay's queue once
     its time comes, so a policy that lets later, shorter work go first is estimated as such.
 
-    `ahead_only` replays only the jobs ranked at or ahead of the last target in each pool (by
-    the core's own order at the start). Jobs behind the targets could only start first by
-    backfilling into holes the targets cannot use, so leaving them out changes little and
-    makes a replay for a job near the front of a long queue cheap. With `max_ahead`, targets
-    behind more than that many jobs skip the replay and get the fluid extrapolation at once.
-    With a `lag`, jobs the replay does not reach are placed where the measured lag of the
-    line puts them instead (falling back to the fluid guess while it has too few samples).
+    `ahead_only` replays only the jobs ranked at or ahead of the last replayed target in each
+    pool (by the core's own order at the start). Jobs behind the targets could only start
+    first by backfilling into holes the targets cannot use, so leaving them out changes little
+    and makes a replay for a job near the front of a long queue cheap. With `max_ahead`, a
+    target with that many jobs or more ahead of it in its pool skips the replay and is placed
+    at once. `lag` (one `QueueLag` for every pool, or one per pool) places such targets, and
+    any the replay does not reach, where the measured lag of the line puts them, with the
+    spread of the lags as their range; without enough recent starts they get the fluid guess.
     """
     rank_times: dict[str, float] = {}
+    placed: dict[str, float] = {}
+    ranges: dict[str, tuple[float, float]] = {}
+    if targets is None and max_ahead is not None:
+        targets = [j.id for j in state.queued]
     if targets is not None and (ahead_only or max_ahead is not None):
-        ahead, rank_times = _jobs_ahead(state, targets)
-        if max_ahead is not None and len(ahead) > max_ahead:
-            # The lag needs only the rank times just taken; the fluid guess re-ranks the line.
-            lagged = None if lag is None else {t: lag.eta(r, state.now) for t, r in rank_times.items()}
-            if lagged is not None and all(when is not None for when in lagged.values()):
-                guessed = {t: when for t, when in lagged.items() if when is not None}
+        positions, rank_times, pools, keyed = _standing(state, targets)
+        far = set() if max_ahead is None else {t for t, ahead in positions.items() if ahead >= max_ahead}
+        unplaced: set[str] = set()
+        for job_id in sorted(far):
+            pool_lag = _lag_of(lag, pools[job_id])
+            span = None if pool_lag is None else pool_lag.eta_range(rank_times[job_id], state.now)
+            if span is None:
+                unplaced.add(job_id)
             else:
-                guessed = _extrapolate(replace(state, queued=tuple(ahead)), targets)
-            return ReplayResult(starts=guessed, extrapolated=frozenset(guessed), passes=0, rank_times=rank_times)
+                placed[job_id] = span[1]
+                ranges[job_id] = (span[0], span[2])
+        if unplaced:
+            guessed, _ = _extrapolate(state, unplaced, keys=keyed)
+            placed.update(guessed)
+        targets = [t for t in positions if t not in far]
+        if not targets:
+            return ReplayResult(starts=placed, extrapolated=frozenset(placed), passes=0, rank_times=rank_times,
+                                ranges=ranges)
         if ahead_only:
-            state = replace(state, queued=tuple(ahead))
+            state = replace(state, queued=tuple(_ahead_of(keyed, set(targets))))
     now = state.now
     nodes = {n.id: n for n in state.nodes}
     free = {n.id: n.free_devices for n in state.nodes}
@@ -224,7 +276,8 @@ def simulate_starts(
             done = running.pop(run_id, None)
             if done is not None:
                 _release(free, nodes, done)
-    extrapolated: set[str] = set()
+    extrapolated: set[str] = set(placed)
+    starts.update(placed)
     if pending and extrapolate:
         rest = replace(
             state,
@@ -232,70 +285,117 @@ def simulate_starts(
             running=tuple(running.values()),
             queued=tuple(queued.values()),
         )
-        for job_id, when in _extrapolate(rest, pending, lag, not_before=state.now).items():
-            starts[job_id] = when
-            extrapolated.add(job_id)
-    return ReplayResult(starts=starts, extrapolated=frozenset(extrapolated), passes=passes, rank_times=rank_times)
+        guessed, guessed_ranges = _extrapolate(rest, pending, lag, not_before=state.now)
+        starts.update(guessed)
+        ranges.update(guessed_ranges)
+        extrapolated.update(guessed)
+    return ReplayResult(starts=starts, extrapolated=frozenset(extrapolated), passes=passes, rank_times=rank_times,
+                        ranges=ranges)
 
 
-def _jobs_ahead(state: ClusterState, targets: Collection[str]) -> tuple[list[QueuedJob], dict[str, float]]:
-    """The targets and every job ranked ahead of the last of them in its pool (not sorted),
-    and the targets' rank times."""
+def _standing(
+    state: ClusterState, targets: Collection[str]
+) -> tuple[dict[str, int], dict[str, float], dict[str, str], dict[str, list[OrderKey]]]:
+    """For each queued target: how many jobs rank ahead of it in its pool, its rank time and
+    its pool; plus every pool's order keys (unsorted), for `_ahead_of` and `_extrapolate`."""
     wanted = set(targets)
-    keep: list[QueuedJob] = []
+    positions: dict[str, int] = {}
     rank_times: dict[str, float] = {}
-    for keyed in queue_keys(state).values():
-        marks = [item for item in keyed if item[4] in wanted]
+    pools: dict[str, str] = {}
+    keys = queue_keys(state)
+    for pool, keyed in keys.items():
+        marks = sorted(item for item in keyed if item[4] in wanted)
+        if not marks:
+            continue
+        if len(marks) == 1:
+            # The common case (one new job): a comprehension beats the bucketing loop below.
+            (mark,) = marks
+            counts = [len([1 for item in keyed if item < mark])]
+        else:
+            # Count the jobs ranked before each target without sorting the whole line: bucket
+            # i holds the jobs after target i - 1 up to and including target i.
+            bucket = [0] * (len(marks) + 1)
+            for item in keyed:
+                bucket[bisect_left(marks, item)] += 1
+            counts, upto = [], 0
+            for i in range(len(marks)):
+                upto += bucket[i]
+                counts.append(upto - 1)
+        for mark, ahead in zip(marks, counts, strict=True):
+            positions[mark[4]] = ahead
+            rank_times[mark[4]] = mark[2]
+            pools[mark[4]] = pool
+    return positions, rank_times, pools, keys
+
+
+def _ahead_of(keys: Mapping[str, list[OrderKey]], targets: set[str]) -> list[QueuedJob]:
+    """The targets and every job ranked ahead of the last of them in its pool (not sorted)."""
+    keep: list[QueuedJob] = []
+    for keyed in keys.values():
+        marks = [item for item in keyed if item[4] in targets]
         if marks:
             last = max(marks)
             keep.extend(item[5] for item in keyed if item <= last)
-            rank_times.update((item[4], item[2]) for item in marks)
-    return keep, rank_times
+    return keep
 
 
 def _extrapolate(
     state: ClusterState,
     pending: Collection[str],
-    lag: QueueLag | None = None,
+    lag: Lags = None,
     not_before: float | None = None,
-) -> dict[str, float]:
-    """Guess for jobs the replay did not reach.
+    keys: Mapping[str, list[OrderKey]] | None = None,
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Guess for jobs no replay placed, and the range of those placed by the lag.
 
     With a lag that has samples: when the front of the line reaches the job's rank time
     (`QueueLag`), judged from the replay's start `not_before` but never before the replay's
     own end. Otherwise a fluid guess: with the pool full, devices come free as fast as work
     completes, so a job starts when the device-seconds queued ahead of it (in the core's own
     order) have been served, now + work ahead / pool devices, never before the next end.
+    `keys` are the pools' order keys when the caller has them for this very state.
     """
-    capacity: dict[str, int] = {}
+    capacity: dict[str, int] = defaultdict(int)
     for node in state.nodes:
         if node.state == NodeState.READY:
-            capacity[node.pool] = capacity.get(node.pool, 0) + node.total_devices
+            capacity[node.pool] += node.total_devices
     next_end: dict[str, float] = {}
     for run in state.running:
         next_end[run.pool] = min(next_end.get(run.pool, float("inf")), _expected_end(run))
     out: dict[str, float] = {}
+    ranges: dict[str, tuple[float, float]] = {}
     wanted = set(pending)
-    for pool, keyed in queue_keys(state).items():
+    since = state.now if not_before is None else not_before
+    for pool, keyed in (queue_keys(state) if keys is None else keys).items():
+        marks = sorted(item for item in keyed if item[4] in wanted)
+        if not marks:
+            continue
+        pool_lag = _lag_of(lag, pool)
+        fluid_marks = []
+        for mark in marks:
+            span = None if pool_lag is None else pool_lag.eta_range(mark[2], since)
+            if span is None:
+                fluid_marks.append(mark)
+                continue
+            low, mid, high = (max(when, state.now) for when in span)
+            out[mark[4]] = mid
+            ranges[mark[4]] = (low, high)
         devices = capacity.get(pool, 0)
-        marks = sorted(item for item in keyed if item[5].id in wanted)
-        if devices <= 0 or not marks:
+        if devices <= 0 or not fluid_marks:
             continue
         # Work queued ahead of each target: bucket every job by the first target it does not
         # rank behind (a target falls in its own bucket, so its own work is taken out again).
-        work = [0.0] * len(marks)
+        work = [0.0] * len(fluid_marks)
         for item in keyed:
-            i = bisect_left(marks, item)
-            if i < len(marks):
+            i = bisect_left(fluid_marks, item)
+            if i < len(fluid_marks):
                 work[i] += item[5].devices * max(0.0, _expected_runtime(item[5]))
         ahead = 0.0
-        for i, mark in enumerate(marks):
+        for i, mark in enumerate(fluid_marks):
             ahead += work[i]
             own = mark[5].devices * max(0.0, _expected_runtime(mark[5]))
-            fluid = max(state.now + (ahead - own) / devices, next_end.get(pool, state.now))
-            eta = None if lag is None else lag.eta(mark[2], state.now if not_before is None else not_before)
-            out[mark[5].id] = fluid if eta is None else max(eta, state.now)
-    return out
+            out[mark[4]] = max(state.now + (ahead - own) / devices, next_end.get(pool, state.now))
+    return out, ranges
 
 
 def _expected_runtime(job: QueuedJob) -> float:
@@ -319,25 +419,46 @@ def queue_estimates(
     state: ClusterState,
     *,
     jobs: Collection[str] | None = None,
+    lags: Lags = None,
     ranges: bool = True,
     low_scale: float = 0.5,
     high_scale: float = 2.0,
     max_passes: int = 5000,
     step_ratio: float = 0.05,
+    max_ahead: int | None = None,
 ) -> dict[str, Estimate]:
-    """Estimated start and range for every queued job (or just `jobs`)."""
+    """Estimated start and range for every queued job (or just `jobs`).
 
-    def replay(scale: float) -> ReplayResult:
-        return simulate_starts(state, targets=jobs, scale=scale, max_passes=max_passes, step_ratio=step_ratio)
+    With `max_ahead`, only the jobs that many places from the front of their pool, or closer,
+    are replayed; the rest are placed by `lags` (see `simulate_starts`). Replayed jobs get their
+    range from two more replays with every duration scaled by `low_scale` and `high_scale`;
+    jobs placed by the lag from the spread of the recent lags; jobs placed by the fluid guess
+    from the same scales applied to their wait.
+    """
+    ahead_only = max_ahead is not None
 
-    point = replay(1.0)
-    low = replay(low_scale) if ranges else point
-    high = replay(high_scale) if ranges else point
+    def replay(scale: float, targets: Collection[str] | None) -> ReplayResult:
+        return simulate_starts(state, targets=targets, scale=scale, max_passes=max_passes, step_ratio=step_ratio,
+                               ahead_only=ahead_only, max_ahead=max_ahead, lag=lags)
+
+    point = replay(1.0, jobs)
     wanted = sorted(j.id for j in state.queued) if jobs is None else sorted(jobs)
+    # Only jobs a replay placed are worth replaying again, shrunk and stretched.
+    again = [j for j in wanted if j in point.starts and j not in point.extrapolated]
+    low = replay(low_scale, again) if ranges and again else point
+    high = replay(high_scale, again) if ranges and again else point
+    now = state.now
     out: dict[str, Estimate] = {}
     for job_id in wanted:
         start = point.starts.get(job_id)
-        lo, hi = low.starts.get(job_id), high.starts.get(job_id)
+        lo: float | None
+        hi: float | None
+        if job_id in point.ranges:
+            lo, hi = point.ranges[job_id]
+        elif job_id in point.extrapolated and start is not None:
+            lo, hi = now + low_scale * (start - now), now + high_scale * (start - now)
+        else:
+            lo, hi = low.starts.get(job_id), high.starts.get(job_id)
         # Shorter durations need not mean an earlier start (a backfill hole can close), so the
         # range is widened to always contain the point estimate.
         if start is not None:

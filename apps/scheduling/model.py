@@ -132,6 +132,11 @@ class QueuedJob:
     # Expected runtime (the history's mean): what wait estimates add up; the core orders and
     # backfills by `predicted_runtime` only. None means `predicted_runtime`.
     expected_runtime: float | None = None
+    # The virtual deadline (see `policies.virtual_deadline`), fixed once when the job first
+    # meets a priority-ordered pass (`core.deadlines_due`) and kept from then on, also across a
+    # requeue. Fixed, so a later runtime prediction or a change in fair share never moves a
+    # job in line and the line only moves forward. None: not fixed yet (computed per pass).
+    deadline: float | None = None
     devices: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -97,9 +97,10 @@ def job_size(job: QueuedJob, policy: Policy) -> float:
 def virtual_deadline(job: QueuedJob, policy: Policy, fair_share: float) -> float:
     """Earlier runs first: submission time plus stretch x size, stretched more for heavy users.
 
-    Short jobs get near deadlines, which lowers mean completion time; the deadline never moves,
-    so every later arrival with a longer size ranks behind it and nothing starves. A team at its
-    entitlement (factor 0.5) with weight 1 waits twice as long per unit of size.
+    Short jobs get near deadlines, which lowers mean completion time. The deadline is fixed
+    once (`QueuedJob.deadline`), so every later arrival with a longer size ranks behind it and
+    nothing starves. A team at its entitlement (factor 0.5) with weight 1 waits twice as long
+    per unit of size. `order_keys` inlines this formula for jobs without a fixed deadline.
     """
     penalty = math.pow(max(fair_share, 1e-12), -policy.fair_share_weight)
     return job.submitted_at + policy.stretch * job_size(job, policy) * penalty
@@ -181,14 +182,17 @@ def order_keys(
         submitted = j.submitted_at
         if klass == low and submitted <= promote_before:
             klass = normal
-        devices = j.devices
-        width = width_factor.get(devices)
-        if width is None:
-            width = width_factor[devices] = math.pow(max(devices, 1), exponent)
-        runtime = j.predicted_runtime
-        if runtime < min_runtime:
-            runtime = min_runtime
-        append((-klass, 1, submitted + stretch_of(j.team, default_stretch) * runtime * width, submitted, j.id, j))
+        deadline = j.deadline
+        if deadline is None:
+            devices = j.devices
+            width = width_factor.get(devices)
+            if width is None:
+                width = width_factor[devices] = math.pow(max(devices, 1), exponent)
+            runtime = j.predicted_runtime
+            if runtime < min_runtime:
+                runtime = min_runtime
+            deadline = submitted + stretch_of(j.team, default_stretch) * runtime * width
+        append((-klass, 1, deadline, submitted, j.id, j))
 
     if policy.guarantee_first:
         # Walk each team's jobs best-first; those that still fit in the team's unused guarantee

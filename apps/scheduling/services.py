@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -29,10 +29,10 @@ from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.services.lifecycle import run_preempt
 from apps.runs.services.placement import master_port_for
 from apps.scheduling import core
-from apps.scheduling.estimate import Estimate, queue_estimates
+from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
-from apps.scheduling.snapshot import Snapshot, snapshot_load
+from apps.scheduling.snapshot import Snapshot, lags_load, snapshot_load
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,9 @@ ACTOR = "scheduler"
 ESTIMATE_MOVED_S = 60.0
 ESTIMATE_EVERY_S = 600.0
 UTILIZATION_EVERY_S = 60.0
-# The forward replay is bounded so a huge queue cannot stall a pass; runs it does not reach get
-# no estimate ("not yet estimated") rather than a made-up one.
+# The forward replay covers the first `estimate.MAX_AHEAD` runs of each pool and is bounded so a
+# huge queue cannot stall a pass; runs further back, or beyond the bound, are placed by the
+# measured lag of recent starts (or, without enough of them, by the work queued ahead).
 ESTIMATE_MAX_PASSES = 400
 # A stored estimate is rewritten only when it moved by more than this (saves a write per run).
 ESTIMATE_WRITE_SLACK_S = 20.0
@@ -87,6 +88,9 @@ def scheduling_pass(*, requested_at: float | None = None, estimates: bool = True
         snap = snapshot_load(now=now)
         timings["load"] = (time.perf_counter() - started) * 1000
         mark = time.perf_counter()
+        deadlines_fix(snap=snap)
+        timings["deadlines"] = (time.perf_counter() - mark) * 1000
+        mark = time.perf_counter()
         decision = core.schedule(snap.state, explain=True)
         timings["schedule"] = (time.perf_counter() - mark) * 1000
         mark = time.perf_counter()
@@ -105,6 +109,29 @@ def scheduling_pass(*, requested_at: float | None = None, estimates: bool = True
         log.info("scheduling pass: placed %d, preempting %d, %d waiting (%.0f ms)", len(placed), len(preempted), waiting,
                  timings["total"])
     return PassResult(placed=placed, preempted=preempted, waiting=waiting, timings_ms=timings)
+
+
+# --- deadlines -----------------------------------------------------------------------------------
+
+def deadlines_fix(*, snap: Snapshot) -> int:
+    """Fix the virtual deadline of queued runs that have none yet (their first pass).
+
+    From then on a run's place in line depends only on what arrives ahead of it, never on later
+    predictions or fair share; a requeued run keeps its deadline, as it keeps its submission time.
+    """
+    due = core.deadlines_due(snap.state)
+    if not due:
+        return 0
+    rows: list[Run] = []
+    for job_id, deadline in due.items():
+        run = snap.queued[job_id]
+        run.queue_deadline = _dt(deadline)
+        rows.append(run)
+    # The queued rows are locked by this pass (snapshot_load), so a plain bulk update is safe.
+    Run.objects.bulk_update(rows, ["queue_deadline"], batch_size=BATCH)
+    snap.state = replace(snap.state, queued=tuple(
+        replace(job, deadline=due[job.id]) if job.id in due else job for job in snap.state.queued))
+    return len(due)
 
 
 # --- placements ----------------------------------------------------------------------------------
@@ -243,7 +270,9 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
     if estimates:
         mark = time.perf_counter()
         try:
-            est = queue_estimates(snap.state, jobs=[e.job_id for e in waiting], max_passes=ESTIMATE_MAX_PASSES)
+            lags = lags_load(now=snap.now, policies=dict(snap.state.policies))
+            est = queue_estimates(snap.state, jobs=[e.job_id for e in waiting], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
+                                  max_ahead=MAX_AHEAD)
         except (ValueError, KeyError, ZeroDivisionError):
             log.exception("queue estimates failed; positions and reasons are still written")
         if timings is not None:

@@ -8,11 +8,14 @@ the rest when idle; a job with more GPUs than a node spans ceil(gpus / per-node)
 
 The replay is event-driven: at every submission or completion time (events at the same second
 are handled together) it runs the same `schedule()` the portal runs. Runtime predictions see
-only jobs that had finished by then. At each submission, the queue-wait estimator (the same
-forward replay the portal uses, summing expected rather than median runtimes) records when the
-new job is expected to start; a job behind more than `estimate_max_ahead` others skips the
-replay and is placed by the recent lag of starts behind their rank times (`QueueLag`). The
-report compares that with when it did start.
+only jobs that had finished by then, and a job's virtual deadline is fixed at its submission
+from the prediction and fair share of that moment (`core.deadlines_due`), as in the portal.
+At each submission the portal's own estimator (`estimate.queue_estimates`) records when the new
+job is expected to start: a replay of the front of the line, summing expected rather than
+median runtimes, or, for a job with `estimate_max_ahead` others ahead of it, the recent lag of
+starts behind their rank times (`QueueLag`). Only the replay's pass budget is smaller than the
+portal's, so that 13,000 estimates fit in the replay's time. The report compares each estimate
+with when the job did start.
 
 Policies: `fifo` (strict submission order, no backfill, first-fit), `backfill` (FIFO plus EASY
 backfill with predicted runtimes), `trainyard` (the full policy: guarantees and borrowing, fair
@@ -26,6 +29,7 @@ import csv
 import heapq
 import json
 import math
+import random
 import statistics
 import sys
 import time
@@ -34,8 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from apps.scheduling.core import UNLIMITED, schedule
-from apps.scheduling.estimate import QueueLag, simulate_starts
+from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
+from apps.scheduling.estimate import MAX_AHEAD, QueueLag, queue_estimates
 from apps.scheduling.model import (
     ClusterState,
     Node,
@@ -118,7 +122,6 @@ class Summary:
     estimate_median_abs_error_waited_s: float
     started_immediately: float
     scheduling_passes: int
-    estimator_passes: int
     wall_s: float
     # CPU seconds of this process: the same figure on a busy and on an idle machine.
     cpu_s: float
@@ -141,6 +144,29 @@ def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
             if limit is not None and len(jobs) >= limit:
                 break
     return jobs
+
+
+def perturb(jobs: Sequence[TraceJob], *, seed: int, shift_days: float = 2.0, jitter_s: float = 3600.0) -> list[TraceJob]:
+    """Another sample of the same kind of workload, for checking that a policy is not tuned to
+    one file: every team's submissions move together by up to `shift_days` either way (each by
+    up to `jitter_s` more), and durations are dealt out again among a team's jobs of the same
+    type and width. The job mix, each team's load and the burstiness stay; which team's burst
+    meets which, and which of a team's jobs is the long one, change. Ids follow the new order.
+    """
+    rng = random.Random(seed)
+    teams = sorted({j.team for j in jobs})
+    shift = {team: rng.uniform(-shift_days, shift_days) * 86400.0 for team in teams}
+    durations: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for job in jobs:
+        durations[(job.team, job.job_type, job.gpus)].append(job.duration_s)
+    for key in sorted(durations):
+        rng.shuffle(durations[key])
+    moved = []
+    for job in sorted(jobs, key=lambda j: (j.submit_s, j.id)):
+        submit = max(0.0, round(job.submit_s + shift[job.team] + rng.uniform(-jitter_s, jitter_s)))
+        moved.append(replace(job, submit_s=submit, duration_s=durations[(job.team, job.job_type, job.gpus)].pop()))
+    moved.sort(key=lambda j: (j.submit_s, j.team, j.gpus, j.duration_s))
+    return [replace(job, id=str(i)) for i, job in enumerate(moved, start=1)]
 
 
 def equal_quotas(teams: Sequence[str], capacity: int) -> tuple[TeamQuota, ...]:
@@ -209,16 +235,13 @@ class Replay:
         # (team, job type, GPUs) -> (point runtime, expected runtime).
         self.prediction_cache: dict[tuple[str, str, int], tuple[float, float]] = {}
         self.passes = 0
-        self.estimator_passes = 0
         # The at-submission replay: bounded work per submission, coarser steps far ahead.
         self.estimate_passes = 12
         self.estimate_step_ratio = 0.05
-        self.estimate_scale = 1.0
-        # A job behind more than this many others gets the fluid extrapolation without a replay.
-        self.estimate_max_ahead = 150
+        # A job with this many others ahead of it is placed by the lag without a replay.
+        self.estimate_max_ahead = MAX_AHEAD
+        # Starts of jobs that waited, behind their rank times (deadline, or submission under FIFO).
         self.lag = QueueLag()
-        # Rank time of each queued job as of its submission, fed to the lag when it starts.
-        self.rank_time: dict[str, float] = {}
 
     def shape(self, job: TraceJob) -> tuple[int, int]:
         return gang_shape(job.gpus, self.gpn)
@@ -276,13 +299,23 @@ class Replay:
                 self.queued_by_type[job.job_type][job.id] = None
                 new.append(job.id)
             self._refresh_predictions(now, stale)
+            state = self._fix_deadlines(self.state(now)) if new else None
             if not self._head_blocks_all():
-                decision = schedule(self.state(now), explain=False)
+                decision = schedule(state or self.state(now), explain=False)
                 self.passes += 1
                 for placement in decision.placements:
                     self._start(placement.job_id, placement.allocation, now)
             if self.estimates:
                 self._estimate(new, now)
+
+    def _fix_deadlines(self, state: ClusterState) -> ClusterState:
+        """Fix the virtual deadline of jobs just submitted, as the portal does on its first pass."""
+        due = deadlines_due(state)
+        if not due:
+            return state
+        for job_id, deadline in due.items():
+            self.queued[job_id] = replace(self.queued[job_id], deadline=deadline)
+        return replace(state, queued=tuple(self.queued.values()))
 
     def _head_blocks_all(self) -> bool:
         """Whether the pass is sure to place nothing: FIFO without backfill, head does not fit.
@@ -362,10 +395,10 @@ class Replay:
             heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
 
     def _start(self, job_id: str, allocation: tuple[tuple[str, int], ...], now: float) -> None:
-        rank_time = self.rank_time.pop(job_id, None)
-        if rank_time is not None:
-            self.lag.observe(now, rank_time)
         queued = self.queued.pop(job_id)
+        if self.estimates and now > queued.submitted_at:
+            rank = queued.deadline if queued.deadline is not None and self.policy.ordering != Ordering.FIFO else None
+            self.lag.observe(now, queued.submitted_at if rank is None else rank)
         job = self.by_id[job_id]
         del self.queued_by_type[job.job_type][job_id]
         for node_id, count in allocation:
@@ -395,20 +428,17 @@ class Replay:
                 self.estimated[job_id] = now
         if not waiting:
             return
-        result = simulate_starts(
+        result = queue_estimates(
             self.state(now),
-            targets=waiting,
+            jobs=waiting,
+            lags=self.lag,
+            ranges=False,
             max_passes=self.estimate_passes,
             step_ratio=self.estimate_step_ratio,
-            scale=self.estimate_scale,
-            ahead_only=True,
             max_ahead=self.estimate_max_ahead,
-            lag=self.lag,
         )
-        self.estimator_passes += result.passes
-        self.rank_time.update(result.rank_times)
         for job_id in waiting:
-            self.estimated[job_id] = result.starts.get(job_id)
+            self.estimated[job_id] = result[job_id].start
 
 
 def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.0) -> Summary:
@@ -453,7 +483,6 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
         estimate_median_abs_error_waited_s=percentile([e for e in waited_errors if e != math.inf] or [0.0], 0.5),
         started_immediately=sum(1 for w in waits if w <= 0) / n if n else 0.0,
         scheduling_passes=replay.passes,
-        estimator_passes=replay.estimator_passes,
         wall_s=wall_s,
         cpu_s=cpu_s,
     )
@@ -511,8 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--no-estimates", action="store_true", help="skip the at-submission estimates")
+    parser.add_argument("--perturb", type=int, metavar="SEED", help="replay another sample of the same kind (see `perturb`)")
     args = parser.parse_args(argv)
     jobs = load_trace(args.trace, args.limit)
+    if args.perturb is not None:
+        jobs = perturb(jobs, seed=args.perturb)
     names = list(POLICIES) if args.policy == "all" else [args.policy]
     summaries = [
         replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name, estimates=not args.no_estimates)[0]

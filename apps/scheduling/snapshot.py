@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Max, Q, QuerySet
+from django.db.models import Exists, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from apps.billing.models import Quota
@@ -34,6 +34,8 @@ from apps.runs.models import (
     RunStatus,
 )
 from apps.scheduling import model as core
+from apps.scheduling.estimate import QueueLag
+from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.policies import decay_usage
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
 
@@ -292,7 +294,8 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             # The original submission time: a preempted or requeued run keeps its place in line.
             submitted_at=ts(run.created_at), nodes=run.nodes, devices_per_node=run.devices_per_node,
             predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
-            blocked_reason="budget" if block else None, blocked_message=block or ""))
+            blocked_reason="budget" if block else None, blocked_message=block or "",
+            deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None))
 
     quotas = tuple(
         core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
@@ -303,3 +306,31 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
                               usage=usage, policies=policies)
     return Snapshot(now=now, state=state, queued=queued, nodes=node_rows, pools=pools, free_indexes=free_indexes,
                     running=running, predictions=predictions, devices_total=dict(devices_total))
+
+
+def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, QueueLag]:
+    """Per pool, how far behind their rank times the runs that waited have lately started.
+
+    A sample is a run's first wait: placed within the lag's window, after at least one pass
+    left it waiting (it has an at-submission estimate), and not a requeue (whose rank time is
+    its original one, so its lag would say nothing about today's line). The rank time is the
+    run's fixed deadline, or its submission time in a FIFO pool, as in the core's order.
+    """
+    lags = {pool: QueueLag() for pool in policies}
+    window = timedelta(seconds=max((lag.window_s for lag in lags.values()), default=0.0))
+    earlier = QueueEstimate.objects.filter(run=OuterRef("run"), kind=EstimateKind.AT_SUBMISSION,
+                                           recorded_at__lt=OuterRef("recorded_at"))
+    rows = (
+        QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - window,
+                                     actual_start__lte=now)
+        .exclude(Exists(earlier))
+        .order_by("actual_start", "pk")
+        .values_list("run__pool__name", "actual_start", "run__queue_deadline", "run__created_at")
+    )
+    for pool, started, deadline, created in rows:
+        lag = lags.get(pool)
+        rank = created if deadline is None or policies[pool].ordering == core.Ordering.FIFO else deadline
+        if lag is None or started is None or rank is None:
+            continue
+        lag.observe(ts(started), ts(rank))
+    return lags

@@ -25,6 +25,7 @@ from apps.scheduling.core import (
     TeamQuota,
     TeamUsage,
     WaitCode,
+    deadlines_due,
     decay_usage,
     explain_policy,
     queue_order,
@@ -32,7 +33,7 @@ from apps.scheduling.core import (
 )
 from apps.scheduling.estimate import QueueLag, queue_estimates, simulate_starts
 from apps.scheduling.placement import PoolCapacity
-from apps.scheduling.policies import accrue_usage, fair_share_factors, runs_within_guarantee
+from apps.scheduling.policies import accrue_usage, fair_share_factors, runs_within_guarantee, virtual_deadline
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePredictor, RuntimeQuery, predict_runtime
 
 POOL = "a100"
@@ -195,6 +196,36 @@ def test_shorter_predicted_first_but_deadlines_stop_starvation() -> None:
     late_short = job("late", runtime=600, submitted=41 * 3600)
     order = [j.id for j in queue_order(state([node("n1", 0)], [old_long, late_short], now=41 * 3600, policy=policy))[POOL]]
     assert order == ["long", "late"]
+
+
+def test_a_fixed_deadline_keeps_the_place_in_line_whatever_later_predictions_say() -> None:
+    policy = Policy(stretch=4.0, fair_share_weight=0.0)
+    queue = [job("a", runtime=600, submitted=0), job("b", runtime=1200, submitted=0)]
+    s = state([node("n1", 0)], queue, now=100, policy=policy)
+    due = deadlines_due(s)
+    # The same formula the order uses: submission + stretch x runtime (one device).
+    assert due == {"a": 2400.0, "b": 4800.0}
+    fixed = [replace(j, deadline=due[j.id]) for j in queue]
+    assert deadlines_due(replace(s, queued=tuple(fixed))) == {}
+    # History now says "a" runs ten hours: unfixed, it would drop behind "b"; fixed, it keeps its place.
+    longer = [replace(fixed[0], predicted_runtime=36_000.0), fixed[1]]
+    assert [j.id for j in queue_order(replace(s, queued=tuple(longer)))[POOL]] == ["a", "b"]
+    unfixed = [replace(j, deadline=None) for j in longer]
+    assert [j.id for j in queue_order(replace(s, queued=tuple(unfixed)))[POOL]] == ["b", "a"]
+
+
+def test_deadlines_follow_fair_share_at_the_time_and_fifo_pools_need_none() -> None:
+    queue = [job("heavy", team="vision"), job("light", team="nlp")]
+    usage = [TeamUsage("vision", POOL, 9e6), TeamUsage("nlp", POOL, 1e5)]
+    quotas = [TeamQuota("vision", POOL, 4), TeamQuota("nlp", POOL, 4)]
+    s = state([node("n1", 0)], queue, usage=usage, quotas=quotas, policy=Policy(fair_share_weight=1.0))
+    due = deadlines_due(s)
+    factors = fair_share_factors(["vision", "nlp"], {"vision": 9e6, "nlp": 1e5}, {"vision": 4, "nlp": 4})
+    policy = Policy(fair_share_weight=1.0)
+    assert due["heavy"] == pytest.approx(virtual_deadline(queue[0], policy, factors["vision"]))
+    assert due["light"] == pytest.approx(virtual_deadline(queue[1], policy, factors["nlp"]))
+    assert due["light"] < due["heavy"]
+    assert deadlines_due(state([node("n1", 0)], queue, policy=FIFO)) == {}
 
 
 def test_fair_share_prefers_the_team_that_used_less() -> None:
@@ -571,3 +602,29 @@ def test_jobs_far_back_are_placed_by_the_lag_without_a_replay() -> None:
         lag.observe(t, t - 2000)  # new starts move the median at once (no stale cached figure)
     assert lag.lag_at(100) == 2000
     assert simulate_starts(s, targets=["q2"], max_ahead=1, lag=lag).starts == {"q2": 2002}
+
+
+def test_front_is_replayed_and_the_back_placed_by_its_own_pools_lag_with_a_range() -> None:
+    # Pool a100: one full node, a FIFO line of four. Pool t4: the same, but no recent starts.
+    t4 = [replace(node("m1", 0), pool="t4")]
+    running = [run("r", (("n1", 8),), end=1000), replace(run("s", (("m1", 8),), end=1000), pool="t4")]
+    queue = [job(f"q{i}", devices=8, runtime=500, submitted=i) for i in range(4)]
+    queue += [replace(job(f"t{i}", devices=8, runtime=500, submitted=i), pool="t4") for i in range(3)]
+    s = replace(state([node("n1", 0), *t4], queue, running, now=100, policy=FIFO), policies={POOL: FIFO, "t4": FIFO})
+    lag = QueueLag(min_samples=3)
+    for t, behind in ((40.0, 400.0), (50.0, 200.0), (60.0, 300.0), (70.0, 250.0), (80.0, 350.0)):
+        lag.observe(t, t - behind)
+    # Nearest-rank 20th, 50th and 80th percentiles of the lags, past the rank time.
+    assert lag.eta_range(10, now=100) == (210, 310, 360)
+    est = queue_estimates(s, lags={POOL: lag}, max_ahead=2)
+    # The first two of each line are replayed: one after the other as the node frees.
+    assert (est["q0"].start, est["q1"].start) == (1000, 1500) and not est["q1"].extrapolated
+    assert (est["t0"].start, est["t1"].start) == (1000, 1500)
+    # Further back in a100: the median lag (300 s) past the rank time (the submission, under
+    # FIFO), never before now, with the 20th to 80th percentile lags as the range.
+    assert est["q3"].extrapolated and (est["q3"].low, est["q3"].start, est["q3"].high) == (203, 303, 353)
+    # t4 has no lag of its own: the fluid guess (work ahead over the pool), with a scaled range.
+    assert est["t2"].extrapolated and est["t2"].start == 1100
+    assert (est["t2"].low, est["t2"].high) == (100 + 0.5 * 1000, 100 + 2 * 1000)
+    # One lag for every pool places t4's back of the line too.
+    assert queue_estimates(s, lags=lag, max_ahead=2)["t2"].start == 302

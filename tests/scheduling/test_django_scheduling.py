@@ -75,6 +75,9 @@ def test_urgent_run_preempts_borrowed_low_run_which_requeues(cast: Any, pool: No
     result = scheduling_pass()
     assert sorted(result.placed) == [low1.pk, low2.pk]
     start(low1), start(low2)
+    refresh(low1, low2)
+    deadlines = {low1.pk: low1.queue_deadline, low2.pk: low2.queue_deadline}
+    assert None not in deadlines.values()
 
     urgent = make(cast, pool, team="vision", priority="urgent")
     result = scheduling_pass()
@@ -96,6 +99,8 @@ def test_urgent_run_preempts_borrowed_low_run_which_requeues(cast: Any, pool: No
     assert result.placed == [urgent.pk]
     refresh(victim)
     assert victim.status == RunStatus.QUEUED and victim.queue_position == 1
+    # Back in line with its place: the deadline it got on its first pass, not a new one.
+    assert victim.queue_deadline == deadlines[victim.pk]
     assert victim.reason_code in {"waiting_for_resources", "behind_higher_priority"} and victim.status_reason
     # When the other low run ends, the preempted one resumes with a new attempt.
     start(urgent)
@@ -153,6 +158,75 @@ def test_estimates_recorded_and_error_computed_on_start(cast: Any, pool: NodePoo
     accuracy = estimate_accuracy(pool=pool)
     assert accuracy["runs"] == 1 and accuracy["median_abs_error_s"] == pytest.approx(abs(row.error_s))
     assert "of the 1 run that waited" in accuracy["summary"]
+
+
+def test_deadline_fixed_by_the_first_pass_holds_the_place_when_history_arrives(cast: Any, pool: NodePool) -> None:
+    register(pool, "n1")
+    # nlp holds the only device, so fair share stretches nlp's deadlines a little (x 1.15).
+    blocker = make(cast, pool, team="nlp")
+    assert scheduling_pass().placed == [blocker.pk]
+    start(blocker)
+    first = make(cast, pool, team="vision", max_runtime_s=600)
+    second = make(cast, pool, team="nlp", max_runtime_s=600)
+    scheduling_pass()
+    refresh(first, second)
+    assert first.queue_deadline is not None and second.queue_deadline is not None
+    assert first.queue_deadline < second.queue_deadline and (first.queue_position, second.queue_position) == (1, 2)
+    fixed = (first.queue_deadline, second.queue_deadline)
+    # nlp's runs of this template turn out to take a minute: recomputed every pass, the nlp run's
+    # deadline would now come first (submission + 6 x 60 s) and push the vision run back.
+    now = timezone.now()
+    for _ in range(3):
+        make(cast, pool, team="nlp", status=RunStatus.SUCCEEDED, started_at=now - timedelta(seconds=70),
+             finished_at=now - timedelta(seconds=10))
+    scheduling_pass()
+    refresh(first, second)
+    assert (first.queue_deadline, second.queue_deadline) == fixed
+    assert (first.queue_position, second.queue_position) == (1, 2)
+
+
+def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, pool: NodePool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from apps.scheduling import services
+    from apps.scheduling.model import Ordering, Policy
+    from apps.scheduling.snapshot import lags_load
+
+    now = timezone.now()
+    started = now - timedelta(seconds=3600)
+    for behind in (800, 100, 700, 200, 600, 300, 500, 400):
+        sample = make(cast, pool, status=RunStatus.RUNNING, queue_deadline=started - timedelta(seconds=behind))
+        QueueEstimate.objects.create(run=sample, recorded_at=started - timedelta(seconds=60), kind=EstimateKind.AT_SUBMISSION,
+                                     actual_start=started)
+    # A requeued run's second wait says nothing about today's line; nor does a start days ago.
+    requeued = make(cast, pool, status=RunStatus.RUNNING, queue_deadline=now - timedelta(days=3))
+    QueueEstimate.objects.create(run=requeued, recorded_at=now - timedelta(days=3), kind=EstimateKind.AT_SUBMISSION,
+                                 actual_start=now - timedelta(days=2))
+    QueueEstimate.objects.create(run=requeued, recorded_at=now - timedelta(hours=2), kind=EstimateKind.AT_SUBMISSION,
+                                 actual_start=now - timedelta(minutes=10))
+    lag = lags_load(now=now, policies={"local": Policy()})["local"]
+    assert lag.lags_at(now.timestamp()) == pytest.approx([100, 200, 300, 400, 500, 600, 700, 800])
+    # In a FIFO pool the rank time is the submission time (the sample rows were created just now).
+    fifo = lags_load(now=now, policies={"local": Policy(ordering=Ordering.FIFO)})["local"]
+    assert fifo.lag_at(now.timestamp()) == pytest.approx(-3600, abs=30)
+
+    # A pass replays only the run at the front; the two behind it go where the lag puts them.
+    monkeypatch.setattr(services, "MAX_AHEAD", 1)
+    register(pool, "n1")
+    blocker = make(cast, pool)
+    assert scheduling_pass().placed == [blocker.pk]
+    start(blocker)
+    waiting = [make(cast, pool) for _ in range(3)]
+    scheduling_pass()
+    refresh(*waiting)
+    front, *back = waiting
+    assert front.queue_position == 1 and front.estimated_start is not None
+    for run in back:
+        assert run.queue_deadline is not None and run.estimated_start is not None
+        assert run.estimated_start_low is not None and run.estimated_start_high is not None
+        # Median lag 500 s past the deadline (nearest-rank 20th/80th percentiles: 200 s, 700 s).
+        assert (run.estimated_start - run.queue_deadline).total_seconds() == pytest.approx(500, abs=1)
+        assert (run.estimated_start_low - run.queue_deadline).total_seconds() == pytest.approx(200, abs=1)
+        assert (run.estimated_start_high - run.queue_deadline).total_seconds() == pytest.approx(700, abs=1)
 
 
 def test_predicted_runtime_uses_history_then_falls_back_to_max(cast: Any, pool: NodePool) -> None:

@@ -11,11 +11,13 @@ import json
 import math
 import os
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
+from apps.scheduling.model import ClusterState, Decision
 from apps.scheduling.simulate import (
     JobOutcome,
     Replay,
@@ -27,6 +29,7 @@ from apps.scheduling.simulate import (
     load_trace,
     main,
     percentile,
+    perturb,
     replay_trace,
 )
 
@@ -93,6 +96,24 @@ def test_equal_quotas_sum_to_the_cluster() -> None:
     assert all(q.borrow_limit is None for q in quotas)
 
 
+def test_perturb_keeps_the_kind_of_workload_and_changes_the_sample() -> None:
+    jobs = synthetic(300, seed=4)
+    one, again, two = perturb(jobs, seed=1), perturb(jobs, seed=1), perturb(jobs, seed=2)
+    assert one == again and one != two
+    # Same jobs per team, type and width, with the same durations among them, dealt out anew.
+    def kind(sample: list[TraceJob]) -> Counter[tuple[str, str, int, float]]:
+        return Counter((j.team, j.job_type, j.gpus, j.duration_s) for j in sample)
+
+    assert kind(one) == kind(jobs) == kind(two)
+    assert [j.id for j in one] == [str(i) for i in range(1, 301)]
+    assert [j.submit_s for j in one] == sorted(j.submit_s for j in one)
+    # Each team moved as a block, by at most two days and an hour.
+    for team in {j.team for j in jobs}:
+        before = sorted(j.submit_s for j in jobs if j.team == team)
+        after = sorted(j.submit_s for j in one if j.team == team)
+        assert all(abs(a - b) <= 2 * 86400 + 3600 + 1 for a, b in zip(before, after, strict=True))
+
+
 def test_metric_helpers() -> None:
     assert jain([2.0, 2.0, 2.0]) == pytest.approx(1.0)
     assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
@@ -119,6 +140,27 @@ def test_replay_is_deterministic() -> None:
     first = replay_trace(jobs, nodes=2, policy="trainyard")[1]
     second = replay_trace(list(reversed(jobs)), nodes=2, policy="trainyard")[1]
     assert [(o.job.id, o.start, o.estimated_start) for o in first] == [(o.job.id, o.start, o.estimated_start) for o in second]
+
+
+def test_deadlines_are_fixed_at_submission_and_never_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    import apps.scheduling.simulate as simulate
+
+    seen: dict[str, float] = {}
+    moved: list[str] = []
+    real = simulate.schedule
+
+    def spy(state: ClusterState, *, explain: bool = True) -> Decision:
+        for job in state.queued:
+            assert job.deadline is not None, f"job {job.id} reached a pass without a fixed deadline"
+            if seen.setdefault(job.id, job.deadline) != job.deadline:
+                moved.append(job.id)
+        return real(state, explain=explain)
+
+    monkeypatch.setattr(simulate, "schedule", spy)
+    # Busy enough that jobs wait through many finishes, each of which re-predicts their runtime.
+    summary, _ = replay_trace(synthetic(400, seed=17, rate_s=120.0), nodes=2, policy="trainyard", estimates=False)
+    assert summary.jobs == 400 and len(seen) > 300
+    assert moved == []
 
 
 def test_fifo_skips_passes_its_blocked_head_makes_pointless(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,25 +201,27 @@ def test_cli_prints_a_table_and_writes_json(tmp_path: Path, capsys: pytest.Captu
     payload = json.loads(out.read_text())
     assert payload["results"][0]["policy"] == "backfill"
     assert payload["results"][0]["jobs"] == 50
+    assert main([str(trace), "--nodes", "2", "--policy", "fifo", "--perturb", "3", "--limit", "50", "--no-estimates"]) == 0
+    assert "fifo" in capsys.readouterr().out
 
 
 # -- acceptance on the real trace ----------------------------------------------------------------
 
 # Issue #6 item 3 asks that >= 70% of runs start within max(10 min, 25% of their wait) of their
-# at-submission estimate. The trainyard replay reaches 0.351 (0.219 before the estimator summed
-# mean rather than median runtimes and placed jobs far back in line by the measured lag of
-# starts behind their rank times, `QueueLag`): that target is NOT met, by about 0.35. What
-# stops it is the trace: at 40 x 8 GPUs the first 60 days offer far more work than the cluster
-# holds, 87% of jobs wait, the median wait is 6.5 days, and multi-GPU jobs wait out the backlog
-# of smaller ones for weeks, so the line's pace drifts a lot within one wait. Offline analysis
-# of this replay found no honest estimator that does better: calibrating by recent errors,
-# lags per job width, a fitted pace of the line, throughput and fluid work-ahead models all
-# scored 0.18 to 0.35; with hindsight, a least-squares fit of the log wait on what is known at
-# submission scores 0.33, and only placing each job by when its neighbours in rank and width
-# actually started (the future) reaches 0.67. This floor guards what is reached;
-# bench/simulate.py reports the figure against the 0.70 target.
-ESTIMATE_WITHIN_FLOOR = 0.33
-# The median miss among runs that waited was 61.7 h (the median wait is 157 h).
+# at-submission estimate. The trainyard replay reaches 0.367 (0.351 before deadlines were fixed
+# at submission; 0.219 before the estimator summed mean rather than median runtimes and placed
+# jobs far back in line by the measured lag of starts behind their rank times, `QueueLag`): that
+# target is NOT met. At 40 x 8 GPUs the first 50 days of this trace offer about twice the work
+# the cluster holds: 88% of jobs wait, the median wait is 5.8 days, and how fast the line moves
+# over a wait is set by work not yet submitted and by heavy-tailed runtimes. Measured on this
+# replay (session notes on issue #6): even knowing each width's future front exactly would
+# place only 75% of runs within tolerance; replaying with every job's true duration, 36% (55%
+# if also told every future arrival); no causal forecast of the line tried (constant lag, lag
+# trend, per-width fluid with expected arrivals, throughput calibration, promise calendars)
+# passed 45%. This floor guards what is reached; bench/simulate.py reports the figure against
+# the 0.70 target.
+ESTIMATE_WITHIN_FLOOR = 0.35
+# The median miss among runs that waited was 54.6 h (the median wait is 140 h).
 ESTIMATE_MEDIAN_ERROR_CEILING_S = 72 * 3600.0
 
 
@@ -219,7 +263,7 @@ def test_real_trace_estimate_accuracy(real_replay: Callable[[str], tuple[Summary
     assert all(o.estimated_start is not None for o in outcomes)
     assert trainyard.estimate_within >= ESTIMATE_WITHIN_FLOOR, trainyard
     assert trainyard.estimate_median_abs_error_waited_s <= ESTIMATE_MEDIAN_ERROR_CEILING_S, trainyard
-    # Not biased to one side: of the runs that waited, 59% were estimated early.
+    # Not biased to one side: of the runs that waited, 62% were estimated early.
     waited = [o for o in outcomes if o.wait > 0]
     early = sum(1 for o in waited if o.estimated_start is not None and o.estimated_start < o.start)
     assert 0.4 <= early / len(waited) <= 0.75
