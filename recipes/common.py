@@ -51,6 +51,7 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import gc
 import gzip
 import hashlib
 import importlib.util
@@ -871,4 +872,11 @@ def process_group(dist_info: Dist) -> Iterator[Dist]:
             dist.barrier()
     finally:
         if dist_info.enabled and dist.is_initialized():
+            # destroy_process_group() drops only torch.distributed's own references: the DDP
+            # wrapper's reducer holds the group too, inside reference cycles that only the cyclic
+            # GC frees. Left to interpreter shutdown, gloo's worker threads are torn down with
+            # the interpreter half gone and abort (SIGABRT, "terminate called without an active
+            # exception"), as CI saw after a stop on SIGTERM. Free them while Python is alive.
+            gc.collect()
             dist.destroy_process_group()
+            gc.collect()
