@@ -21,9 +21,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # (apps.core.queueing logs it; the beat redoes the work from the database).
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
+_VISIBILITY_TIMEOUT_S = env_int("TRAINYARD_CELERY_VISIBILITY_TIMEOUT_S", 600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Longer than any task may run: an unacked task is redelivered after this many seconds.
-    "visibility_timeout": env_int("TRAINYARD_CELERY_VISIBILITY_TIMEOUT_S", 600),
+    "visibility_timeout": _VISIBILITY_TIMEOUT_S,
+    # Kombu looks for such tasks when a worker starts (finding only those already past the
+    # timeout) and then every interval x throttle seconds: 100 s by default, whatever the
+    # timeout. A worker that replaced a killed one within the timeout would otherwise leave
+    # the dead worker's task waiting that long; look every tenth of the timeout instead.
+    "unacked_restore_interval": max(1, _VISIBILITY_TIMEOUT_S // 10),
+    "unacked_restore_throttle": 1,
 }
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_SERIALIZER = "json"
