@@ -17,11 +17,13 @@ from tests.agents.helpers import run_row, start_agent
 from tests.fixtures.live import LiveStack
 from tests.runs.live_helpers import TAGS, recipe_stack  # noqa: F401 - fixture
 
-# Long enough that the low run not chosen still holds its slot while the urgent one runs, so the
-# victim visibly waits in the queue; short enough to keep the test near a minute.
-LOW = {"steps": 2000, "eval_every": 200, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
-URGENT = {"steps": 30, "eval_every": 10, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
-CHECKPOINT_POLICY = {"every_steps": 20, "every_seconds": 0, "keep_last": 2}
+# The low run not chosen must still hold its slot after the urgent one finished, so the victim
+# waits in the queue for the whole urgent run (a window of seconds, which the test polls). 2,000
+# steps took ~4 s here, so the other low run sometimes ended as the victim stopped and the victim
+# went straight back to the freed slot, never seen in the queue; 8,000 steps take ~16 s alone.
+LOW = {"steps": 8000, "eval_every": 1000, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
+URGENT = {"steps": 300, "eval_every": 100, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
+CHECKPOINT_POLICY = {"every_steps": 50, "every_seconds": 0, "keep_last": 2}
 SET_QUOTA = ("from apps.billing.services import quota_set; from apps.tenants.models import Team; "
              "from apps.nodes.models import NodePool; quota_set(team=Team.objects.get(slug='nlp'), "
              "pool=NodePool.objects.get(name='local'), guaranteed_devices=0, borrow_limit=2)")
