@@ -14,6 +14,9 @@ against the targets that the policies run can judge:
     trainyard estimate within >= 0.70
     every replay (estimates included) under 120 s of CPU
 
+Then a line names the teams worse off under trainyard than under FIFO (by mean slowdown):
+Jain's index is relative and can fall below FIFO's when every team gains, some less.
+
 The trace README warns that other samples of the same kind are used for evaluation, so the
 same checks then run on `--variants` perturbed samples (`apps.scheduling.simulate.perturb`:
 teams' submissions shifted by up to two days, durations dealt out again within a team's jobs
@@ -35,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.scheduling.simulate import Summary, TraceJob, format_table, load_trace, perturb, replay_trace
+from apps.scheduling.simulate import Summary, TraceJob, format_table, load_trace, perturb, replay_trace, teams_compared
 
 DEFAULT_TRACE = os.environ.get("TRAINYARD_TRACE", str(Path(__file__).resolve().parents[1] / "tests" / "data" / "philly-vc-seed0.csv"))
 RESULTS = Path(__file__).resolve().parent / "results" / "simulate.json"
@@ -96,7 +99,21 @@ def _replay_all(jobs: list[TraceJob], args: argparse.Namespace, label: str) -> t
     print()
     for check, ok, detail in rows:
         print(f"{'PASS' if ok else 'FAIL'}  {check:40} {detail}")
+    if "trainyard" in results and "fifo" in results:
+        print(teams_line(results["trainyard"], results["fifo"]))
     return results, rows
+
+
+def teams_line(ty: Summary, fifo: Summary) -> str:
+    """Jain's index is relative: when most teams gain a lot and a few gain little, it falls below
+    FIFO's though nobody is worse off. This line says who actually gained and who lost."""
+    better, worse = teams_compared(ty, fifo)
+    same = len(ty.team_slowdown) - len(better) - len(worse)
+    line = (f"INFO  teams with a lower mean slowdown under trainyard than fifo: {len(better)} of {len(ty.team_slowdown)}"
+            f" ({same} equal)")
+    if worse:
+        line += "; higher: " + ", ".join(f"{team} {was:.0f} -> {now:.0f}" for team, was, now in worse)
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:

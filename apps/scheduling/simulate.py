@@ -125,6 +125,9 @@ class Summary:
     wall_s: float
     # CPU seconds of this process: the same figure on a busy and on an idle machine.
     cpu_s: float
+    # Each team's mean slowdown (JCT / runtime), what Jain's index is taken over: comparing two
+    # policies team by team says who gained and who lost, which the one index hides.
+    team_slowdown: dict[str, float]
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
@@ -448,7 +451,8 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
     slowdown_by_team: dict[str, list[float]] = defaultdict(list)
     for o in outcomes:
         slowdown_by_team[o.job.team].append(o.jct / max(o.job.duration_s, 1.0))
-    team_means = [statistics.fmean(v) for _, v in sorted(slowdown_by_team.items())]
+    team_slowdown = {team: statistics.fmean(v) for team, v in sorted(slowdown_by_team.items())}
+    team_means = list(team_slowdown.values())
     busy = sum(o.job.gpus * o.job.duration_s for o in outcomes)
     span = (max(o.end for o in outcomes) - min(o.job.submit_s for o in outcomes)) if outcomes else 0.0
     capacity = len(replay.node_ids) * replay.gpn
@@ -485,6 +489,7 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
         scheduling_passes=replay.passes,
         wall_s=wall_s,
         cpu_s=cpu_s,
+        team_slowdown=team_slowdown,
     )
 
 
@@ -501,6 +506,23 @@ def replay_trace(
     sim.run()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return summarize(sim, policy, wall, cpu), sim.outcomes
+
+
+def teams_compared(policy: Summary, baseline: Summary) -> tuple[list[str], list[tuple[str, float, float]]]:
+    """Teams with a lower mean slowdown under `policy` than under `baseline`, and those worse off
+    as (team, baseline slowdown, policy slowdown), worst first."""
+    better: list[str] = []
+    worse: list[tuple[str, float, float]] = []
+    for team, mine in policy.team_slowdown.items():
+        theirs = baseline.team_slowdown.get(team)
+        if theirs is None:
+            continue
+        if mine < theirs:
+            better.append(team)
+        elif mine > theirs:
+            worse.append((team, theirs, mine))
+    worse.sort(key=lambda row: row[1] / row[2])
+    return better, worse
 
 
 def _hours(seconds: float) -> str:

@@ -31,6 +31,7 @@ from apps.scheduling.simulate import (
     percentile,
     perturb,
     replay_trace,
+    teams_compared,
 )
 
 SHIPPED_TRACE = Path(__file__).resolve().parents[1] / "data" / "philly-vc-seed0.csv"
@@ -189,6 +190,16 @@ def test_trainyard_beats_the_baselines_on_a_busy_synthetic_cluster() -> None:
     results = {p: replay_trace(jobs, nodes=4, policy=p, estimates=False)[0] for p in ("fifo", "backfill", "trainyard")}
     assert results["backfill"].avg_jct_s <= results["fifo"].avg_jct_s
     assert results["trainyard"].avg_jct_s < 0.9 * results["backfill"].avg_jct_s
+    # Jain's index is taken over the teams' mean slowdowns, which the summary keeps per team so
+    # two policies can be compared team by team.
+    ty, fifo = results["trainyard"], results["fifo"]
+    assert set(ty.team_slowdown) == {j.team for j in jobs}
+    assert ty.jain_slowdown == pytest.approx(jain(list(ty.team_slowdown.values())))
+    better, worse = teams_compared(ty, fifo)
+    assert better == [t for t, v in ty.team_slowdown.items() if v < fifo.team_slowdown[t]]
+    assert [t for t, _, _ in worse] == sorted((t for t, v in ty.team_slowdown.items() if v > fifo.team_slowdown[t]),
+                                             key=lambda t: fifo.team_slowdown[t] / ty.team_slowdown[t])
+    assert better, "on a busy cluster some team gains from shortest-first ordering"
 
 
 def test_cli_prints_a_table_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
