@@ -206,10 +206,12 @@ def _energy_rollup(attempt: Attempt) -> None:
     """Samples carry cumulative energy per device: the attempt's energy is the sum of the maxima."""
     per_device = EnergySample.objects.filter(attempt=attempt).values("node_id", "device_index").annotate(m=Max("energy_j"))
     total = sum(row["m"] or 0.0 for row in per_device)
-    Attempt.objects.filter(pk=attempt.pk).update(energy_j=total)
-    run_total = sum(Attempt.objects.filter(run_id=attempt.run_id).values_list("energy_j", flat=True))
+    others = sum(Attempt.objects.filter(run_id=attempt.run_id).exclude(pk=attempt.pk).values_list("energy_j", flat=True))
     estimated = EnergySample.objects.filter(attempt__run_id=attempt.run_id, estimated=True).exists()
-    Run.objects.filter(pk=attempt.run_id).update(energy_j=run_total, energy_estimated=estimated)
+    # The run before the attempt, the order every writer of both takes (runs.services.lifecycle):
+    # the other order deadlocked with a user's cancel on PostgreSQL.
+    Run.objects.filter(pk=attempt.run_id).update(energy_j=others + total, energy_estimated=estimated)
+    Attempt.objects.filter(pk=attempt.pk).update(energy_j=total)
 
 
 class ProgressView(AgentView):

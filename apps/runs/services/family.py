@@ -19,7 +19,7 @@ from apps.runs.services.lifecycle import run_cancel
 @transaction.atomic
 def run_family_refresh(*, parent: Run) -> Run:
     """Rolls the children's states up into the parent: progress, then the final status."""
-    locked = Run.objects.select_for_update().select_related("project").get(pk=parent.pk)
+    locked = Run.objects.select_for_update(of=("self",)).select_related("project").get(pk=parent.pk)
     if locked.status in FINISHED_STATUSES:
         return locked
     statuses = list(Run.objects.filter(parent_id=locked.pk).values_list("status", flat=True))

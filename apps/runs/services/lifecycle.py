@@ -74,8 +74,21 @@ def _set_attempt(attempt: Attempt, *, status: str, reason: str = "", **extra: An
                  after={"status": status, "reason": reason[:500]})
 
 
+def _lock_run(run_id: int) -> Run:
+    # `of=("self",)`: lock the run row only. A join locks every joined row, here the project,
+    # which would serialise every run of a project and take locks in no order we chose.
+    return Run.objects.select_for_update(of=("self",)).select_related("project").get(pk=run_id)
+
+
 def _locked(attempt_id: int) -> Attempt:
-    return Attempt.objects.select_for_update().select_related("run__project").get(pk=attempt_id)
+    """The attempt row-locked, its run locked first: every path that writes both takes the run
+    before the attempt (users' cancel and preempt, agents' reports, the energy roll-up), so a
+    cancel racing an agent's report waits instead of deadlocking, as it did on PostgreSQL."""
+    run_id = Attempt.objects.filter(pk=attempt_id).values_list("run_id", flat=True).get()
+    run = _lock_run(run_id)
+    attempt = Attempt.objects.select_for_update(of=("self",)).get(pk=attempt_id)
+    attempt.run = run
+    return attempt
 
 
 def _release_assignments(attempt: Attempt, *, state: str = AssignmentState.ABORTED) -> None:
@@ -257,7 +270,7 @@ def attempt_abort(*, attempt_id: int, reason: str) -> Attempt:
 @transaction.atomic
 def run_cancel(*, run: Run, user: Any) -> Run:
     """Cancel a run: at once if nothing runs it, else via SIGTERM on the agents (409 if finished)."""
-    run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
+    run = _lock_run(run.pk)
     if run.is_finished:
         raise Conflict(f"run {run.pk} is already {run.status}", code="run_finished")
     audit_record(action="run.cancel_requested", target=run, team_id=run.project.team_id, actor=user)
@@ -277,7 +290,7 @@ def run_cancel(*, run: Run, user: Any) -> Run:
 @transaction.atomic
 def run_preempt(*, run: Run, reason: str) -> Run:
     """Ask the agents to checkpoint and stop the run; it is requeued when they report the exit."""
-    run = Run.objects.select_for_update().select_related("project").get(pk=run.pk)
+    run = _lock_run(run.pk)
     attempt = current_attempt(run=run)
     if run.is_finished or attempt is None or attempt.status in ATTEMPT_ENDED:
         raise Conflict(f"run {run.pk} is not running", code="not_running")
