@@ -329,8 +329,10 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
     )
     for pool, started, deadline, created in rows:
         lag = lags.get(pool)
+        if lag is None or started is None:
+            continue
         rank = created if deadline is None or policies[pool].ordering == core.Ordering.FIFO else deadline
-        if lag is None or started is None or rank is None:
+        if rank is None:
             continue
         lag.observe(ts(started), ts(rank))
     return lags
