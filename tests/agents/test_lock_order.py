@@ -50,10 +50,7 @@ def first_touch(queries: list[dict[str, Any]]) -> dict[str, int]:
     return first
 
 
-needs_postgres = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL (set DATABASE_URL)"),
-]
+needs_postgres = pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL (set DATABASE_URL)")
 
 
 def assert_run_first(action: Callable[[], Any]) -> None:
@@ -87,8 +84,8 @@ def test_the_classifier_sees_joined_locks() -> None:
     assert rows_touched('SELECT * FROM "runs_run"') == set()
 
 
-@needs_postgres[0]
-@needs_postgres[1]
+@pytest.mark.postgres
+@needs_postgres
 def test_energy_report_writes_the_run_before_the_attempt(running: tuple[APIClient, Run, dict[str, Any]]) -> None:
     client, run, base = running
     body = {**base, "samples": [{"at": 1_700_000_000, "energy_j": 5.0, "device_index": 0, "estimated": True}]}
@@ -97,22 +94,22 @@ def test_energy_report_writes_the_run_before_the_attempt(running: tuple[APIClien
     assert run.energy_j == 5.0 and run.energy_estimated
 
 
-@needs_postgres[0]
-@needs_postgres[1]
+@pytest.mark.postgres
+@needs_postgres
 def test_cancel_locks_the_run_before_the_attempt(cast: Any, running: tuple[APIClient, Run, dict[str, Any]]) -> None:
     _, run, _ = running
     assert_run_first(lambda: run_cancel(run=run, user=cast.alice))
 
 
-@needs_postgres[0]
-@needs_postgres[1]
+@pytest.mark.postgres
+@needs_postgres
 def test_preempt_locks_the_run_before_the_attempt(running: tuple[APIClient, Run, dict[str, Any]]) -> None:
     _, run, _ = running
     assert_run_first(lambda: run_preempt(run=run, reason="test"))
 
 
-@needs_postgres[0]
-@needs_postgres[1]
+@pytest.mark.postgres
+@needs_postgres
 def test_exit_report_locks_the_run_before_the_attempt(running: tuple[APIClient, Run, dict[str, Any]]) -> None:
     client, run, base = running
     exited = {**base, "node_rank": 0, "event": "exited", "exit_code": 0, "time": 1}
