@@ -32,8 +32,12 @@
           { x: at, y: rows.map(function (r) { return r.free_devices ? r.stranded_devices / r.free_devices : 0; }), name: "stranded share of free", type: "scatter", mode: "lines" },
           { x: at, y: rows.map(function (r) { return r.largest_free_block; }), name: "largest free block", type: "scatter", mode: "lines", yaxis: "y2" }
         ];
-        layout.yaxis = { tickformat: ".0%", rangemode: "tozero" };
-        layout.yaxis2 = { overlaying: "y", side: "right", rangemode: "tozero" };
+        // Two scales: a share on the left, a device count on the right (room kept for its ticks).
+        layout.margin.r = 50;
+        layout.yaxis = { tickformat: ".0%", rangemode: "tozero", title: { text: "share", font: { size: 11 } } };
+        layout.yaxis2 = { overlaying: "y", side: "right", rangemode: "tozero", tickformat: "d",
+                          title: { text: "devices", font: { size: 11 } } };
+        layout.margin.l = 55;
       }
       if (!rows.length) { layout.annotations = [{ text: "no samples yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }]; }
       Plotly.react(div, traces, layout, { displayModeBar: false, responsive: true });
