@@ -56,7 +56,7 @@ def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
                 runtime = timedelta(hours=hours * rng.lognormvariate(0, 0.35) * (0.4 if status != RunStatus.SUCCEEDED else 1))
                 run = Run.objects.create(
                     project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get(owner),
-                    name=f"{slug} history #{i + 1}", params=_defaults(template),
+                    name=f"{slug} history #{i + 1}", params=_history_params(template),
                     tags={"owner": owner, "task": template.kind, "dataset": "sklearn-digits", "candidate": "baseline",
                           "family": family},
                     family=family, nodes=1, devices_per_node=devices, max_runtime_s=int(hours * 3 * 3600), status=status,
@@ -82,6 +82,13 @@ def _attempt_status(status: str) -> str:
     return ends.get(status, AttemptStatus.CANCELLED)
 
 
-def _defaults(template: JobTemplate) -> dict[str, Any]:
+def _history_params(template: JobTemplate) -> dict[str, Any]:
+    """The template's defaults, but as many steps as it allows: these stand for GPU runs of half
+    an hour and more, and the runtime predictor scales seconds per step to a new run's steps. At
+    the default steps they would tell it that a run of seconds here takes an hour."""
     properties = (template.param_schema or {}).get("properties", {})
-    return {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
+    params = {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
+    steps = properties.get(template.total_steps_param) if template.total_steps_param else None
+    if isinstance(steps, dict) and isinstance(steps.get("maximum"), int):
+        params[template.total_steps_param] = steps["maximum"]
+    return params

@@ -3,11 +3,15 @@
 A queued run is predicted from the recent finished runs most like it: same team, template
 (job type), parameters and devices; when those are too few, the predictor widens step by step
 (dropping parameters, then the device count, then the team) and finally falls back to the
-template's maximum runtime. The point estimate is a quantile of that history (the median by
-default: durations are heavy-tailed, so for one job a mean misleads), with a low/high quantile
-range. Alongside it comes the mean over a longer window (`mean_s`): the right figure wherever
-many predictions are summed, as in a queue-wait estimate, where summing medians of a
-heavy-tailed distribution underestimates the work ahead many times over.
+template's maximum runtime. When the run's total steps are known, the first widening keeps the
+team, template and devices and scales their seconds per step by this run's steps: a run of
+4,000 steps is not predicted from the 300-step runs of the same template as if it were one.
+
+The point estimate is a quantile of that history (the median by default: durations are
+heavy-tailed, so for one job a mean misleads), with a low/high quantile range. Alongside it
+comes the mean over a longer window (`mean_s`): the right figure wherever many predictions are
+summed, as in a queue-wait estimate, where summing medians of a heavy-tailed distribution
+underestimates the work ahead many times over.
 
 A running run is predicted from its progress (steps done, total steps, current rate) when it
 reports them; otherwise from the same history conditioned on having already run `elapsed_s`
@@ -35,6 +39,8 @@ class FinishedRun:
     finished_at: float
     # Normalised parameters that change runtime (e.g. "epochs=10,batch=64"); "" if unknown.
     params_key: str = ""
+    # Total optimizer steps the run was asked for (its template's steps parameter), if known.
+    steps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class RuntimeQuery:
     devices: int
     params_key: str = ""
     template_max_runtime_s: float | None = None
+    steps: float | None = None
     # For a running job: how long it has run so far, and its live progress if reported.
     elapsed_s: float = 0.0
     progress: Progress | None = None
@@ -121,6 +128,7 @@ class RuntimePredictor:
     """Incremental predictor: `observe` each run as it finishes, `predict` any time."""
 
     LEVELS = ("team+type+params+devices", "team+type+devices", "team+type", "type+devices", "type")
+    PER_STEP = "team+type+devices, per step"
 
     def __init__(
         self,
@@ -145,6 +153,8 @@ class RuntimePredictor:
         self.mean_min_samples = mean_min_samples
         self.default_runtime_s = default_runtime_s
         self._history: dict[HistoryKey, _Window] = {}
+        # Seconds per step of finished runs that said their total steps, by team+type+devices.
+        self._per_step: dict[HistoryKey, _Window] = {}
         self._cache: dict[tuple[HistoryKey, ...], RuntimePrediction] = {}
 
     @staticmethod
@@ -164,6 +174,12 @@ class RuntimePredictor:
             if window is None:
                 window = self._history[key] = _Window(self.window, self.mean_window)
             window.add(max(0.0, run.runtime_s))
+        if run.steps is not None and run.steps > 0:
+            key = self._keys(run.team, run.job_type, run.devices, "")[1]
+            window = self._per_step.get(key)
+            if window is None:
+                window = self._per_step[key] = _Window(self.window, self.mean_window)
+            window.add(max(0.0, run.runtime_s) / run.steps)
         # Invalidate everything: cheap, and a finished run can change several cached answers.
         self._cache.clear()
 
@@ -172,7 +188,7 @@ class RuntimePredictor:
             return self._from_progress(query)
         keys = self._keys(query.team, query.job_type, query.devices, query.params_key)
         if query.elapsed_s <= 0:
-            cache_key = (*keys, ("max", str(query.template_max_runtime_s)))
+            cache_key = (*keys, ("max", str(query.template_max_runtime_s)), ("steps", str(query.steps)))
             hit = self._cache.get(cache_key)
             if hit is None:
                 hit = self._cache[cache_key] = self._from_history(keys, query, 0.0)
@@ -194,28 +210,40 @@ class RuntimePredictor:
             basis="live progress",
         )
 
+    def _levels(self, keys: tuple[HistoryKey, ...], query: RuntimeQuery) -> list[tuple[str, _Window, float]]:
+        """The history windows to try, narrowest first, each with its name and the factor that
+        turns its samples into seconds (1, or this run's steps for a per-step window)."""
+        levels: list[tuple[str, _Window, float]] = []
+        for name, key in zip(self.LEVELS, keys, strict=True):
+            window = self._history.get(key)
+            if window is not None:
+                levels.append((name, window, 1.0))
+            if name == self.LEVELS[0] and query.steps is not None and query.steps > 0:
+                per_step = self._per_step.get(keys[1])
+                if per_step is not None:
+                    levels.append((self.PER_STEP, per_step, float(query.steps)))
+        return levels
+
     def _from_history(
         self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float
     ) -> RuntimePrediction:
         cap = query.template_max_runtime_s
-        mean = self._mean(keys, elapsed)
+        levels = self._levels(keys, query)
+        mean = self._mean(levels, elapsed)
         if mean is not None and cap is not None:
             mean = min(mean, max(cap, elapsed))
-        fallback: tuple[int, _Window, int] | None = None
-        for level, key in enumerate(keys):
-            window = self._history.get(key)
-            if window is None:
-                continue
+        fallback: tuple[str, _Window, float, int] | None = None
+        for name, window, scale in levels:
             # Condition on survival: only peers that ran longer than this run already has.
-            start = bisect_right(window.ordered, elapsed) if elapsed > 0 else 0
+            start = bisect_right(window.ordered, elapsed / scale) if elapsed > 0 else 0
             count = len(window.ordered) - start
             if count >= self.min_samples:
-                return self._summarise(window, start, level, cap, elapsed, mean)
+                return self._summarise(window, start, name, scale, cap, elapsed, mean)
             if count > 0 and fallback is None:
-                fallback = (level, window, start)
+                fallback = (name, window, scale, start)
         if fallback is not None:
-            level, window, start = fallback
-            return self._summarise(window, start, level, cap, elapsed, mean)
+            name, window, scale, start = fallback
+            return self._summarise(window, start, name, scale, cap, elapsed, mean)
         if cap is not None and cap > elapsed:
             return RuntimePrediction(
                 runtime_s=cap, low_s=max(elapsed, cap * 0.1), high_s=cap, basis="template maximum", mean_s=mean
@@ -230,15 +258,13 @@ class RuntimePredictor:
             mean_s=None if mean is None else max(mean, elapsed),
         )
 
-    def _mean(self, keys: tuple[HistoryKey, ...], elapsed: float) -> float | None:
+    def _mean(self, levels: list[tuple[str, _Window, float]], elapsed: float) -> float | None:
         """Mean runtime of the narrowest level with `mean_min_samples` peers that outlived
         `elapsed`, else of the level with the most such peers; None without any."""
         best: tuple[int, float] | None = None
-        for key in keys:
-            window = self._history.get(key)
-            if window is None:
-                continue
-            mean, count = window.mean_beyond(elapsed)
+        for _, window, scale in levels:
+            mean, count = window.mean_beyond(elapsed / scale)
+            mean *= scale
             if count >= self.mean_min_samples:
                 return mean
             if count > 0 and (best is None or count > best[0]):
@@ -246,19 +272,20 @@ class RuntimePredictor:
         return None if best is None else best[1]
 
     def _summarise(
-        self, window: _Window, start: int, level: int, cap: float | None, elapsed: float, mean: float | None
+        self, window: _Window, start: int, level: str, scale: float, cap: float | None, elapsed: float,
+        mean: float | None,
     ) -> RuntimePrediction:
         values = window.ordered
-        point = _quantile(values, self.quantile, start)
-        low = _quantile(values, self.low_quantile, start)
-        high = _quantile(values, self.high_quantile, start)
+        point = _quantile(values, self.quantile, start) * scale
+        low = _quantile(values, self.low_quantile, start) * scale
+        high = _quantile(values, self.high_quantile, start) * scale
         if cap is not None:
             point, low, high = (min(v, max(cap, elapsed)) for v in (point, low, high))
         return RuntimePrediction(
             runtime_s=max(point, elapsed),
             low_s=max(low, elapsed),
             high_s=max(high, point, elapsed),
-            basis=f"history: {self.LEVELS[level]}",
+            basis=f"history: {level}",
             samples=len(values) - start,
             mean_s=None if mean is None else max(mean, elapsed),
         )

@@ -22,7 +22,7 @@ from apps.scheduling.model import WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.policies import explain_policy
 from apps.scheduling.predict import RuntimeQuery
-from apps.scheduling.snapshot import params_key, policy_from_json, predict_queued, predictor_load
+from apps.scheduling.snapshot import params_key, policy_from_json, predict_queued, predictor_load, total_steps
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
 ACCURACY_DAYS = 7
@@ -71,7 +71,8 @@ def run_predicted_runtime(*, run: Run) -> float:
     steps_param = run.template.total_steps_param or ""
     pred = predictor.predict(RuntimeQuery(
         team=run.project.team.slug, job_type=run.template.slug, devices=int(run.nodes or 0) * int(run.devices_per_node or 0),
-        params_key=params_key(run.params or {}, steps_param), template_max_runtime_s=float(run.max_runtime_s)))
+        params_key=params_key(run.params or {}, steps_param), steps=total_steps(run.params or {}, steps_param),
+        template_max_runtime_s=float(run.max_runtime_s)))
     return float(pred.runtime_s)
 
 

@@ -87,6 +87,14 @@ def params_key(params: dict[str, Any], steps_param: str) -> str:
     return f"{steps_param}={value}" if value is not None else ""
 
 
+def total_steps(params: dict[str, Any], steps_param: str) -> float | None:
+    """The steps a run asked for (its template's steps parameter), or None if not a number."""
+    value = params.get(steps_param) if steps_param else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
 def predictor_load(*, now: datetime) -> RuntimePredictor:
     """A predictor fed with the runs that succeeded recently (oldest first)."""
     predictor = RuntimePredictor()
@@ -100,7 +108,8 @@ def predictor_load(*, now: datetime) -> RuntimePredictor:
     for team, slug, nodes, dpn, started, finished, params, steps_param in reversed(list(rows)):
         predictor.observe(FinishedRun(team=team, job_type=slug, devices=nodes * dpn,
                                       runtime_s=max(0.0, ts(finished) - ts(started)), finished_at=ts(finished),
-                                      params_key=params_key(params or {}, steps_param or "")))
+                                      params_key=params_key(params or {}, steps_param or ""),
+                                      steps=total_steps(params or {}, steps_param or "")))
     return predictor
 
 
@@ -109,6 +118,7 @@ def predict_queued(predictor: RuntimePredictor, run: Run) -> RuntimePrediction:
     pred = predictor.predict(RuntimeQuery(
         team=run.project.team.slug, job_type=run.template.slug, devices=run.nodes * run.devices_per_node,
         params_key=params_key(run.params or {}, run.template.total_steps_param or ""),
+        steps=total_steps(run.params or {}, run.template.total_steps_param or ""),
         template_max_runtime_s=float(run.max_runtime_s)))
     if run.total_steps and run.steps_done:
         left = max(0.05, 1.0 - min(1.0, run.steps_done / run.total_steps))
@@ -267,6 +277,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
         pred = predictor.predict(RuntimeQuery(
             team=run.project.team.slug, job_type=run.template.slug, devices=run.nodes * run.devices_per_node,
             params_key=params_key(run.params or {}, run.template.total_steps_param or ""),
+            steps=total_steps(run.params or {}, run.template.total_steps_param or ""),
             template_max_runtime_s=float(run.max_runtime_s), elapsed_s=elapsed, progress=progress))
         ckpt = last_ckpt.get(run.pk)
         stopping = bool(attempt.stop_kind)

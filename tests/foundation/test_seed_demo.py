@@ -5,6 +5,7 @@ from __future__ import annotations
 from io import StringIO
 from typing import Any
 
+import pytest
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -76,3 +77,22 @@ def test_seed_demo_history_prices_three_weeks_of_runs_once(db: Any) -> None:
     before = _counts()
     call_command("seed_demo", "--history", stdout=StringIO())
     assert _counts() == before
+
+
+def test_seed_demo_history_does_not_make_a_short_run_look_an_hour_long(db: Any) -> None:
+    """The history stands for long GPU runs at the template's maximum steps. A demo user's run at
+    the default steps must be predicted from seconds per step, not as one of those hour-long
+    runs: otherwise every queued run's estimate on `make run` is out by most of an hour."""
+    from apps.jobtemplates.models import JobTemplate
+    from apps.runs.models import Run
+    from apps.scheduling.selectors import run_predicted_runtime
+
+    call_command("seed_demo", "--history", stdout=StringIO())
+    template = JobTemplate.objects.get(slug="digits-classifier", published=True)
+    history = Run.objects.filter(family="demo-history-digits", status="succeeded")
+    assert history.exists() and all(r.params["steps"] == 100_000 for r in history)
+    project = Project.objects.get(team__slug="vision", slug="digits")
+    run = Run(project=project, template=template, pool=history[0].pool, params={"steps": 300}, nodes=1, devices_per_node=1,
+              max_runtime_s=1800)
+    typical = sorted((r.finished_at - r.started_at).total_seconds() for r in history)[len(history) // 2]
+    assert run_predicted_runtime(run=run) == pytest.approx(typical * 300 / 100_000, rel=0.3)

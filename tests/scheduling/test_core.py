@@ -507,6 +507,29 @@ def test_predictor_conditions_on_elapsed_and_uses_progress() -> None:
     beyond = p.predict(RuntimeQuery("t", "job", 1, elapsed_s=10_000))
     assert beyond.runtime_s >= 10_000
 
+def test_predictor_scales_seconds_per_step_to_the_steps_asked_for() -> None:
+    p = RuntimePredictor()
+    # The same template, team and devices, run at 300 steps: 0.1 s a step, with some spread.
+    for i, seconds in enumerate((27.0, 30.0, 33.0)):
+        p.observe(FinishedRun("t", "job", 1, seconds, finished_at=float(i), params_key="steps=300", steps=300))
+    longer = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=4000", steps=4000))
+    assert longer.runtime_s == pytest.approx(400.0) and longer.basis == "history: team+type+devices, per step"
+    assert longer.low_s < longer.runtime_s < longer.high_s and longer.mean_s == pytest.approx(400.0)
+    # Enough runs with the very same parameters still come first.
+    same = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=300", steps=300))
+    assert same.runtime_s == 30.0 and same.basis == "history: team+type+params+devices"
+    # A running run that outlived its peers' per-step pace is conditioned on it like any other.
+    survivor = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=4000", steps=4000, elapsed_s=420.0))
+    assert survivor.runtime_s == pytest.approx(440.0)
+    # Without the steps the run asked for, the per-step history is not used.
+    plain = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=4000"))
+    assert plain.runtime_s == 30.0 and plain.basis == "history: team+type+devices"
+    # Runs that did not say their steps add nothing per step.
+    q = RuntimePredictor()
+    q.observe(FinishedRun("t", "job", 1, 30.0, finished_at=0.0))
+    assert q.predict(RuntimeQuery("t", "job", 1, steps=4000)).runtime_s == 30.0
+
+
 
 def test_estimates_replay_the_queue_with_the_core() -> None:
     running = [run("r", (("n1", 8),), end=1000)]
