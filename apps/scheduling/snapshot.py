@@ -156,6 +156,8 @@ class Snapshot:
     running: dict[str, Attempt]
     predictions: dict[str, RuntimePrediction] = field(default_factory=dict)
     devices_total: dict[str, int] = field(default_factory=dict)
+    # The predictor the snapshot was made with (the start forecast predicts a would-be run with it).
+    predictor: RuntimePredictor = field(default_factory=RuntimePredictor)
 
 
 def _node_state(node: Node, fresh_after: datetime) -> core.NodeState:
@@ -167,7 +169,7 @@ def _node_state(node: Node, fresh_after: datetime) -> core.NodeState:
     return core.NodeState.LOST
 
 
-def _budget_blocks(projects: Iterable[Any], now: datetime) -> dict[int, str]:
+def budget_blocks(projects: Iterable[Any], now: datetime) -> dict[int, str]:
     """Project id -> plain words, for projects whose budget (own or team's) is used up."""
     period = period_for(at=now)
     blocked: dict[int, str] = {}
@@ -293,7 +295,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s)))
 
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
-    blocks = _budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
+    blocks = budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
     predictions: dict[str, RuntimePrediction] = {}
     jobs: list[core.QueuedJob] = []
     for run_id, run in queued.items():
@@ -316,7 +318,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     state = core.ClusterState(now=now_s, nodes=tuple(nodes), running=tuple(running_jobs), queued=tuple(jobs), quotas=quotas,
                               usage=usage, policies=policies)
     return Snapshot(now=now, state=state, queued=queued, nodes=node_rows, pools=pools, free_indexes=free_indexes,
-                    running=running, predictions=predictions, devices_total=dict(devices_total))
+                    running=running, predictions=predictions, devices_total=dict(devices_total), predictor=predictor)
 
 
 def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, QueueLag]:

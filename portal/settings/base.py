@@ -153,7 +153,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "apps.core.pagination.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "apps.core.errors.api_exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"login": "10/min", "token": "10/min"},
+    # A forecast replays the queue (up to a second or two on a long one): a form asks now and then.
+    "DEFAULT_THROTTLE_RATES": {"login": "10/min", "token": "10/min", "forecast": "60/min"},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 

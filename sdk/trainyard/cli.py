@@ -139,6 +139,8 @@ def _submit_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
+    if args.dry_run:
+        return _forecast(client, args)
     run = client.submit(**_submit_body(args, client))
     url = f"{client.url}/runs/{run['id']}/"
     if not args.wait:
@@ -149,6 +151,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"submitted run {run['id']}: {url}", file=sys.stderr)
     return _wait(client, int(run["id"]), args)
+
+
+def _forecast(client: Client, args: argparse.Namespace) -> int:
+    """`submit --dry-run`: the server's forecast for this submission; nothing is uploaded or queued."""
+    template = args.template or ("custom" if args.code else None)
+    if not template:
+        raise CliError("give a TEMPLATE (see `trainyard templates`), or --code DIR for the custom template", EXIT_USAGE)
+    params = _kv_pairs(args.param, "param", parse_json=True)
+    if args.command is not None:
+        params["command"] = args.command
+    answer = client.forecast(project=args.project, template=template, params=params, priority=args.priority,
+                             template_version=args.template_version)
+    if args.json:
+        _out(answer)
+    else:
+        print(answer["summary"])
+    return EXIT_OK
 
 
 def _wait(client: Client, run_id: int, args: argparse.Namespace) -> int:
@@ -374,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init-run", help="fine-tune/evaluate: the run whose latest checkpoint to start from")
     p.add_argument("--code", metavar="DIR", help="tar DIR (without .git, __pycache__, .venv), upload it and run it")
     p.add_argument("--command", help="the command the custom template runs in DIR, e.g. 'python train.py'")
+    p.add_argument("--dry-run", action="store_true", help="queue nothing: say where the run would stand and when it would start")
     p.add_argument("--wait", action="store_true", help="show progress until the run ends; exit 0 if it succeeded, 1 if not")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between polls with --wait (default 1)")
     p.add_argument("--timeout-wait", type=float, default=0, help="give up waiting after this many seconds (0 = never)")

@@ -322,6 +322,16 @@ class Client:
     def queue(self) -> Any:
         return self.request("GET", "/api/v1/queue/")
 
+    def forecast(self, *, project: int | str, template: str, params: Mapping[str, Any] | None = None,
+                 priority: str = "normal", resources: Mapping[str, Any] | None = None,
+                 template_version: int | None = None) -> JSON:
+        """Where a run would stand in line and when it would start if submitted now; queues nothing."""
+        body: JSON = {"project": str(project), "template": template, "params": dict(params or {}), "priority": priority,
+                      "resources": dict(resources or {})}
+        if template_version is not None:
+            body["template_version"] = template_version
+        return dict(self.request("POST", "/api/v1/queue/forecast/", body=body))
+
     def budget(self, project: int | str) -> JSON:
         project_id = self.project(project)["id"] if not str(project).strip().isdigit() else int(str(project).strip())
         return dict(self.request("GET", f"/api/v1/projects/{project_id}/budget/"))

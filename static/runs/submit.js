@@ -1,4 +1,5 @@
-// Changing project or template reloads the form for it; cost follows the resource inputs.
+// Changing project or template reloads the form for it; cost and the expected start follow the
+// resource inputs (the start from the server's forecast: the same scheduler and estimator the queue uses).
 (function () {
   "use strict";
   var form = document.getElementById("submit-form");
@@ -58,4 +59,60 @@
     var el = form.elements[name];
     if (el) { el.addEventListener("input", updateCost); el.addEventListener("change", updateCost); }
   });
+
+  // "If I submit this now, when does it start?" Asked again (debounced) whenever what decides it
+  // changes: pool, size, max runtime, priority, and the steps the run will train for.
+  var startEl = document.getElementById("expected-start");
+  var forecastUrl = form.dataset.forecast;
+  var stepsName = form.dataset.stepsParam ? "p_" + form.dataset.stepsParam : "";
+  var timer = null;
+  var asked = 0;
+  function intOf(name) {
+    var el = form.elements[name];
+    if (!el || !/^\d+$/.test(el.value.trim())) { return null; }
+    return parseInt(el.value, 10);
+  }
+  function forecastBody() {
+    var resources = { pool: form.elements.res_pool ? form.elements.res_pool.value : undefined };
+    ["nodes", "devices_per_node", "max_runtime_s"].forEach(function (key) {
+      var v = intOf("res_" + key);
+      if (v !== null) { resources[key] = v; }
+    });
+    var params = {};
+    var steps = stepsName ? intOf(stepsName) : null;
+    if (steps !== null) { params[form.dataset.stepsParam] = steps; }
+    return { project: form.elements.project.value, template: form.elements.template.value,
+             priority: form.elements.priority ? form.elements.priority.value : "normal", params: params, resources: resources };
+  }
+  function showForecast(text, bad) {
+    startEl.textContent = "Expected start: " + text;
+    startEl.classList.toggle("over-budget", !!bad);
+  }
+  function askForecast() {
+    var mine = ++asked;
+    var token = form.elements.csrfmiddlewaretoken ? form.elements.csrfmiddlewaretoken.value : "";
+    fetch(forecastUrl, { method: "POST", credentials: "same-origin",
+                         headers: { "Content-Type": "application/json", "Accept": "application/json", "X-CSRFToken": token },
+                         body: JSON.stringify(forecastBody()) })
+      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
+      .then(function (res) {
+        if (mine !== asked) { return; }  // a newer question is on its way
+        if (res.ok) { showForecast(res.data.summary, res.data.reason && res.data.reason.code === "budget"); return; }
+        var fields = (res.data.error && res.data.error.fields) || {};
+        var first = Object.keys(fields)[0];
+        showForecast(first ? "cannot say yet: " + first + " " + [].concat(fields[first]).join("; ") : "cannot say right now.", true);
+      })
+      .catch(function () { if (mine === asked) { showForecast("cannot say right now (see the queue).", false); } });
+  }
+  function scheduleForecast() {
+    window.clearTimeout(timer);
+    timer = window.setTimeout(askForecast, 400);
+  }
+  if (startEl && forecastUrl) {
+    ["res_pool", "res_nodes", "res_devices_per_node", "res_max_runtime_s", "priority", stepsName].forEach(function (name) {
+      var el = name ? form.elements[name] : null;
+      if (el) { el.addEventListener("input", scheduleForecast); el.addEventListener("change", scheduleForecast); }
+    });
+    askForecast();
+  }
 })();

@@ -87,6 +87,15 @@ def test_login_stores_a_private_config_and_errors_are_human(cli_stack: LiveStack
 def test_submit_wait_reads_and_compare(cli_stack: LiveStack, cli: Cli) -> None:
     login(cli, cli_stack)
     params = [f"--param={k}={v}" for k, v in SMALL.items()]
+    # --dry-run asks the scheduler when the run would start, and queues nothing.
+    dry = cli("submit", "digits-classifier", "--project", "vision/digits", *params, *TAGS, "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith("Would "), dry.stdout + dry.stderr
+    assert read_json(cli, "runs", "--project", "vision/digits", "--tag", "family=cli") == []
+    forecast = read_json(cli, "submit", "digits-classifier", "--project", "vision/digits", *params, "--priority", "urgent",
+                         "--dry-run")
+    assert forecast["pool"] == "local" and "estimated_start" in forecast and forecast["summary"].startswith("Would ")
+    bad = cli("submit", "digits-classifier", "--project", "vision/digits", "--param", "steps=0", "--dry-run")
+    assert bad.returncode != 0 and "params.steps" in bad.stderr, bad.stderr
     done = cli("submit", "digits-classifier", "--project", "vision/digits", *params, *TAGS, "--name", "cli small",
                "--wait", "--poll", "0.5", timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr

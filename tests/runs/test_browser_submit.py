@@ -22,6 +22,15 @@ def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> N
     login(page, stack, "alice")
     before = stack.query("SELECT COUNT(*) FROM runs_run")[0][0]  # seed_demo may add demo runs
     page.goto(stack.url + "/runs/new/?template=digits-classifier")
+    # The form asks the scheduler when the run would start, and asks again when the size changes.
+    expected = "document.getElementById('expected-start').textContent"
+    page.wait_for_function(f"{expected}.includes('Would ')")
+    assert re.search(r"Expected start: Would (start at once|wait: \d+\w\w in line in pool local)", page.inner_text("#expected-start"))
+    page.fill("#id_res_devices_per_node", "4")
+    page.wait_for_function(f"{expected}.includes('cannot say yet')")
+    assert "resources.devices_per_node must be ≤ 1" in page.inner_text("#expected-start")
+    page.fill("#id_res_devices_per_node", "1")
+    page.wait_for_function(f"{expected}.includes('Would ')")
     # A bad value first: the error shows next to the field and nothing is queued.
     page.fill("#id_p_lr", "5")
     page.click("#submit-run")

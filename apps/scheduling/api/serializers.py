@@ -100,3 +100,15 @@ class QueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
     generated_at = serializers.DateTimeField()
     scheduler = SchedulerSerializer()
     pools = PoolQueueSerializer(many=True)
+
+
+class ForecastSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    pool = serializers.CharField()
+    starts_now = serializers.BooleanField(help_text="Devices are free for it now: it would start on the next pass.")
+    position = serializers.IntegerField(help_text="Its place in the pool's line (1 = next); 0 when it starts now.")
+    ahead = serializers.IntegerField(help_text="Waiting runs that would be ahead of it.")
+    reason = ReasonSerializer()
+    predicted_runtime_s = serializers.FloatField(help_text="Its predicted runtime.")
+    runtime_basis = serializers.CharField(help_text="What the runtime prediction rests on.")
+    estimated_start = EstimatedStartSerializer()
+    summary = serializers.CharField(help_text="All of the above in one sentence.")

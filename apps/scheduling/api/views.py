@@ -1,4 +1,5 @@
-"""GET /api/v1/queue/: every pool's line, in order, with reasons and estimated starts."""
+"""GET /api/v1/queue/: every pool's line, in order, with reasons and estimated starts.
+POST /api/v1/queue/forecast/: where a run would stand, and when it would start, if submitted now."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from apps.core.api.scoped import UnscopedAPIMixin
-from apps.core.errors import FieldError
+from apps.core.errors import FieldError, NotFound
+from apps.jobtemplates.selectors import template_get
 from apps.nodes.models import NodePool
-from apps.scheduling.api.serializers import QueueSerializer
+from apps.runs.api.serializers import RunCreateSerializer
+from apps.runs.api.views import project_from_ref
+from apps.scheduling.api.serializers import ForecastSerializer, QueueSerializer
+from apps.scheduling.forecast import Forecast, forecast_for_submission
 from apps.scheduling.selectors import queue_list, scheduler_status
 
 POOL_MAX = 63
@@ -48,3 +54,47 @@ class QueueView(UnscopedAPIMixin, APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(queue_payload(user=request.user, pool=request.query_params.get("pool")))
+
+
+def forecast_payload(forecast: Forecast) -> dict[str, Any]:
+    data = {
+        "pool": forecast.pool, "starts_now": forecast.starts_now, "position": forecast.position, "ahead": forecast.ahead,
+        "reason": {"code": forecast.reason_code, "label": forecast.reason, "message": forecast.message},
+        "predicted_runtime_s": forecast.predicted_runtime_s, "runtime_basis": forecast.runtime_basis,
+        "estimated_start": {"at": forecast.start, "low": forecast.start_low, "high": forecast.start_high},
+        "summary": forecast.summary,
+    }
+    return dict(ForecastSerializer(data).data)
+
+
+class ForecastThrottle(UserRateThrottle):
+    scope = "forecast"
+
+
+class ForecastView(UnscopedAPIMixin, APIView):
+    """A dry run of a submission: nothing is queued, charged or recorded."""
+
+    permission_classes = [permissions.IsAuthenticated]
+    throttle_classes = [ForecastThrottle]
+
+    @extend_schema(
+        summary="Forecast a submission: would it start at once, and if not, when?",
+        description=("Takes the body you would POST to /api/v1/runs/ (name, tags and the like are ignored) and answers "
+                     "where the run would stand in its pool's line right now, why it would wait, and its estimated "
+                     "start with a range, from the same scheduler and estimator the queue uses. Nothing is queued. "
+                     "Bad fields get 400 naming the field, as a submission would."),
+        request=RunCreateSerializer,
+        responses={200: ForecastSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        body = RunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        project = project_from_ref(user=request.user, ref=data["project"])
+        try:
+            template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
+        except NotFound as err:
+            raise FieldError("template", "no such template") from err
+        forecast = forecast_for_submission(user=request.user, project=project, template=template, params=data["params"],
+                                           priority=data["priority"], resources=data["resources"])
+        return Response(forecast_payload(forecast))

@@ -1,0 +1,143 @@
+"""When would a run start if it were submitted now? (`sbatch --test-only`, for the submit page.)
+
+The forecast adds the would-be run to a read-only snapshot of the cluster, fixes its virtual
+deadline as its first pass would, runs the core once (does it start at once? if not, where in
+line and why?) and replays the queue with the same estimator the passes use. Nothing is written
+and no row is locked, so a user can ask as often as the form changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from apps.core.errors import Forbidden, ServiceError
+from apps.jobtemplates.models import JobTemplate, TemplateKind
+from apps.nodes.models import NodePool
+from apps.runs.services.params import params_resolve
+from apps.runs.services.submit import Errors, priority_resolve, resources_resolve
+from apps.scheduling import core
+from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
+from apps.scheduling.model import QueuedJob, WaitCode
+from apps.scheduling.predict import RuntimeQuery
+from apps.scheduling.selectors import fmt_duration, reason_label
+from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
+from apps.scheduling.snapshot import CLASS_OF, budget_blocks, lags_load, params_key, snapshot_load, total_steps
+from apps.tenants.models import Project
+from apps.tenants.selectors import AnyUser, has_role
+
+PROBE = "forecast"
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    pool: str
+    starts_now: bool
+    # Place in the pool's line (1 = next) and the waiting runs ahead of it; 0 when it starts now.
+    position: int
+    ahead: int
+    reason_code: str
+    reason: str
+    message: str
+    predicted_runtime_s: float
+    runtime_basis: str
+    start: datetime | None
+    start_low: datetime | None
+    start_high: datetime | None
+    summary: str
+
+
+def _dt(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, nodes: int, devices_per_node: int,
+                   priority: str, preemptible: bool, max_runtime_s: int, params: dict[str, Any],
+                   now: datetime | None = None) -> Forecast:
+    now = now or timezone.now()
+    snap = snapshot_load(now=now, lock=False)
+    steps_param = template.total_steps_param or ""
+    prediction = snap.predictor.predict(RuntimeQuery(
+        team=project.team.slug, job_type=template.slug, devices=nodes * devices_per_node,
+        params_key=params_key(params, steps_param),
+        steps=total_steps(params, steps_param), template_max_runtime_s=float(max_runtime_s)))
+    block = budget_blocks([project], now).get(project.pk)
+    probe = QueuedJob(
+        id=PROBE, team=project.team.slug, pool=pool.name, priority_class=CLASS_OF.get(priority, core.PriorityClass.NORMAL),
+        submitted_at=now.timestamp(), nodes=nodes, devices_per_node=devices_per_node,
+        predicted_runtime=prediction.runtime_s, expected_runtime=prediction.expected_s, preemptible=preemptible,
+        blocked_reason="budget" if block else None, blocked_message=block or "")
+    state = replace(snap.state, queued=(*snap.state.queued, probe))
+    # The deadlines the next pass would fix: the probe's, and those of runs still waiting for theirs.
+    due = core.deadlines_due(state)
+    state = replace(state, queued=tuple(replace(j, deadline=due[j.id]) if j.id in due else j for j in state.queued))
+    decision = core.schedule(state, explain=True)
+    placed = {p.job_id for p in decision.placements}
+    runtime_words = f"predicted to run {fmt_duration(prediction.runtime_s)}"
+    if prediction.basis == "template maximum":
+        runtime_words = f"runs for at most {fmt_duration(prediction.runtime_s)} (no similar run has finished yet to predict from)"
+    if PROBE in placed:
+        return Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
+                        starts_now=True, position=0, ahead=0, reason_code=WaitCode.PLACED.value,
+                        reason="Starts at once", message="Devices are free for it now.", start=now, start_low=now,
+                        start_high=now, summary=f"Would start at once, on the next scheduling pass; {runtime_words}.")
+    waiting = [e for e in decision.queue if e.pool == pool.name and e.job_id not in placed]
+    position = next((i for i, e in enumerate(waiting, 1) if e.job_id == PROBE), len(waiting))
+    entry = waiting[position - 1]
+    teams = {job.id: job.team for job in state.queued} | {run.id: run.team for run in state.running}
+    message = message_for(message=entry.message, team=project.team.slug, teams=teams)
+    estimate = None
+    if entry.code not in (WaitCode.BUDGET, WaitCode.NO_POLICY, WaitCode.NO_HARDWARE):
+        lags = lags_load(now=now, policies=dict(state.policies))
+        estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
+                                   max_ahead=MAX_AHEAD).get(PROBE)
+    start = _dt(estimate.start) if estimate else None
+    low = _dt(estimate.low) if estimate else None
+    high = _dt(estimate.high) if estimate else None
+    if start is None:
+        when = "no start can be estimated while it waits for this"
+    else:
+        when = f"estimated start in {fmt_duration((start - now).total_seconds())}"
+        if low is not None and high is not None:
+            when += f" (between {fmt_duration((low - now).total_seconds())} and {fmt_duration((high - now).total_seconds())})"
+    summary = (f"Would wait: {position}{_ordinal(position)} in line in pool {pool.name}, {reason_label(entry.code.value).lower()}; "
+               f"{when}; {runtime_words}.")
+    return Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
+                    starts_now=False, position=position, ahead=position - 1, reason_code=entry.code.value,
+                    reason=reason_label(entry.code.value), message=message, start=start,
+                    start_low=low, start_high=high, summary=summary)
+
+
+def _ordinal(n: int) -> str:
+    if 10 <= n % 100 <= 20:
+        return "th"
+    return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+
+
+def forecast_for_submission(*, user: AnyUser, project: Project, template: JobTemplate, params: Any, priority: Any,
+                            resources: Any) -> Forecast:
+    """The forecast for what `run_submit` would queue, checked the same way: ServiceError (400)
+    naming every bad field, Forbidden below engineer. Sweeps queue one run per point; forecast a point."""
+    if not has_role(user=user, team_id=project.team_id, at_least="engineer"):
+        raise Forbidden("Only engineers of the project's team may submit runs.")
+    errors = Errors()
+    if template.kind == TemplateKind.SWEEP:
+        errors.add("template", "a sweep queues one run per point: ask for a forecast of one point's template")
+    clean_priority = priority_resolve(priority=priority, errors=errors)
+    clean_params: dict[str, Any] = {}
+    if not isinstance(params, dict):
+        errors.add("params", "must be an object")
+    else:
+        try:
+            clean_params = params_resolve(schema=template.param_schema or {}, params=params)
+        except ServiceError as err:
+            errors.merge(err)
+    clean = resources_resolve(template=template, resources=resources, errors=errors)
+    errors.raise_if_any()
+    assert clean is not None
+    return start_forecast(project=project, template=template, pool=clean.pool, nodes=clean.nodes,
+                          devices_per_node=clean.devices_per_node, priority=clean_priority, preemptible=clean.preemptible,
+                          max_runtime_s=clean.max_runtime_s, params=clean_params)
