@@ -212,7 +212,11 @@ class RuntimePredictor:
 
     def _levels(self, keys: tuple[HistoryKey, ...], query: RuntimeQuery) -> list[tuple[str, _Window, float]]:
         """The history windows to try, narrowest first, each with its name and the factor that
-        turns its samples into seconds (1, or this run's steps for a per-step window)."""
+        turns its samples into seconds (1, or this run's steps for a per-step window).
+
+        Where this run's steps can be scaled from its peers' pace, the coarser levels are left
+        out: they mix runs of any length and would put it back among them (for the mean too,
+        which wants more samples than the per-step window may have yet)."""
         levels: list[tuple[str, _Window, float]] = []
         for name, key in zip(self.LEVELS, keys, strict=True):
             window = self._history.get(key)
@@ -222,6 +226,7 @@ class RuntimePredictor:
                 per_step = self._per_step.get(keys[1])
                 if per_step is not None:
                     levels.append((self.PER_STEP, per_step, float(query.steps)))
+                    return levels
         return levels
 
     def _from_history(

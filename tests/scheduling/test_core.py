@@ -524,6 +524,11 @@ def test_predictor_scales_seconds_per_step_to_the_steps_asked_for() -> None:
     # Without the steps the run asked for, the per-step history is not used.
     plain = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=4000"))
     assert plain.runtime_s == 30.0 and plain.basis == "history: team+type+devices"
+    # Many runs of other sizes make a coarser level "settled" for the mean; it must not win.
+    for i in range(20):
+        p.observe(FinishedRun("t", "job", 2, 3000.0, finished_at=10.0 + i, params_key="steps=300", steps=300))
+    again = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=4000", steps=4000))
+    assert again.runtime_s == pytest.approx(400.0) and again.mean_s == pytest.approx(400.0)
     # Runs that did not say their steps add nothing per step.
     q = RuntimePredictor()
     q.observe(FinishedRun("t", "job", 1, 30.0, finished_at=0.0))
