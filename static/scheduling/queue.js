@@ -11,32 +11,52 @@
     try { return el ? JSON.parse(el.textContent) : []; } catch (e) { return []; }
   }
 
+  // The same form as the samples' times (UTC, "Z"), however Plotly reads a zone.
+  function iso(ms) { return new Date(ms).toISOString(); }
+
   function draw() {
     if (typeof Plotly === "undefined") { return; }
     root.querySelectorAll("[data-chart]").forEach(function (div) {
       var rows = history(div.dataset.pool);
       var at = rows.map(function (r) { return r.at; });
-      var layout = { margin: { l: 40, r: 10, t: 30, b: 30 }, height: 240, legend: { orientation: "h" } };
+      var layout = { margin: { l: 40, r: 10, t: 30, b: 30 }, height: 240, legend: { orientation: "h" },
+                     xaxis: { type: "date", tickformat: "%H:%M" } };
+      // A young pool has a few samples seconds apart: show at least ten minutes, so the axis does
+      // not count milliseconds, and mark the points, since one sample draws no line.
+      var times = at.map(function (t) { return Date.parse(t); }).filter(function (t) { return !isNaN(t); });
+      if (times.length) {
+        var last = Math.max.apply(null, times);
+        var first = Math.min.apply(null, times);
+        if (last - first < 10 * 60 * 1000) { layout.xaxis.range = [iso(last - 10 * 60 * 1000), iso(last + 30 * 1000)]; }
+      }
+      var mode = rows.length < 3 ? "lines+markers" : "lines";
+      // Samples are counts held until the next one: steps, not slopes between them.
+      var step = { shape: "hv" };
       var traces;
       if (div.dataset.chart === "utilization") {
         layout.title = { text: "Devices (last 24 h)", font: { size: 13 } };
+        var most = Math.max.apply(null, [1].concat(rows.map(function (r) { return Math.max(r.total_devices || 0, r.queued_devices || 0); })));
+        if (most <= 8) { layout.yaxis = { dtick: 1, rangemode: "tozero" }; }
         traces = [
-          { x: at, y: rows.map(function (r) { return r.used_devices; }), name: "used", type: "scatter", mode: "lines", stackgroup: "d" },
-          { x: at, y: rows.map(function (r) { return r.free_devices - r.stranded_devices; }), name: "free, usable", type: "scatter", mode: "lines", stackgroup: "d" },
-          { x: at, y: rows.map(function (r) { return r.stranded_devices; }), name: "free, stranded", type: "scatter", mode: "lines", stackgroup: "d" },
-          { x: at, y: rows.map(function (r) { return r.queued_devices; }), name: "wanted by queue", type: "scatter", mode: "lines", line: { dash: "dot" } }
+          { x: at, y: rows.map(function (r) { return r.used_devices; }), name: "used", type: "scatter", mode: mode, stackgroup: "d", line: step },
+          { x: at, y: rows.map(function (r) { return r.free_devices - r.stranded_devices; }), name: "free, usable", type: "scatter", mode: mode, stackgroup: "d", line: step },
+          { x: at, y: rows.map(function (r) { return r.stranded_devices; }), name: "free, stranded", type: "scatter", mode: mode, stackgroup: "d", line: step },
+          { x: at, y: rows.map(function (r) { return r.queued_devices; }), name: "wanted by queue", type: "scatter", mode: mode, line: { dash: "dot", shape: "hv" } }
         ];
       } else {
         layout.title = { text: "Fragmentation", font: { size: 13 } };
         traces = [
-          { x: at, y: rows.map(function (r) { return r.free_devices ? r.stranded_devices / r.free_devices : 0; }), name: "stranded share of free", type: "scatter", mode: "lines" },
-          { x: at, y: rows.map(function (r) { return r.largest_free_block; }), name: "largest free block", type: "scatter", mode: "lines", yaxis: "y2" }
+          { x: at, y: rows.map(function (r) { return r.free_devices ? r.stranded_devices / r.free_devices : 0; }), name: "stranded share of free", type: "scatter", mode: mode, line: step },
+          { x: at, y: rows.map(function (r) { return r.largest_free_block; }), name: "largest free block", type: "scatter", mode: mode, line: step, yaxis: "y2" }
         ];
         // Two scales: a share on the left, a device count on the right (room kept for its ticks).
         layout.margin.r = 50;
         layout.yaxis = { tickformat: ".0%", rangemode: "tozero", title: { text: "share", font: { size: 11 } } };
         layout.yaxis2 = { overlaying: "y", side: "right", rangemode: "tozero", tickformat: "d",
                           title: { text: "devices", font: { size: 11 } } };
+        // Whole devices: on a small pool let every tick be one, or "d" rounds 0.5 to a second "1".
+        var biggest = Math.max.apply(null, [1].concat(rows.map(function (r) { return r.largest_free_block || 0; })));
+        if (biggest <= 8) { layout.yaxis2.dtick = 1; layout.yaxis2.range = [0, biggest]; }
         layout.margin.l = 55;
       }
       if (!rows.length) { layout.annotations = [{ text: "no samples yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }]; }

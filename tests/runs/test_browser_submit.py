@@ -58,3 +58,17 @@ def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> N
         page.reload()
     screenshot(page, "runs-submitted-run")
     assert status == "succeeded", f"run {run_id} ended {status!r}\n{stack.log('node-a')[-3000:]}"
+
+    # The queue page draws its pool's charts without a script error, in whole devices and clock
+    # time (a young pool has samples seconds apart: the axis must not count milliseconds).
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(stack.url + "/queue/")
+    page.wait_for_selector("[data-chart=utilization] .main-svg")
+    page.wait_for_selector("[data-chart=fragmentation] .main-svg")
+    ticks = page.eval_on_selector_all("[data-chart] .xtick text", "els => els.map(e => e.textContent)")
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d", t) for t in ticks), ticks
+    devices = page.eval_on_selector_all("[data-chart=fragmentation] .y2tick text", "els => els.map(e => e.textContent)")
+    assert devices and len(devices) == len(set(devices)), devices
+    screenshot(page, "queue-after-run")
+    assert not errors, errors
