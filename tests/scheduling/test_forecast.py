@@ -83,3 +83,16 @@ def test_forecast_names_bad_fields_and_budget_stops(cast: Any) -> None:
     broke = alice.post(URL, body(cast), format="json").json()
     assert not broke["starts_now"] and broke["reason"]["code"] == "budget" and "is used up" in broke["reason"]["message"]
     assert broke["estimated_start"]["at"] is None and "no start can be estimated" in broke["summary"]
+
+
+def test_forecast_for_a_pool_without_nodes_says_why(cast: Any) -> None:
+    from apps.nodes.models import NodePool
+
+    local_pool()
+    NodePool.objects.create(name="empty")
+    make_template(resources={"pool": "local", "pools": ["local", "empty"], "max_devices_per_node": 4})
+    answer = cast.client(cast.alice).post(URL, body(cast, resources={"pool": "empty"}), format="json")
+    assert answer.status_code == 200, answer.content
+    data = answer.json()
+    assert not data["starts_now"] and data["position"] == 1 and data["pool"] == "empty"
+    assert data["reason"]["code"] in ("unknown_pool", "no_hardware") and data["estimated_start"]["at"] is None
