@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError, Forbidden, NotFound
-from apps.jobtemplates.models import TemplateKind
+from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.auth import AgentAPIView
 from apps.runs.api.serializers import (
@@ -50,6 +50,20 @@ def project_from_ref(*, user: AnyUser, ref: Any, field: str = "project") -> Proj
     if project is None:
         raise FieldError(field, "no such project")
     return project
+
+
+def submission_from_request(request: Request) -> tuple[dict[str, Any], Project, JobTemplate]:
+    """A run submission's body (shape checked), and its project and template as the user may see
+    them: a 400 naming `project` or `template` otherwise. Shared by submitting and forecasting."""
+    body = RunCreateSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    data = dict(body.validated_data)
+    project = project_from_ref(user=request.user, ref=data["project"])
+    try:
+        template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
+    except NotFound as err:
+        raise FieldError("template", "no such template") from err
+    return data, project, template
 
 
 def snapshot_from_ref(*, project: Project, ref: str) -> CodeSnapshot | None:
@@ -140,14 +154,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
 
     @extend_schema(request=RunCreateSerializer, responses={201: RunDetailSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        body = RunCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        project = project_from_ref(user=request.user, ref=data["project"])
-        try:
-            template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
-        except NotFound as err:
-            raise FieldError("template", "no such template") from err
+        data, project, template = submission_from_request(request)
         run = run_submit(
             project=project,
             template=template,

@@ -15,11 +15,10 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from apps.core.api.scoped import UnscopedAPIMixin
-from apps.core.errors import FieldError, NotFound
-from apps.jobtemplates.selectors import template_get
+from apps.core.errors import FieldError
 from apps.nodes.models import NodePool
 from apps.runs.api.serializers import RunCreateSerializer
-from apps.runs.api.views import project_from_ref
+from apps.runs.api.views import submission_from_request
 from apps.scheduling.api.serializers import ForecastSerializer, QueueSerializer
 from apps.scheduling.forecast import Forecast, forecast_for_submission
 from apps.scheduling.selectors import queue_list, scheduler_status
@@ -87,14 +86,7 @@ class ForecastView(UnscopedAPIMixin, APIView):
         responses={200: ForecastSerializer},
     )
     def post(self, request: Request) -> Response:
-        body = RunCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        project = project_from_ref(user=request.user, ref=data["project"])
-        try:
-            template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
-        except NotFound as err:
-            raise FieldError("template", "no such template") from err
+        data, project, template = submission_from_request(request)
         forecast = forecast_for_submission(user=request.user, project=project, template=template, params=data["params"],
                                            priority=data["priority"], resources=data["resources"])
         return Response(forecast_payload(forecast))
