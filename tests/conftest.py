@@ -56,3 +56,24 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if item.get_closest_marker("live") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
+
+
+# Why a retried test failed the first time: the plugin only names it, and a rerun that passed
+# leaves nothing else to chase in a CI log.
+_RERUN_REASONS: list[tuple[str, str]] = []
+RERUN_TAIL_LINES = 40
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if report.outcome == "rerun":
+        _RERUN_REASONS.append((report.nodeid, report.longreprtext))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _RERUN_REASONS:
+        return
+    terminalreporter.section("why tests were rerun (last lines of each first failure)")
+    for nodeid, text in _RERUN_REASONS:
+        terminalreporter.write_line(f"--- {nodeid}")
+        for line in text.splitlines()[-RERUN_TAIL_LINES:]:
+            terminalreporter.write_line(line)
