@@ -96,3 +96,24 @@ def test_seed_demo_history_does_not_make_a_short_run_look_an_hour_long(db: Any) 
               max_runtime_s=1800)
     typical = sorted((r.finished_at - r.started_at).total_seconds() for r in history)[len(history) // 2]
     assert run_predicted_runtime(run=run) == pytest.approx(typical * 300 / 100_000, rel=0.3)
+
+
+def test_seed_demo_sweep_is_a_consistent_finished_run(db: Any) -> None:
+    """The demo sweep (top of the runs list on `make run`) reads like runs that really ran: the
+    digits template with parameters its schema accepts, start and finish times, and metric points
+    stamped between them."""
+    from apps.runs.models import Run
+    from apps.runs.services.params import params_resolve
+    from apps.tracking.models import MetricPoint
+
+    call_command("seed_demo", stdout=StringIO())
+    runs = list(Run.objects.filter(family="demo-lr-sweep").order_by("started_at"))
+    assert len(runs) == 3
+    for run in runs:
+        assert run.template.slug == "digits-classifier" and run.status == "succeeded"
+        assert params_resolve(schema=run.template.param_schema, params=run.params) == run.params
+        assert run.started_at is not None and run.finished_at is not None and run.started_at < run.finished_at
+        assert run.tags["candidate"] == "baseline"
+        times = [p.wall_time for p in MetricPoint.objects.filter(run=run)]
+        assert times and min(times) >= run.started_at.timestamp() - 1 and max(times) <= run.finished_at.timestamp() + 1
+    assert all(a.finished_at <= b.started_at for a, b in zip(runs, runs[1:], strict=False))
