@@ -68,7 +68,7 @@
     const e = await T.getJSON(`${api}/energy/`);
     document.getElementById("run-energy").textContent = `${Math.round(e.total_j)} J (${e.total_kwh.toFixed(4)} kWh)${e.estimated ? " estimated" : ""}`;
     if (!e.devices.length) {
-      ["util-chart", "energy-chart"].forEach((id) => { document.getElementById(id).innerHTML = '<p class="empty-note">No energy samples yet.</p>'; });
+      ["util-chart", "energy-chart"].forEach((id) => { document.getElementById(id).innerHTML = `<p class="empty-note">${finished ? "No energy samples were recorded for this run." : "No energy samples yet."}</p>`; });
       return;
     }
     document.querySelectorAll("#util-chart .empty-note, #energy-chart .empty-note").forEach((n) => n.remove());
@@ -93,14 +93,18 @@
     for (let page = 0; page < 5; page++) {
       const resp = await T.getJSON(`${api}/logs/?after=${logCursor}&limit=500`);
       if (resp.chunks.length) {
-        if (pre.textContent === "(no output yet)\n") pre.textContent = "";
+        if (pre.dataset.placeholder) { pre.textContent = ""; delete pre.dataset.placeholder; }
         pre.appendChild(document.createTextNode(resp.chunks.map((c) => c.text).join("")));
         // Keep the tail bounded: a long run's full log belongs in the API, not in the DOM.
         if (pre.textContent.length > 400000) pre.textContent = pre.textContent.slice(-300000);
         if (document.getElementById("log-follow").checked) pre.scrollTop = pre.scrollHeight;
       }
       logCursor = resp.next;
-      if (!pre.textContent) pre.textContent = "(no output yet)\n";
+      if (!pre.textContent || pre.dataset.placeholder) {
+        // A finished run's last lines can still arrive from its agent's spool: the note gives way.
+        pre.textContent = finished ? "(no output from this run)\n" : "(no output yet)\n";
+        pre.dataset.placeholder = "1";
+      }
       if (!resp.more) break;
     }
   }
@@ -128,14 +132,14 @@
     const attempts = data.attempts;
     if (!attempts.length) return;
     const now = new Date();
-    const labels = attempts.map((a) => `#${a.number} ${a.nodes.join(",")}`);
+    const labels = attempts.map((a) => `#${a.number} ${a.nodes.join(",")}`.trim());
     Plotly.react("attempts-chart", [{
       type: "bar", orientation: "h", y: labels, base: attempts.map((a) => a.start),
       x: attempts.map((a) => (a.end ? new Date(a.end) : now) - new Date(a.start)),
       text: attempts.map((a) => `${a.status}${a.reason ? ": " + a.reason : ""}`), textposition: "inside",
       marker: { color: attempts.map((a) => ({ succeeded: "#66a182", failed: "#d1495b", lost: "#d1495b", preempted: "#edae49" })[a.status] || "#2f5d8a") },
       hovertemplate: "%{y}<br>%{text}<extra></extra>",
-    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: { type: "date" }, yaxis: { autorange: "reversed" }, height: 60 + 34 * attempts.length },
+    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: { type: "date" }, yaxis: { autorange: "reversed", type: "category" }, height: 60 + 34 * attempts.length },
     T.CONFIG);
   }
 
