@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.runs import selectors as run_selectors
-from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
+from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
 from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
 
@@ -380,6 +380,14 @@ def energy_series(*, run: Run, max_points: int = 1000) -> dict[str, Any]:
     total = sum(latest.values()) if latest else run.energy_j
     return {"devices": list(devices.values()), "cumulative": cumulative, "total_j": total, "total_kwh": total / 3.6e6,
             "estimated": run.energy_estimated}
+
+
+def queue_standing(*, run: Run) -> dict[str, Any] | None:
+    """Where a queued run stands (written by the scheduler's passes); None once it has left the queue."""
+    if run.status != RunStatus.QUEUED:
+        return None
+    return {"pool": run.pool.name, "position": run.queue_position, "estimated_start": run.estimated_start,
+            "estimated_start_low": run.estimated_start_low, "estimated_start_high": run.estimated_start_high}
 
 
 def run_progress(*, run: Run, now: datetime | None = None) -> dict[str, Any]:

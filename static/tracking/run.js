@@ -23,10 +23,29 @@
     document.getElementById("progress-rate").textContent = p.steps_per_s ? `${p.steps_per_s.toFixed(2)} steps/s` : "–";
     document.getElementById("progress-eta").textContent = run.is_finished ? "done" : T.duration(p.eta_s);
     document.getElementById("run-cost").textContent = run.cost;
+    showQueue(run.queue);
     if (run.is_finished) {
       const form = document.getElementById("cancel-form");
       if (form) form.remove();
     }
+  }
+
+  // A queued run says where it stands and when it should start (local time), as the queue page does.
+  function showQueue(q) {
+    const line = document.getElementById("run-queue");
+    if (!line) return;
+    line.hidden = !q;
+    if (!q) return;
+    const clock = (iso) => new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const parts = [q.position ? `#${q.position} in line in pool ${q.pool}` : `waiting for the scheduler in pool ${q.pool}`];
+    if (q.estimated_start) {
+      const wait = (new Date(q.estimated_start) - new Date()) / 1000;
+      let text = `estimated start ${clock(q.estimated_start)}` + (wait > 0 ? ` (in about ${T.duration(wait)})` : "");
+      if (q.estimated_start_low && q.estimated_start_high) text += `, between ${clock(q.estimated_start_low)} and ${clock(q.estimated_start_high)}`;
+      parts.push(text);
+    }
+    line.replaceChildren(document.createTextNode(parts.join(" · ") + " · "),
+                         T.el("a", { href: `/queue/?pool=${encodeURIComponent(q.pool)}` }, "see the queue"));
   }
 
   function chartFor(key) {

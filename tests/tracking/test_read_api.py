@@ -56,7 +56,15 @@ def test_read_endpoints(cast: Any, media: Path) -> None:
     assert "max_points" in api.get(f"{base}/metrics/?key=loss&max_points=0").json()["error"]["fields"]
     keys = api.get(f"{base}/metrics/keys/").json()
     assert {k["key"]: k["last"] for k in keys["keys"]} == {"acc": 299.0, "loss": -299.0}
-    assert keys["run"]["status"] == "running"
+    assert keys["run"]["status"] == "running" and keys["run"]["queue"] is None
+    # A queued run's keys say where it stands, for the run page's live line.
+    at = timezone.now() + timedelta(minutes=5)
+    Run.objects.filter(pk=run.pk).update(status="queued", queue_position=2, estimated_start=at,
+                                         estimated_start_low=at - timedelta(minutes=1), estimated_start_high=at + timedelta(minutes=3))
+    queue = api.get(f"{base}/metrics/keys/").json()["run"]["queue"]
+    assert queue["position"] == 2 and queue["pool"] == run.pool.name
+    assert queue["estimated_start"] is not None and queue["estimated_start_low"] < queue["estimated_start_high"]
+    Run.objects.filter(pk=run.pk).update(status="running")
     ckpts = api.get(f"{base}/checkpoints/").json()["checkpoints"]
     assert ckpts[0]["metrics"] == {"acc": 100.0, "loss": -100.0} and ckpts[0]["sha256"] == "c" * 64
     download = Client()

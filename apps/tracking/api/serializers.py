@@ -69,6 +69,14 @@ class RunProgressSerializer(serializers.Serializer[Any]):
     eta_s = serializers.FloatField(allow_null=True, help_text="Seconds left at the current rate.")
 
 
+class QueueStandingSerializer(serializers.Serializer[Any]):
+    pool = serializers.CharField()
+    position = serializers.IntegerField(allow_null=True, help_text="1 = next in its pool; null until the first pass.")
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    estimated_start_low = serializers.DateTimeField(allow_null=True)
+    estimated_start_high = serializers.DateTimeField(allow_null=True)
+
+
 class KeysRunSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     status = serializers.CharField()
@@ -76,6 +84,7 @@ class KeysRunSerializer(serializers.Serializer[Any]):
     is_finished = serializers.BooleanField()
     progress = RunProgressSerializer()
     cost = serializers.CharField(help_text="Cost so far in the pool's currency, a decimal number as a string.")
+    queue = QueueStandingSerializer(allow_null=True, help_text="Where a queued run stands in its pool; null otherwise.")
 
 
 class MetricKeysResponseSerializer(serializers.Serializer[Any]):

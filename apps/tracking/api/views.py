@@ -138,7 +138,8 @@ class RunMetricKeysView(_RunScoped):
         summaries = selectors.metric_summaries(run_ids=[run.pk])[run.pk]
         return Response({
             "run": {"id": run.pk, "status": run.status, "status_reason": run.status_reason, "is_finished": run.is_finished,
-                    "progress": selectors.run_progress(run=run), "cost": str(selectors.run_cost(run=run))},
+                    "progress": selectors.run_progress(run=run), "cost": str(selectors.run_cost(run=run)),
+                    "queue": selectors.queue_standing(run=run)},
             "keys": [selectors.summary_dict(s) for s in summaries.values()],
         })
 
