@@ -144,6 +144,8 @@ class AssignmentSpec(TypedDict):
     master_port: int
     resume_checkpoint: CheckpointRef | None
     init_checkpoint: CheckpointRef | None
+    # Numbers of this run's earlier attempts that were declared lost (their late reports refused).
+    lost_attempts: NotRequired[list[int]]
     # Project secrets the job gets as environment variables (apps.vault), only over this
     # authenticated channel; the agent keeps them in memory and redacts them from job output.
     secrets: NotRequired[dict[str, str]]

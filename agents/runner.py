@@ -139,6 +139,12 @@ class Runner:
             for d in (run_dir, root / "agent", ckpt_dir):
                 d.mkdir(parents=True, exist_ok=True)
             resume = spec.get("resume_checkpoint")
+            if spec["number"] > 1 and spec.get("lost_attempts"):
+                dropped = checkpoints_forget_lost(ckpt_dir, lost=set(spec.get("lost_attempts") or []),
+                                                  after_step=resume["step"] if resume else -1)
+                if dropped:
+                    log.info("attempt %d: not resuming from %d checkpoint(s) a lost attempt wrote past the server's: %s",
+                             spec["attempt_id"], len(dropped), ", ".join(dropped))
             if resume:
                 self._ensure_checkpoint(resume, ckpt_dir, spec["number"])
             init = spec.get("init_checkpoint")
@@ -382,6 +388,55 @@ def _reap(job: Job) -> int | None:
     job.exit_cpu_s = usage.ru_utime + usage.ru_stime
     job.proc.returncode = os.waitstatus_to_exitcode(status)
     return int(job.proc.returncode)
+
+
+def checkpoints_forget_lost(ckpt_dir: Path, *, lost: set[int], after_step: int) -> list[str]:
+    """Drop from the index (and delete) the checkpoints that a lost attempt wrote past `after_step`,
+    the step of the server's newest stored checkpoint; returns the dropped file names.
+
+    A lost attempt's job may go on training while its agent is silent, writing checkpoints here
+    after the server has stopped taking its metrics. Resuming from one of those would skip the
+    steps in between for good: their metrics were refused and the next attempt would not log
+    them again. Resuming from the server's checkpoint re-logs them instead.
+    """
+    index = ckpt_dir / "checkpoints.jsonl"
+    try:
+        lines = index.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    kept: list[str] = []
+    dropped: list[str] = []
+    for raw in lines:
+        try:
+            rec = json.loads(raw)
+            stale = int(rec.get("attempt", 0)) in lost and int(rec["step"]) > after_step
+        except (ValueError, KeyError, TypeError, AttributeError):
+            stale = False  # torn lines are the SDK's to skip
+        if stale:
+            dropped.append(str(rec.get("file", "")))
+        else:
+            kept.append(raw)
+    if not dropped:
+        return []
+    tmp = index.with_name(index.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("".join(line + "\n" for line in kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, index)
+    still_used = {str(json.loads(line).get("file", "")) for line in kept if _is_record(line)}
+    for name in dropped:
+        # Only plain file names in this folder: the index is the job's to write.
+        if name and name == Path(name).name and name not in still_used:
+            (ckpt_dir / name).unlink(missing_ok=True)
+    return dropped
+
+
+def _is_record(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def resumable_step(ckpt_dir: Path) -> int | None:

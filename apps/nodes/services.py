@@ -308,6 +308,9 @@ def _spec(a: Assignment) -> protocol.AssignmentSpec:
         "grace_period_s": run.grace_period_s, "max_runtime_s": run.max_runtime_s,
         "master_addr": attempt.master_addr, "master_port": attempt.master_port or 29500,
         "resume_checkpoint": _ref(resume) if attempt.number > 1 else None,
+        # Attempts whose late reports were refused: what they left on a node is not to be resumed from.
+        "lost_attempts": sorted(Attempt.objects.filter(run=run, status=AttemptStatus.LOST).values_list("number", flat=True))
+        if attempt.number > 1 else [],
         "init_checkpoint": _ref(run.init_checkpoint) if run.init_checkpoint_id else None,
         "code_snapshot": (
             {"sha256": run.code_snapshot.sha256, "size": run.code_snapshot.size} if run.code_snapshot is not None else None

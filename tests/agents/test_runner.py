@@ -16,7 +16,7 @@ from agents import monitor as monitor_mod
 from agents.config import parse_args
 from agents.devices import Nvml
 from agents.monitor import Monitor
-from agents.runner import Runner, resumable_step
+from agents.runner import Runner, checkpoints_forget_lost, resumable_step
 
 pytestmark = pytest.mark.live
 
@@ -123,3 +123,25 @@ def test_resumable_step_is_the_newest_whole_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "checkpoints.jsonl").write_text("\n".join(lines))
     assert resumable_step(tmp_path) == 9
     assert sys.executable  # the runner launches "python" as the agent's own interpreter
+
+
+def test_checkpoints_a_lost_attempt_wrote_past_the_servers_are_not_resumed_from(tmp_path: Path) -> None:
+    """Attempt 1 was declared lost while its job went on writing checkpoints 40 and 60; the
+    server's newest stored checkpoint is 20. Attempt 2 must resume from 20 (re-logging 21-60,
+    whose metrics the server refused), not from 60."""
+    records = []
+    for step, attempt in ((20, 1), (40, 1), (60, 1)):
+        name = f"ckpt-{step:010d}.pt"
+        (tmp_path / name).write_bytes(b"x" * step)
+        records.append({"step": step, "file": name, "size": step, "sha256": "0" * 64, "attempt": attempt})
+    lines = [json.dumps(r) for r in records] + ['{"step": 80, "file": "ckpt-00']  # torn: left for the SDK to skip
+    (tmp_path / "checkpoints.jsonl").write_text("\n".join(lines) + "\n")
+    assert checkpoints_forget_lost(tmp_path, lost={2}, after_step=20) == []  # attempt 1 was not lost: nothing to do
+    assert resumable_step(tmp_path) == 60
+    assert checkpoints_forget_lost(tmp_path, lost={1}, after_step=20) == ["ckpt-0000000040.pt", "ckpt-0000000060.pt"]
+    assert resumable_step(tmp_path) == 20
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.pt")) == ["ckpt-0000000020.pt"]
+    assert (tmp_path / "checkpoints.jsonl").read_text().splitlines()[-1] == '{"step": 80, "file": "ckpt-00'
+    # No checkpoint on the server at all: everything the lost attempt wrote goes.
+    assert checkpoints_forget_lost(tmp_path, lost={1}, after_step=-1) == ["ckpt-0000000020.pt"]
+    assert resumable_step(tmp_path) is None
