@@ -18,6 +18,7 @@ from apps.billing.services import attempt_accrue
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import Node, NodePool, NodeState
 from apps.runs.models import Assignment, AssignmentState, Attempt, AttemptStatus, Run, RunStatus
+from apps.runs.services.params import params_resolve
 from apps.tenants.models import Project
 
 HISTORY_NODE = "demo-history"
@@ -87,8 +88,6 @@ def _history_params(template: JobTemplate) -> dict[str, Any]:
     an hour and more, and the runtime predictor scales seconds per step to a new run's steps. At
     the default steps they would tell it that a run of seconds here takes an hour."""
     properties = (template.param_schema or {}).get("properties", {})
-    params = {name: spec["default"] for name, spec in properties.items() if isinstance(spec, dict) and "default" in spec}
     steps = properties.get(template.total_steps_param) if template.total_steps_param else None
-    if isinstance(steps, dict) and isinstance(steps.get("maximum"), int):
-        params[template.total_steps_param] = steps["maximum"]
-    return params
+    most = {template.total_steps_param: steps["maximum"]} if isinstance(steps, dict) and isinstance(steps.get("maximum"), int) else {}
+    return params_resolve(schema=template.param_schema or {}, params=most)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
+from apps.runs.services.params import params_resolve
 from apps.tracking.services import metric_points_store
 
 DEMO_FAMILY = "demo-lr-sweep"
@@ -29,15 +30,11 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
     if Run.objects.filter(family=DEMO_FAMILY).exists():
         return
     project = teams["vision"].projects.order_by("id").first()
-    published = JobTemplate.objects.filter(published=True)
-    template = (published.filter(slug=DEMO_TEMPLATE).order_by("-version").first()
-                or published.order_by("slug", "-version").first())
+    template = JobTemplate.objects.filter(published=True, slug=DEMO_TEMPLATE).order_by("-version").first()
     pool = NodePool.objects.order_by("id").first()
     if project is None or template is None or pool is None:
         stdout.write("tracking: no project, template or pool yet; demo sweep skipped")
         return
-    properties = (template.param_schema or {}).get("properties", {})
-    defaults = {k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v}
     now = timezone.now()
     with transaction.atomic():
         for i, lr in enumerate((0.3, 0.1, 0.03)):
@@ -45,9 +42,7 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
             # runtime predictor like any finished run, and their times agree with their metrics.
             started = now - timedelta(hours=1) + i * timedelta(seconds=DEMO_STEPS * SECONDS_PER_STEP + 30)
             finished = started + timedelta(seconds=DEMO_STEPS * SECONDS_PER_STEP)
-            params = {**defaults, "lr": lr}
-            if template.total_steps_param:
-                params[template.total_steps_param] = DEMO_STEPS
+            params = params_resolve(schema=template.param_schema or {}, params={"lr": lr, template.total_steps_param: DEMO_STEPS})
             run = Run.objects.create(
                 project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get("alice"),
                 name=f"digits lr={lr}", params=params, family=DEMO_FAMILY,
