@@ -406,16 +406,19 @@ def checkpoints_forget_lost(ckpt_dir: Path, *, lost: set[int], after_step: int) 
         return []
     kept: list[str] = []
     dropped: list[str] = []
+    still_used: set[str] = set()
     for raw in lines:
         try:
             rec = json.loads(raw)
             stale = int(rec.get("attempt", 0)) in lost and int(rec["step"]) > after_step
         except (ValueError, KeyError, TypeError, AttributeError):
-            stale = False  # torn lines are the SDK's to skip
+            kept.append(raw)  # torn lines are the SDK's to skip
+            continue
         if stale:
             dropped.append(str(rec.get("file", "")))
         else:
             kept.append(raw)
+            still_used.add(str(rec.get("file", "")))
     if not dropped:
         return []
     tmp = index.with_name(index.name + ".tmp")
@@ -424,19 +427,11 @@ def checkpoints_forget_lost(ckpt_dir: Path, *, lost: set[int], after_step: int) 
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, index)
-    still_used = {str(json.loads(line).get("file", "")) for line in kept if _is_record(line)}
     for name in dropped:
         # Only plain file names in this folder: the index is the job's to write.
         if name and name == Path(name).name and name not in still_used:
             (ckpt_dir / name).unlink(missing_ok=True)
     return dropped
-
-
-def _is_record(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
 
 
 def resumable_step(ckpt_dir: Path) -> int | None:
