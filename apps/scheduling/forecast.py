@@ -14,11 +14,11 @@ from typing import Any
 
 from django.utils import timezone
 
-from apps.core.errors import Forbidden, ServiceError
+from apps.core.errors import ServiceError
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
 from apps.runs.services.params import params_resolve
-from apps.runs.services.submit import Errors, priority_resolve, resources_resolve
+from apps.runs.services.submit import Errors, priority_resolve, resources_resolve, submitter_check
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import QueuedJob, WaitCode
@@ -27,7 +27,7 @@ from apps.scheduling.selectors import fmt_duration, reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
 from apps.scheduling.snapshot import CLASS_OF, budget_blocks, lags_load, params_key, snapshot_load, total_steps
 from apps.tenants.models import Project
-from apps.tenants.selectors import AnyUser, has_role
+from apps.tenants.selectors import AnyUser
 
 PROBE = "forecast"
 
@@ -121,8 +121,7 @@ def forecast_for_submission(*, user: AnyUser, project: Project, template: JobTem
                             resources: Any) -> Forecast:
     """The forecast for what `run_submit` would queue, checked the same way: ServiceError (400)
     naming every bad field, Forbidden below engineer. Sweeps queue one run per point; forecast a point."""
-    if not has_role(user=user, team_id=project.team_id, at_least="engineer"):
-        raise Forbidden("Only engineers of the project's team may submit runs.")
+    submitter_check(user=user, project=project)
     errors = Errors()
     if template.kind == TemplateKind.SWEEP:
         errors.add("template", "a sweep queues one run per point: ask for a forecast of one point's template")

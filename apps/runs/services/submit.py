@@ -256,6 +256,12 @@ def _admit_and_save(run: Run, *, project: Project, user: AnyUser) -> Run:
     return run
 
 
+def submitter_check(*, user: AnyUser, project: Project) -> None:
+    """Forbidden (403) below engineer of the project's team: who may submit, or ask what a submission would do."""
+    if not has_role(user=user, team_id=project.team_id, at_least="engineer"):
+        raise Forbidden("Only engineers of the project's team may submit runs.")
+
+
 def run_submit(
     *,
     project: Project,
@@ -276,8 +282,7 @@ def run_submit(
     Raises Forbidden for a role below engineer and ServiceError (400) naming every bad field;
     on any error nothing is written.
     """
-    if not has_role(user=user, team_id=project.team_id, at_least="engineer"):
-        raise Forbidden("Only engineers of the project's team may submit runs.")
+    submitter_check(user=user, project=project)
     errors = Errors()
     if not template.published:
         errors.add("template", f"{template} is not published")
