@@ -9,7 +9,7 @@ and no row is locked, so a user can ask as often as the form changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -25,7 +25,7 @@ from apps.scheduling.model import QueuedJob, WaitCode
 from apps.scheduling.predict import RuntimeQuery
 from apps.scheduling.selectors import fmt_duration, reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
-from apps.scheduling.snapshot import CLASS_OF, budget_blocks, lags_load, params_key, snapshot_load, total_steps
+from apps.scheduling.snapshot import CLASS_OF, budget_blocks, dt, lags_load, params_key, snapshot_load, total_steps
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser
 
@@ -48,10 +48,6 @@ class Forecast:
     start_low: datetime | None
     start_high: datetime | None
     summary: str
-
-
-def _dt(seconds: float | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, nodes: int, devices_per_node: int,
@@ -94,9 +90,9 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
         lags = lags_load(now=now, policies=dict(state.policies))
         estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
                                    max_ahead=MAX_AHEAD).get(PROBE)
-    start = _dt(estimate.start) if estimate else None
-    low = _dt(estimate.low) if estimate else None
-    high = _dt(estimate.high) if estimate else None
+    start = dt(estimate.start) if estimate else None
+    low = dt(estimate.low) if estimate else None
+    high = dt(estimate.high) if estimate else None
     if start is None:
         when = "no start can be estimated while it waits for this"
     else:

@@ -16,7 +16,7 @@ import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max
@@ -32,7 +32,7 @@ from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
-from apps.scheduling.snapshot import Snapshot, lags_load, snapshot_load
+from apps.scheduling.snapshot import Snapshot, dt, lags_load, snapshot_load
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ class PassResult:
     preempted: list[int] = field(default_factory=list)
     waiting: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-def _dt(seconds: float | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def _ensure_state_row() -> None:
@@ -125,7 +121,7 @@ def deadlines_fix(*, snap: Snapshot) -> int:
     rows: list[Run] = []
     for job_id, deadline in due.items():
         run = snap.queued[job_id]
-        run.queue_deadline = _dt(deadline)
+        run.queue_deadline = dt(deadline)
         rows.append(run)
     # The queued rows are locked by this pass (snapshot_load), so a plain bulk update is safe.
     Run.objects.bulk_update(rows, ["queue_deadline"], batch_size=BATCH)
@@ -290,7 +286,7 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
         run = snap.queued[entry.job_id]
         position[entry.pool] += 1
         e = est.get(entry.job_id)
-        start, low, high = (_dt(e.start), _dt(e.low), _dt(e.high)) if e is not None else (None, None, None)
+        start, low, high = (dt(e.start), dt(e.low), dt(e.high)) if e is not None else (None, None, None)
         message = message_for(message=entry.message, team=teams.get(entry.job_id, ""), teams=teams)
         first = run.queue_position is None
         if (run.queue_position != position[entry.pool] or run.reason_code != entry.code.value or run.status_reason != message

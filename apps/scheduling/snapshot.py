@@ -11,7 +11,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -52,6 +52,11 @@ USAGE_HALF_LIVES = 4
 
 def ts(value: datetime) -> float:
     return value.timestamp()
+
+
+def dt(seconds: float | None) -> datetime | None:
+    """The inverse of `ts`: epoch seconds (the core's clock) as an aware UTC datetime."""
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def policy_from_json(raw: Any) -> core.Policy:
