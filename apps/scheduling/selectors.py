@@ -21,8 +21,7 @@ from apps.runs.models import Run, RunStatus
 from apps.scheduling.model import WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.policies import explain_policy
-from apps.scheduling.predict import RuntimeQuery
-from apps.scheduling.snapshot import params_key, policy_from_json, predict_queued, predictor_load, total_steps
+from apps.scheduling.snapshot import policy_from_json, predict_queued, predictor_load, run_query
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
 ACCURACY_DAYS = 7
@@ -68,11 +67,7 @@ def run_predicted_runtime(*, run: Run) -> float:
     """Predicted total runtime of the run in seconds, from similar finished runs (never more than
     its max runtime; the max runtime itself when there is no history). For admission and display."""
     predictor = predictor_load(now=timezone.now())
-    steps_param = run.template.total_steps_param or ""
-    pred = predictor.predict(RuntimeQuery(
-        team=run.project.team.slug, job_type=run.template.slug, devices=int(run.nodes or 0) * int(run.devices_per_node or 0),
-        params_key=params_key(run.params or {}, steps_param), steps=total_steps(run.params or {}, steps_param),
-        template_max_runtime_s=float(run.max_runtime_s)))
+    pred = predictor.predict(run_query(run))
     return float(pred.runtime_s)
 
 

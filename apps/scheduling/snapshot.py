@@ -100,6 +100,15 @@ def total_steps(params: dict[str, Any], steps_param: str) -> float | None:
     return float(value)
 
 
+def run_query(run: Run, *, elapsed_s: float = 0.0, progress: Progress | None = None) -> RuntimeQuery:
+    """The predictor's question about one stored run: its team, template, size and steps."""
+    params, steps_param = run.params or {}, run.template.total_steps_param or ""
+    return RuntimeQuery(
+        team=run.project.team.slug, job_type=run.template.slug, devices=int(run.nodes or 0) * int(run.devices_per_node or 0),
+        params_key=params_key(params, steps_param), steps=total_steps(params, steps_param),
+        template_max_runtime_s=float(run.max_runtime_s), elapsed_s=elapsed_s, progress=progress)
+
+
 def predictor_load(*, now: datetime) -> RuntimePredictor:
     """A predictor fed with the runs that succeeded recently (oldest first)."""
     predictor = RuntimePredictor()
@@ -120,11 +129,7 @@ def predictor_load(*, now: datetime) -> RuntimePredictor:
 
 def predict_queued(predictor: RuntimePredictor, run: Run) -> RuntimePrediction:
     """Predicted runtime still ahead of a queued run: a resumed run only has what is left."""
-    pred = predictor.predict(RuntimeQuery(
-        team=run.project.team.slug, job_type=run.template.slug, devices=run.nodes * run.devices_per_node,
-        params_key=params_key(run.params or {}, run.template.total_steps_param or ""),
-        steps=total_steps(run.params or {}, run.template.total_steps_param or ""),
-        template_max_runtime_s=float(run.max_runtime_s)))
+    pred = predictor.predict(run_query(run))
     if run.total_steps and run.steps_done:
         left = max(0.05, 1.0 - min(1.0, run.steps_done / run.total_steps))
         return dataclasses.replace(pred, runtime_s=pred.runtime_s * left, low_s=pred.low_s * left, high_s=pred.high_s * left,
@@ -281,11 +286,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
         if run.total_steps and run.progress_at is not None and done_here > 0 and run.progress_at > started:
             rate = done_here / max(1e-3, ts(run.progress_at) - ts(started))
             progress = Progress(steps_done=float(run.steps_done), total_steps=float(run.total_steps), steps_per_s=rate)
-        pred = predictor.predict(RuntimeQuery(
-            team=run.project.team.slug, job_type=run.template.slug, devices=run.nodes * run.devices_per_node,
-            params_key=params_key(run.params or {}, run.template.total_steps_param or ""),
-            steps=total_steps(run.params or {}, run.template.total_steps_param or ""),
-            template_max_runtime_s=float(run.max_runtime_s), elapsed_s=elapsed, progress=progress))
+        pred = predictor.predict(run_query(run, elapsed_s=elapsed, progress=progress))
         ckpt = last_ckpt.get(run.pk)
         stopping = bool(attempt.stop_kind)
         end = now_s + min(float(run.grace_period_s), 60.0) if stopping else ts(started) + pred.runtime_s
