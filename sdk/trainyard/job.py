@@ -87,8 +87,6 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import math
-import operator
 import os
 import re
 import secrets
@@ -99,7 +97,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, cast
+from typing import IO, Any
+
+from trainyard._encoding import as_step, decode_number, dumps, encode_json, encode_metrics, metrics_line
 
 __all__ = [
     "Checkpoint",
@@ -138,16 +138,10 @@ METRICS_FILE = "metrics.jsonl"
 EVENTS_FILE = "events.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 LOCAL_ROOT = "trainyard-local"
-MAX_KEY_LENGTH = 200
 
 _CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
 _TEMP_NAME = re.compile(r"^\.ckpt-\d{10}\.a(\d+)\.[0-9a-f]+\.tmp$")
 _HASH_CHUNK = 1 << 20
-_KEY_CACHE_SIZE = 4096
-
-# What a metric value may be once encoded: a number, or one of the three non-finite strings.
-MetricValue = int | float | str
-
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
@@ -160,129 +154,6 @@ class Checkpoint:
     metrics: dict[str, float | int]
     attempt: int | None = None
     time: float | None = None
-
-
-# --- encoding -----------------------------------------------------------------------------
-
-
-def _encode_float(value: float) -> float | str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
-
-
-def _decode_number(value: object) -> float | int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return value
-    if value == "NaN":
-        return math.nan
-    if value == "Infinity":
-        return math.inf
-    if value == "-Infinity":
-        return -math.inf
-    return None
-
-
-def _metric_value(key: str, value: object) -> MetricValue:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return _encode_float(value)
-    if isinstance(value, str | bytes) or not hasattr(type(value), "__float__"):
-        raise TypeError(f"metric {key!r} must be a number, not {type(value).__name__}")
-    if hasattr(type(value), "__index__"):
-        # Integer numpy scalars and integer tensors stay ints; float tensors refuse __index__.
-        with contextlib.suppress(TypeError):
-            return operator.index(value)  # type: ignore[arg-type]
-    # numpy scalars, 0-d tensors and the like: anything that knows how to become a float.
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise TypeError(f"metric {key!r} cannot be turned into a number: {exc}") from exc
-    return _encode_float(number)
-
-
-def _check_key(key: object) -> str:
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
-        raise ValueError(f"metric keys must be non-empty strings of at most {MAX_KEY_LENGTH} characters, got {key!r}")
-    return key
-
-
-def _encode_metrics(metrics: Mapping[str, object]) -> dict[str, MetricValue]:
-    return {_check_key(key): _metric_value(key, value) for key, value in metrics.items()}
-
-
-def _json_key(key: object, cache: dict[str, str]) -> str:
-    """``key`` as a JSON string literal, validated once and then remembered."""
-    literal = cache.get(key) if isinstance(key, str) else None
-    if literal is None:
-        literal = json.dumps(_check_key(key))
-        if len(cache) < _KEY_CACHE_SIZE:
-            cache[cast(str, key)] = literal
-    return literal
-
-
-def _metrics_line(step: int, metrics: Mapping[str, object], keys: dict[str, str]) -> str:
-    """One metrics.jsonl line, built by hand: this is the hot path of a training loop.
-
-    json.dumps of a small dict costs several microseconds; formatting the common cases
-    (float and int values, already-seen keys) directly is about half that, and gives the
-    same strict JSON (``repr`` of a finite float is a valid JSON number and round-trips).
-    """
-    parts = []
-    for key, value in metrics.items():
-        kind = type(value)
-        if kind is float:
-            number = cast(float, value)
-            text = repr(number) if number - number == 0.0 else _dumps(_encode_float(number))
-        elif kind is int:
-            text = str(value)
-        else:
-            text = _dumps(_metric_value(str(key), value))
-        parts.append(_json_key(key, keys) + ":" + text)
-    return f'{{"step":{step},"time":{time.time()!r},"metrics":{{{",".join(parts)}}}}}\n'
-
-
-def _encode_json(value: object, where: str) -> Any:
-    """A strict-JSON copy of ``value``: non-finite floats as strings, paths as strings."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return _encode_float(value)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{where}: keys must be strings, got {key!r}")
-            out[key] = _encode_json(item, f"{where}.{key}")
-        return out
-    if isinstance(value, list | tuple):
-        return [_encode_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    raise TypeError(f"{where}: {type(value).__name__} is not JSON-serialisable")
-
-
-def _dumps(obj: object) -> str:
-    return json.dumps(obj, allow_nan=False, separators=(",", ":"))
-
-
-def _as_step(step: object, name: str = "step") -> int:
-    if isinstance(step, bool):
-        raise TypeError(f"{name} must be an int, not bool")
-    try:
-        value = operator.index(step)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int, not {type(step).__name__}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 # --- environment --------------------------------------------------------------------------
@@ -461,7 +332,7 @@ class _Session:
             self.metrics_fh.write(line)
 
     def write_event(self, event: dict[str, Any]) -> None:
-        line = _dumps(event) + "\n"
+        line = dumps(event) + "\n"
         with self.lock:
             if self.events_fh is None:
                 self.events_fh = self._open_append(EVENTS_FILE)
@@ -578,10 +449,10 @@ def log(step: int, **metrics: object) -> None:
     Values are ints, floats, or anything with ``__float__`` (numpy scalars, 0-d tensors).
     """
     session = _Current.session or _session()
-    step_value = step if type(step) is int and step >= 0 else _as_step(step)
+    step_value = step if type(step) is int and step >= 0 else as_step(step)
     if not metrics:
         raise ValueError("log() needs at least one metric")
-    line = _metrics_line(step_value, metrics, session.metric_keys)
+    line = metrics_line(step_value, metrics, session.metric_keys)
     if session.rank != 0:
         return
     session.write_metrics(line)
@@ -590,7 +461,7 @@ def log(step: int, **metrics: object) -> None:
 def set_total_steps(total_steps: int) -> None:
     """Announce how many steps the run will take, so the portal can show progress."""
     session = _session()
-    total = _as_step(total_steps, "total_steps")
+    total = as_step(total_steps, "total_steps")
     if session.rank != 0:
         return
     session.write_event({"type": "progress", "total_steps": total, "time": time.time()})
@@ -601,7 +472,7 @@ def record_lineage(**data: object) -> None:
     session = _session()
     if not data:
         raise ValueError("record_lineage() needs at least one field")
-    encoded = _encode_json(data, "lineage")
+    encoded = encode_json(data, "lineage")
     if session.rank != 0:
         return
     session.write_event({"type": "lineage", "data": encoded, "time": time.time()})
@@ -620,7 +491,7 @@ def checkpoint_due(step: int) -> bool:
     rank; the time part is per process, so all_reduce it if your checkpoint needs all ranks.
     """
     session = _session()
-    value = _as_step(step)
+    value = as_step(step)
     if session.every_steps > 0 and value > 0 and value % session.every_steps == 0:
         return True
     if session.every_seconds > 0:
@@ -639,8 +510,8 @@ def checkpoint(step: int, metrics: Mapping[str, object] | None = None) -> Iterat
     ``os.devnull`` and nothing is recorded (skip the save there if it is costly).
     """
     session = _session()
-    step_value = _as_step(step)
-    encoded_metrics = _encode_metrics(metrics or {})
+    step_value = as_step(step)
+    encoded_metrics = encode_metrics(metrics or {})
     if session.rank != 0:
         yield os.devnull
         session.last_checkpoint_time = time.monotonic()
@@ -680,7 +551,7 @@ def checkpoint(step: int, metrics: Mapping[str, object] | None = None) -> Iterat
     }
     index = directory / CHECKPOINTS_FILE
     with open(index, "a", encoding="utf-8") as fh:
-        fh.write(_dumps(record) + "\n")
+        fh.write(dumps(record) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
     _fsync_dir(directory)
@@ -767,7 +638,7 @@ def latest_checkpoint() -> Checkpoint | None:
         metrics: dict[str, float | int] = {}
         if isinstance(raw_metrics, dict):
             for key, value in raw_metrics.items():
-                number = _decode_number(value)
+                number = decode_number(value)
                 if number is not None:
                     metrics[key] = number
         raw_attempt = record.get("attempt")
