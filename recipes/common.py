@@ -1,4 +1,6 @@
-"""What the shipped recipes share: parameters, determinism, data, models, checkpoints, the loop.
+"""What the shipped recipes share: determinism, precision, checkpoints, the training loop.
+
+Parameters are checked in :mod:`recipes.schema`; the data and models are in :mod:`recipes.digits`.
 
 Determinism. ``seed_everything`` seeds Python, NumPy and torch, turns on
 ``torch.use_deterministic_algorithms(True)`` and pins torch to one CPU thread. The last one is
@@ -9,23 +11,6 @@ associative, so low bits differ between runs and between nodes with different co
 thread also stops several ranks on one node from oversubscribing its cores. The models here
 are tiny, so the cost is small. On CUDA, deterministic algorithms need
 ``CUBLAS_WORKSPACE_CONFIG``, which is set before CUDA starts.
-
-Data. scikit-learn's ``load_digits`` (1,797 8x8 images, shipped with scikit-learn; read by
-``read_digits``, which skips importing scikit-learn), split
-70/15/15 per class with a fixed seed (``SPLIT_SEED``), independent of the run's ``seed``, so
-that every run, fine-tune and evaluation agree on which images are held out. Pixels are scaled
-to [0, 1] and standardised with the statistics of the full 10-class train split, so a model
-pre-trained on some classes sees the same inputs when fine-tuned or evaluated on others. The
-``seed`` param drives initialisation, dropout and the data order.
-
-Data order. ``batch_size`` is the global batch of one optimizer step. The order of epoch ``e``
-is a permutation from a generator seeded with ``(seed, e)``; step ``g`` (0-based) takes batch
-``g mod B`` of epoch ``g div B`` (``B`` = full batches per epoch; the last partial batch is
-dropped). So a resumed attempt jumps straight to the next batch, skipping those already done,
-and sees exactly the data an uninterrupted run would. Under DDP each rank takes the disjoint
-``rank``-th slice of every global batch; each rank splits its slice into ``grad_accum``
-micro-batches. The maths of a step does not depend on ``grad_accum`` or the world size, up to
-rounding.
 
 Mixed precision (``amp``). On CUDA: autocast to bfloat16 (``amp_dtype="bfloat16"``, when the GPU
 supports it) or to float16 with a ``GradScaler`` (``amp_dtype="float16"``, or bfloat16 asked
@@ -48,19 +33,16 @@ attempt preempted.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import datetime
 import gc
-import gzip
 import hashlib
-import importlib.util
 import math
 import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -70,105 +52,12 @@ import torch.nn.functional as F
 import trainyard
 from torch import nn
 
-SPLIT_SEED = 0
-SPLIT_FRACTIONS = (0.70, 0.15, 0.15)  # train, val, test
-NUM_CLASSES = 10
+from recipes.digits import NUM_CLASSES, BatchPlan, ModelConfig, Split, build_model, freeze_leading_layers, load_digits_data
+from recipes.schema import ParamError, check_batch_layout
+
 EVAL_BATCH = 512
 CHECKPOINT_FORMAT = "trainyard-recipe-checkpoint/1"
 TRAINING_RECIPES = ("digits_classifier", "finetune", "ddp_train")
-
-# --- parameters ----------------------------------------------------------------------------
-
-
-class ParamError(ValueError):
-    """The run's parameters do not fit the recipe's schema."""
-
-
-def _type_ok(kind: str, value: object) -> bool:
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "null":
-        return value is None
-    raise ParamError(f"schema uses unsupported type {kind!r}")
-
-
-def _coerce(schema: Mapping[str, Any], value: Any) -> Any:
-    """JSON Schema counts 3.0 as an integer; make it the int the recipe code expects."""
-    kinds = schema.get("type")
-    allowed = [kinds] if isinstance(kinds, str) else list(kinds or [])
-    if "integer" in allowed and isinstance(value, float) and value.is_integer():
-        return int(value)
-    item_schema = schema.get("items")
-    if isinstance(value, list) and isinstance(item_schema, Mapping):
-        return [_coerce(item_schema, item) for item in value]
-    return value
-
-
-def _check_value(name: str, schema: Mapping[str, Any], value: object) -> list[str]:
-    """The subset of JSON Schema the recipes' PARAM_SCHEMA uses; errors as plain sentences."""
-    kinds = schema.get("type")
-    if kinds is not None:
-        allowed = [kinds] if isinstance(kinds, str) else list(kinds)
-        if not any(_type_ok(kind, value) for kind in allowed):
-            return [f"{name} must be of type {' or '.join(allowed)}, got {value!r}"]
-    errors: list[str] = []
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{name} must be one of {schema['enum']}, got {value!r}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{name} must be >= {schema['minimum']}, got {value}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{name} must be <= {schema['maximum']}, got {value}")
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            errors.append(f"{name} must be > {schema['exclusiveMinimum']}, got {value}")
-        if "exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"]:
-            errors.append(f"{name} must be < {schema['exclusiveMaximum']}, got {value}")
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append(f"{name} needs at least {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append(f"{name} takes at most {schema['maxItems']} items")
-        if schema.get("uniqueItems") and len(set(map(repr, value))) != len(value):
-            errors.append(f"{name} must not repeat items")
-        item_schema = schema.get("items")
-        if isinstance(item_schema, Mapping):
-            for i, item in enumerate(value):
-                errors.extend(_check_value(f"{name}[{i}]", item_schema, item))
-    return errors
-
-
-def check_batch_layout(params: Mapping[str, Any], world_size: int) -> None:
-    """The global batch must split evenly over ranks and then over micro-batches."""
-    batch_size, grad_accum = params["batch_size"], params["grad_accum"]
-    if batch_size % (world_size * grad_accum) != 0:
-        raise ParamError(f"batch_size ({batch_size}) must be divisible by world size x grad_accum ({world_size} x {grad_accum})")
-
-
-def resolve_params(schema: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``raw`` with the schema's defaults filled in, checked against the schema.
-
-    The server validates params with the template's schema before a run starts; checking again
-    here catches hand-run jobs and gives a readable error instead of a traceback.
-    """
-    properties: Mapping[str, Mapping[str, Any]] = schema["properties"]
-    errors = [f"unknown parameter {name!r}" for name in raw if name not in properties]
-    resolved: dict[str, Any] = {}
-    for name, prop in properties.items():
-        value = _coerce(prop, copy.deepcopy(raw[name] if name in raw else prop.get("default")))
-        errors.extend(_check_value(name, prop, value))
-        resolved[name] = value
-    if errors:
-        raise ParamError("; ".join(errors))
-    return resolved
-
 
 # --- determinism ----------------------------------------------------------------------------
 
@@ -229,234 +118,6 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
     cuda_states = state["cuda"]
     if cuda_states and torch.cuda.is_available():
         torch.cuda.set_rng_state(cuda_states[0])
-
-
-# --- data ----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Split:
-    x: torch.Tensor  # (n, 64) float32, normalised
-    y: torch.Tensor  # (n,) int64
-
-    def __len__(self) -> int:
-        return int(self.y.shape[0])
-
-
-@dataclasses.dataclass(frozen=True)
-class DigitsData:
-    train: Split
-    val: Split
-    test: Split
-    classes: tuple[int, ...]
-    dataset_sha256: str
-    split_sha256: str
-
-    def split(self, name: str) -> Split:
-        return {"train": self.train, "val": self.val, "test": self.test}[name]
-
-    def lineage(self) -> dict[str, Any]:
-        return {
-            "dataset": "sklearn.datasets.load_digits",
-            "dataset_sha256": self.dataset_sha256,
-            "split_seed": SPLIT_SEED,
-            "split_fractions": list(SPLIT_FRACTIONS),
-            "split_sha256": self.split_sha256,
-            "classes": list(self.classes),
-            "train_samples": len(self.train),
-            "val_samples": len(self.val),
-            "test_samples": len(self.test),
-        }
-
-
-def _stratified_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(SPLIT_SEED)
-    train, val, test = [], [], []
-    for cls in range(NUM_CLASSES):
-        members = rng.permutation(np.flatnonzero(labels == cls))
-        n_val = round(len(members) * SPLIT_FRACTIONS[1])
-        n_test = round(len(members) * SPLIT_FRACTIONS[2])
-        test.append(members[:n_test])
-        val.append(members[n_test : n_test + n_val])
-        train.append(members[n_test + n_val :])
-    return (
-        np.sort(np.concatenate(train)),
-        np.sort(np.concatenate(val)),
-        np.sort(np.concatenate(test)),
-    )
-
-
-def read_digits() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's digits as (1797x64 float64 pixels, 1797 int64 labels).
-
-    Exactly what ``sklearn.datasets.load_digits()`` returns (a test checks it), read straight
-    from the ``digits.csv.gz`` scikit-learn ships, as load_digits itself does: importing
-    scikit-learn costs 1-4 s per process, more than training a recipe, and every rank and
-    attempt pays it. Falls back to load_digits if the file is not where it used to be.
-    """
-    spec = importlib.util.find_spec("sklearn")
-    locations = spec.submodule_search_locations if spec is not None else None
-    if locations:
-        path = os.path.join(next(iter(locations)), "datasets", "data", "digits.csv.gz")
-        if os.path.isfile(path):
-            with gzip.open(path, mode="rt", encoding="utf-8") as fh:
-                table = np.loadtxt(fh, delimiter=",")
-            return table[:, :-1], table[:, -1].astype(int, copy=False)
-    from sklearn.datasets import load_digits  # type: ignore[import-untyped]  # slow; file moved
-
-    x, y = load_digits(return_X_y=True)
-    return np.asarray(x), np.asarray(y)
-
-
-def load_digits_data(classes: Sequence[int], device: torch.device) -> DigitsData:
-    """The digits data restricted to ``classes``, normalised, on ``device``."""
-    pixels, labels = read_digits()
-    raw_x = np.ascontiguousarray(pixels, dtype="<f8")
-    raw_y = np.ascontiguousarray(labels, dtype="<i8")
-    dataset_hash = hashlib.sha256(b"sklearn.datasets.load_digits\0")
-    dataset_hash.update(str(raw_x.shape).encode())
-    dataset_hash.update(raw_x.tobytes())
-    dataset_hash.update(raw_y.tobytes())
-
-    train_idx, val_idx, test_idx = _stratified_split(raw_y)
-    scaled = raw_x / 16.0
-    mean = scaled[train_idx].mean(axis=0)
-    std = np.maximum(scaled[train_idx].std(axis=0), 1e-6)  # border pixels are always 0
-    normalised = ((scaled - mean) / std).astype(np.float32)
-
-    wanted = np.asarray(sorted(set(classes)), dtype=np.int64)
-    split_hash = hashlib.sha256(f"split_seed={SPLIT_SEED};classes={wanted.tolist()}".encode())
-
-    def take(indices: np.ndarray) -> Split:
-        chosen = indices[np.isin(raw_y[indices], wanted)]
-        split_hash.update(np.ascontiguousarray(chosen, dtype="<i8").tobytes())
-        return Split(
-            x=torch.from_numpy(normalised[chosen]).to(device),
-            y=torch.from_numpy(raw_y[chosen].astype(np.int64)).to(device),
-        )
-
-    train, val, test = take(train_idx), take(val_idx), take(test_idx)
-    return DigitsData(
-        train=train,
-        val=val,
-        test=test,
-        classes=tuple(int(c) for c in wanted),
-        dataset_sha256=dataset_hash.hexdigest(),
-        split_sha256=split_hash.hexdigest(),
-    )
-
-
-def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
-    """The order of the training samples in ``epoch``: a permutation seeded with (seed, epoch)."""
-    return np.random.default_rng([seed, epoch]).permutation(n)
-
-
-class BatchPlan:
-    """Which sample indices global step ``g`` (0-based) uses, resumable at any step."""
-
-    def __init__(self, *, seed: int, n_samples: int, batch_size: int) -> None:
-        if batch_size > n_samples:
-            raise ParamError(f"batch_size {batch_size} exceeds the {n_samples} training samples of the chosen classes")
-        self.seed = seed
-        self.batch_size = batch_size
-        self.n_samples = n_samples
-        self.batches_per_epoch = n_samples // batch_size
-        self._epoch = -1
-        self._order = np.empty(0, dtype=np.int64)
-
-    def position(self, step_index: int) -> tuple[int, int]:
-        """(epoch, batch within the epoch) of global step ``step_index``."""
-        return divmod(step_index, self.batches_per_epoch)
-
-    def global_batch(self, step_index: int) -> np.ndarray:
-        epoch, batch = self.position(step_index)
-        if epoch != self._epoch:
-            self._order = epoch_order(self.seed, epoch, self.n_samples)
-            self._epoch = epoch
-        return self._order[batch * self.batch_size : (batch + 1) * self.batch_size]
-
-
-# --- models --------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    arch: str = "mlp"
-    hidden: int = 128
-    dropout: float = 0.1
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
-        return cls(arch=str(data["arch"]), hidden=int(data["hidden"]), dropout=float(data["dropout"]))
-
-
-class DigitsMLP(nn.Module):
-    """64 -> hidden -> hidden -> 10, ReLU and dropout between."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(64, config.hidden)
-        self.fc2 = nn.Linear(config.hidden, config.hidden)
-        self.head = nn.Linear(config.hidden, NUM_CLASSES)
-        self.drop = nn.Dropout(config.dropout)
-
-    @property
-    def layers(self) -> list[nn.Module]:
-        return [self.fc1, self.fc2, self.head]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.drop(F.relu(self.fc1(x)))
-        x = self.drop(F.relu(self.fc2(x)))
-        return self.head(x)  # type: ignore[no-any-return]
-
-
-class DigitsCNN(nn.Module):
-    """Two 3x3 conv + max-pool blocks on the 8x8 image, then hidden -> 10."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, kernel_size=3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
-        self.fc = nn.Linear(32 * 2 * 2, config.hidden)
-        self.head = nn.Linear(config.hidden, NUM_CLASSES)
-        self.drop = nn.Dropout(config.dropout)
-
-    @property
-    def layers(self) -> list[nn.Module]:
-        return [self.conv1, self.conv2, self.fc, self.head]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.view(-1, 1, 8, 8)
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = self.drop(F.relu(self.fc(x.flatten(1))))
-        return self.head(x)  # type: ignore[no-any-return]
-
-
-DigitsModel = DigitsMLP | DigitsCNN
-
-
-def build_model(config: ModelConfig) -> DigitsModel:
-    if config.arch == "mlp":
-        return DigitsMLP(config)
-    if config.arch == "cnn":
-        return DigitsCNN(config)
-    raise ParamError(f"unknown arch {config.arch!r}")
-
-
-def freeze_leading_layers(model: DigitsModel, count: int) -> None:
-    """Freeze the first ``count`` parameterised layers (at least one layer stays trainable)."""
-    layers = model.layers
-    if count >= len(layers):
-        raise ParamError(
-            f"freeze={count} would freeze every layer: a {type(model).__name__} has"
-            f" {len(layers)} layers, so freeze must be at most {len(layers) - 1}"
-        )
-    for layer in layers[:count]:
-        layer.requires_grad_(False)
 
 
 # --- precision and devices -----------------------------------------------------------------

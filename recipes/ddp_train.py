@@ -131,19 +131,19 @@ RECIPE = "ddp_train"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch and scikit-learn.
-    from recipes import common
+    from recipes import common, digits, schema
 
     def body() -> int:
         import trainyard
 
-        params = common.resolve_params(PARAM_SCHEMA, trainyard.params())
-        common.check_batch_layout(params, trainyard.world_size())
+        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
+        schema.check_batch_layout(params, trainyard.world_size())
         device = common.choose_device(trainyard.local_rank())
         with common.process_group(common.init_distributed(device)) as dist_info:
             spec = common.TrainSpec(
                 recipe=RECIPE,
                 params=params,
-                model_config=common.ModelConfig(arch=params["arch"], hidden=params["hidden"], dropout=params["dropout"]),
+                model_config=digits.ModelConfig(arch=params["arch"], hidden=params["hidden"], dropout=params["dropout"]),
             )
             resume = common.find_resume(RECIPE, dist_info)
             common.train(spec, resume=resume, dist_info=dist_info, device=device)

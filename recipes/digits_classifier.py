@@ -4,8 +4,8 @@
 
 Logs loss, accuracy, lr, throughput every optimizer step and val_loss, val_accuracy every
 ``eval_every`` steps and at the end; checkpoints when the portal's policy says so, at the end,
-and when preempted (then exits 0). See :mod:`recipes.common` for data, determinism and
-precision.
+and when preempted (then exits 0). See :mod:`recipes.digits` for the data and models, and
+:mod:`recipes.common` for determinism and precision.
 """
 
 from __future__ import annotations
@@ -125,18 +125,18 @@ RECIPE = "digits_classifier"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch and scikit-learn.
-    from recipes import common
+    from recipes import common, digits, schema
 
     def body() -> int:
         import trainyard
 
-        params = common.resolve_params(PARAM_SCHEMA, trainyard.params())
-        common.check_batch_layout(params, trainyard.world_size())
+        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
+        schema.check_batch_layout(params, trainyard.world_size())
         device = common.choose_device(trainyard.local_rank())
         spec = common.TrainSpec(
             recipe=RECIPE,
             params=params,
-            model_config=common.ModelConfig(arch=params["arch"], hidden=params["hidden"], dropout=params["dropout"]),
+            model_config=digits.ModelConfig(arch=params["arch"], hidden=params["hidden"], dropout=params["dropout"]),
         )
         dist_info = common.Dist()
         resume = common.find_resume(RECIPE, dist_info)

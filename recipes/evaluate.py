@@ -60,23 +60,23 @@ RECIPE = "evaluate"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch and scikit-learn.
-    from recipes import common
+    from recipes import common, digits, schema
 
     def body() -> int:
         import trainyard
 
-        params = common.resolve_params(PARAM_SCHEMA, trainyard.params())
+        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
         if trainyard.should_stop():
             return 0  # preempted before starting: nothing to save, the next attempt redoes it
         path = trainyard.init_checkpoint()
         if path is None:
-            raise common.ParamError("evaluate scores another run's checkpoint: TRAINYARD_INIT_CHECKPOINT is not set")
+            raise schema.ParamError("evaluate scores another run's checkpoint: TRAINYARD_INIT_CHECKPOINT is not set")
         state = common.load_state(path)
         sha256 = common.file_sha256(path)
         device = common.choose_device(trainyard.local_rank())
         common.seed_everything(0)
-        data = common.load_digits_data(params["classes"], device)
-        model = common.build_model(common.ModelConfig.from_dict(state["model_config"]))
+        data = digits.load_digits_data(params["classes"], device)
+        model = digits.build_model(digits.ModelConfig.from_dict(state["model_config"]))
         model.to(device)
         model.load_state_dict(state["model"])
         precision = common.choose_precision(device, params["amp"], params["amp_dtype"])

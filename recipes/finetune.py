@@ -120,13 +120,13 @@ RECIPE = "finetune"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch and scikit-learn.
-    from recipes import common
+    from recipes import common, digits, schema
 
     def body() -> int:
         import trainyard
 
-        params = common.resolve_params(PARAM_SCHEMA, trainyard.params())
-        common.check_batch_layout(params, trainyard.world_size())
+        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
+        schema.check_batch_layout(params, trainyard.world_size())
         device = common.choose_device(trainyard.local_rank())
         dist_info = common.Dist()
         resume = common.find_resume(RECIPE, dist_info)
@@ -135,22 +135,22 @@ def main() -> int:
             spec = common.TrainSpec(
                 recipe=RECIPE,
                 params=params,
-                model_config=common.ModelConfig.from_dict(resume.state["model_config"]),
+                model_config=digits.ModelConfig.from_dict(resume.state["model_config"]),
                 freeze=params["freeze"],
             )
         else:
             source_path = trainyard.init_checkpoint()
             if source_path is None:
-                raise common.ParamError("finetune starts from another run's checkpoint: TRAINYARD_INIT_CHECKPOINT is not set")
+                raise schema.ParamError("finetune starts from another run's checkpoint: TRAINYARD_INIT_CHECKPOINT is not set")
             source = common.load_state(source_path)
             if source.get("recipe") not in common.TRAINING_RECIPES:
-                raise common.ParamError(
+                raise schema.ParamError(
                     f"{source_path} was written by {source.get('recipe')!r}, not a training recipe ({', '.join(common.TRAINING_RECIPES)})"
                 )
             spec = common.TrainSpec(
                 recipe=RECIPE,
                 params=params,
-                model_config=common.ModelConfig.from_dict(source["model_config"]),
+                model_config=digits.ModelConfig.from_dict(source["model_config"]),
                 freeze=params["freeze"],
                 init_weights=source["model"],
                 reset_head=params["reset_head"],

@@ -231,17 +231,17 @@ def test_param_schema_is_draft_2020_12_with_defaults(recipe: str) -> None:
     assert list(validator.iter_errors(defaults)) == []
     assert list(validator.iter_errors({"surprise": 1}))  # additionalProperties false
 
-    from recipes import common
+    from recipes.schema import ParamError, resolve_params
 
-    assert common.resolve_params(schema, {}) == defaults
-    with pytest.raises(common.ParamError, match="unknown parameter"):
-        common.resolve_params(schema, {"surprise": 1})
+    assert resolve_params(schema, {}) == defaults
+    with pytest.raises(ParamError, match="unknown parameter"):
+        resolve_params(schema, {"surprise": 1})
 
 
 def test_resolve_params_agrees_with_jsonschema_on_bad_values() -> None:
     from jsonschema import Draft202012Validator
 
-    from recipes import common
+    from recipes import schema
     from recipes.digits_classifier import PARAM_SCHEMA
 
     validator = Draft202012Validator(PARAM_SCHEMA)
@@ -257,19 +257,19 @@ def test_resolve_params_agrees_with_jsonschema_on_bad_values() -> None:
         {"grad_accum": True},
     ):
         assert list(validator.iter_errors(bad)), bad
-        with pytest.raises(common.ParamError):
-            common.resolve_params(PARAM_SCHEMA, bad)
+        with pytest.raises(schema.ParamError):
+            schema.resolve_params(PARAM_SCHEMA, bad)
 
 
 def test_resolve_params_takes_whole_floats_as_integers_like_jsonschema() -> None:
     from jsonschema import Draft202012Validator
 
-    from recipes import common
+    from recipes import schema
     from recipes.digits_classifier import PARAM_SCHEMA
 
     raw = {"steps": 20.0, "classes": [1.0, 2]}
     assert list(Draft202012Validator(PARAM_SCHEMA).iter_errors(raw)) == []
-    resolved = common.resolve_params(PARAM_SCHEMA, raw)
+    resolved = schema.resolve_params(PARAM_SCHEMA, raw)
     assert resolved["steps"] == 20 and type(resolved["steps"]) is int
     assert resolved["classes"] == [1, 2] and all(type(c) is int for c in resolved["classes"])
 
@@ -286,9 +286,9 @@ def test_digits_come_from_scikit_learn_unchanged() -> None:
     np = pytest.importorskip("numpy")
     from sklearn.datasets import load_digits
 
-    from recipes import common
+    from recipes import digits
 
-    pixels, labels = common.read_digits()
+    pixels, labels = digits.read_digits()
     reference = load_digits()
     assert pixels.dtype == reference.data.dtype and labels.dtype == reference.target.dtype
     assert np.array_equal(pixels, reference.data)
@@ -297,17 +297,17 @@ def test_digits_come_from_scikit_learn_unchanged() -> None:
 
 def test_split_is_fixed_disjoint_and_class_filtered() -> None:
     torch = pytest.importorskip("torch")
-    from recipes import common
+    from recipes import digits
 
-    every = common.load_digits_data(range(10), torch.device("cpu"))
-    again = common.load_digits_data(range(10), torch.device("cpu"))
+    every = digits.load_digits_data(range(10), torch.device("cpu"))
+    again = digits.load_digits_data(range(10), torch.device("cpu"))
     assert (len(every.train), len(every.val), len(every.test)) == (1259, 269, 269)
     assert every.split_sha256 == again.split_sha256
     assert torch.equal(every.test.x, again.test.x)
     rows = {tuple(row.tolist()) for split in (every.train, every.val) for row in split.x}
     assert all(tuple(row.tolist()) not in rows for row in every.test.x[:50])
 
-    low = common.load_digits_data([0, 1, 2, 3, 4], torch.device("cpu"))
+    low = digits.load_digits_data([0, 1, 2, 3, 4], torch.device("cpu"))
     assert set(low.train.y.tolist()) == {0, 1, 2, 3, 4}
     assert low.dataset_sha256 == every.dataset_sha256
     assert low.split_sha256 != every.split_sha256
@@ -315,10 +315,10 @@ def test_split_is_fixed_disjoint_and_class_filtered() -> None:
 
 def test_batch_plan_resumes_mid_epoch_with_the_same_batches() -> None:
     np = pytest.importorskip("numpy")
-    from recipes import common
+    from recipes import digits
 
-    def plan() -> common.BatchPlan:
-        return common.BatchPlan(seed=5, n_samples=100, batch_size=30)
+    def plan() -> digits.BatchPlan:
+        return digits.BatchPlan(seed=5, n_samples=100, batch_size=30)
 
     uninterrupted = plan()
     straight = [uninterrupted.global_batch(g).copy() for g in range(12)]
