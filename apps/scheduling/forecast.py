@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.core.errors import ServiceError
+from apps.core.text import fmt_duration
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
 from apps.runs.services.params import params_resolve
@@ -23,7 +24,7 @@ from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import QueuedJob, WaitCode
 from apps.scheduling.predict import RuntimeQuery
-from apps.scheduling.selectors import fmt_duration, reason_label
+from apps.scheduling.selectors import reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
 from apps.scheduling.snapshot import CLASS_OF, budget_blocks, dt, lags_load, params_key, snapshot_load, total_steps
 from apps.tenants.models import Project

@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from apps.core.text import fmt_duration
 from apps.nodes.models import NodePool
 from apps.runs.models import Run, RunStatus
 from apps.scheduling.model import WaitCode
@@ -50,17 +51,6 @@ NOT_YET = "Waiting for the next scheduling pass"
 
 def reason_label(code: str) -> str:
     return REASON_LABELS.get(code, NOT_YET if not code else code.replace("_", " ").capitalize())
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = abs(seconds)
-    if seconds < 90:
-        return f"{round(seconds)} seconds"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} minutes"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} hours"
-    return f"{seconds / 86400:.1f} days"
 
 
 def run_predicted_runtime(*, run: Run) -> float:

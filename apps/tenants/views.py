@@ -14,6 +14,8 @@ from apps.tenants.selectors import project_list, team_list
 # Other apps add panels to the project page (spend, recent runs) without this app importing
 # them: each registers a callable (request, project) -> {"template", "data"} or None.
 PROJECT_PANELS: list[Callable[[HttpRequest, Project], dict[str, Any] | None]] = []
+# And cards above the project list, the signed-in home page (your runs): (request) -> panel or None.
+HOME_PANELS: list[Callable[[HttpRequest], dict[str, Any] | None]] = []
 
 
 @login_required
@@ -25,7 +27,8 @@ def project_list_page(request: HttpRequest) -> HttpResponse:
         team.role = roles.get(team.pk)  # type: ignore[attr-defined]
         team.project_rows = [p for p in projects if p.team_id == team.pk]  # type: ignore[attr-defined]
         teams.append(team)
-    return render(request, "tenants/project_list.html", {"teams": teams})
+    panels = [panel for panel in (make(request) for make in HOME_PANELS) if panel]
+    return render(request, "tenants/project_list.html", {"teams": teams, "panels": panels})
 
 
 @login_required

@@ -7,7 +7,14 @@ class TrackingConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.core.seeding import DEMO_SEEDERS
+        from apps.tenants.views import HOME_PANELS, PROJECT_PANELS
+        from apps.tracking import views
         from apps.tracking.seed import seed_tracking
 
         if seed_tracking not in DEMO_SEEDERS:
             DEMO_SEEDERS.append(seed_tracking)
+        # What the project's runs are doing comes before its spend and secrets.
+        if views.project_runs_panel not in PROJECT_PANELS:
+            PROJECT_PANELS.insert(0, views.project_runs_panel)
+        if views.home_runs_panel not in HOME_PANELS:
+            HOME_PANELS.append(views.home_runs_panel)

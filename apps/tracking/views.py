@@ -20,12 +20,15 @@ from django.template.defaultfilters import floatformat
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from apps.core.users import signed_in_user
 from apps.jobtemplates.models import JobTemplate
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.selectors import run_list
+from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
 from apps.tracking.models import MetricSummary
+from apps.tracking.overview import runs_overview
 
 TAG_FILTERS = ("owner", "task", "dataset", "candidate")
 PAGE_SIZE = 50
@@ -194,3 +197,20 @@ def compare_csv(request: HttpRequest) -> HttpResponse:
             row += [summary.get(s, "") for s in stats]
         writer.writerow(row)
     return response
+
+
+def project_runs_panel(request: HttpRequest, project: Project) -> dict[str, Any] | None:
+    """The runs card on the project page (registered first in PROJECT_PANELS)."""
+    runs = run_list(user=request.user).filter(project=project)
+    return {"template": "tracking/_runs_panel.html",
+            "data": {"title": "Runs", "all_url": f"/runs/?project={project.pk}", "empty": "No runs in this project yet.",
+                     **runs_overview(runs=runs)}}
+
+
+def home_runs_panel(request: HttpRequest) -> dict[str, Any] | None:
+    """Your runs, on the home page (registered in HOME_PANELS); nothing for someone who never submitted one."""
+    runs = run_list(user=request.user).filter(submitted_by=signed_in_user(request))
+    if not runs.exists():
+        return None
+    return {"template": "tracking/_runs_panel.html",
+            "data": {"title": "Your runs", "all_url": "/runs/", "empty": "", **runs_overview(runs=runs)}}

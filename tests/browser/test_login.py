@@ -57,7 +57,7 @@ def test_alice_logs_in_and_sees_only_her_team(live_stack: Any, browser_page: Any
     _assert_fits_the_screen(page)
     screenshot(page, "projects")
 
-    page.click("text=vision/digits")
+    page.get_by_role("link", name="vision/digits", exact=True).click()
     page.wait_for_url(f"**/projects/{_project_id(live_stack, 'vision', 'digits')}/")
     assert "alice" in page.inner_text("main")
     _assert_fits_the_screen(page)
