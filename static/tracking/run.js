@@ -23,6 +23,7 @@
     document.getElementById("progress-rate").textContent = p.steps_per_s ? `${p.steps_per_s.toFixed(2)} steps/s` : "–";
     document.getElementById("progress-eta").textContent = run.is_finished ? "done" : T.duration(p.eta_s);
     document.getElementById("run-cost").textContent = run.cost;
+    document.getElementById("run-cost-label").textContent = run.is_finished ? "Cost" : "Cost so far";
     showQueue(run.queue);
     if (run.is_finished) {
       const form = document.getElementById("cancel-form");

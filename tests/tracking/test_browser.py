@@ -80,7 +80,11 @@ def test_run_chart_updates_live_and_compare_view(live_stack: LiveStack, page: An
     assert page.evaluate("window.__sameDocument") is True
     assert chart_points(page, "loss") == 150 and chart_points(page, "accuracy") == 15
     assert page.inner_text("#run-status") == "running"
+    assert page.inner_text("#run-cost-label") == "Cost so far"
     page.screenshot(path=str(ARTIFACTS / "tracking-run-page.png"), full_page=True)
+    page.goto(f"{live_stack.url}/runs/{ids['compare'][0]}/")  # a finished run: its cost is final
+    page.wait_for_function("() => document.getElementById('run-cost').textContent.trim() !== ''")
+    assert page.inner_text("#run-status") == "succeeded" and page.inner_text("#run-cost-label") == "Cost"
 
     runs = ",".join(str(i) for i in ids["compare"])
     page.goto(f"{live_stack.url}/compare/?runs={runs}")
