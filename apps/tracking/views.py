@@ -204,7 +204,7 @@ def project_runs_panel(request: HttpRequest, project: Project) -> dict[str, Any]
     runs = run_list(user=request.user).filter(project=project)
     return {"template": "tracking/_runs_panel.html",
             "data": {"title": "Runs", "all_url": f"/runs/?project={project.pk}", "empty": "No runs in this project yet.",
-                     **runs_overview(runs=runs)}}
+                     "src": f"/runs/overview/?project={project.pk}", **runs_overview(runs=runs)}}
 
 
 def home_runs_panel(request: HttpRequest) -> dict[str, Any] | None:
@@ -213,4 +213,19 @@ def home_runs_panel(request: HttpRequest) -> dict[str, Any] | None:
     if not runs.exists():
         return None
     return {"template": "tracking/_runs_panel.html",
-            "data": {"title": "Your runs", "all_url": "/runs/", "empty": "", **runs_overview(runs=runs)}}
+            "data": {"title": "Your runs", "all_url": "/runs/", "empty": "", "src": "/runs/overview/", **runs_overview(runs=runs)}}
+
+
+@login_required
+def runs_overview_fragment(request: HttpRequest) -> HttpResponse:
+    """The runs card alone, which the home and project pages fetch to keep it current."""
+    project_id = request.GET.get("project", "")
+    if project_id:
+        if not project_id.isdigit():
+            raise Http404("No such project.")
+        panel = project_runs_panel(request, get_object_or_404(project_list(user=request.user), pk=int(project_id)))
+    else:
+        panel = home_runs_panel(request)
+    if panel is None:
+        return HttpResponse(status=204)
+    return render(request, panel["template"], {"data": panel["data"], "fragment": True})

@@ -279,6 +279,7 @@ COLLECTIONS: dict[str, Factory | Query] = {
     "compare/": Query(make_run, "runs={pk}"),
     "compare/export.csv": Query(make_run, "runs={pk}"),
     "runs/new/": Query(make_project, "project={pk}"),
+    "runs/overview/": Query(make_project, "project={pk}"),
 }
 # What bob's objects are called: none of it may show on a page alice gets for them.
 BOB_MARKERS = ("tiny-lm", "Tiny LM", "nlp-run")

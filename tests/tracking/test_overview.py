@@ -79,3 +79,21 @@ def test_home_shows_your_runs_and_the_project_page_its_runs(cast: Any) -> None:
 
     # Someone who never submitted a run (finance) gets no empty card.
     assert "Your runs" not in _page(cast.carol, "/projects/")
+
+
+def test_the_card_alone_keeps_the_pages_current(cast: Any) -> None:
+    run = make_run(cast.digits, name="alices-run", status=RunStatus.QUEUED, queue_position=3, submitted_by=cast.alice)
+    client = Client()
+    client.force_login(cast.alice)
+    card = client.get("/runs/overview/").content.decode()
+    assert "#3 in pool track" in card and "<section" not in card  # the inside of the card, to swap in
+    assert "alices-run" in client.get(f"/runs/overview/?project={cast.digits.pk}").content.decode()
+    # Another team's project, or a made-up one, is a 404; a user with no runs gets no card at all.
+    assert client.get(f"/runs/overview/?project={cast.tinylm.pk}").status_code == 404
+    assert client.get("/runs/overview/?project=x").status_code == 404
+    carol = Client()
+    carol.force_login(cast.carol)
+    assert carol.get("/runs/overview/").status_code == 204
+    run.status = RunStatus.RUNNING
+    run.save()
+    assert "running for" in client.get("/runs/overview/").content.decode()
