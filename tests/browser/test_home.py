@@ -16,10 +16,9 @@ def test_home_card_follows_a_run_live(live_stack: Any, browser_page: Any) -> Non
     page = browser_page
     token = live_stack.token("alice")
     # No worker runs in this stack, so the run stays queued until it is cancelled below.
-    run = live_stack.api("POST", "/api/v1/runs/", {"project": "vision/digits", "template": "digits-classifier", "params": {},
-                                                         "tags": {"task": "digits", "dataset": "sklearn-digits", "candidate": "baseline",
-                                                                  "family": "home-card"}},
-                         token=token, expect=201)
+    tags = {"task": "digits", "dataset": "sklearn-digits", "candidate": "baseline", "family": "home-card"}
+    body = {"project": "vision/digits", "template": "digits-classifier", "params": {}, "tags": tags}
+    run = live_stack.api("POST", "/api/v1/runs/", body, token=token, expect=201)
     login(page, live_stack, "alice")
     page.goto(live_stack.url + "/")
     card = page.locator("#runs-panel")
