@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.browser import login, screenshot
+from tests.fixtures.browser import login, page_in_new_context, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
@@ -36,13 +36,8 @@ OVERFLOWING = """() => {
 
 @pytest.fixture
 def phone_page(chromium: Any) -> Iterator[Any]:
-    context = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    try:
+    with page_in_new_context(chromium, viewport=PHONE, is_mobile=True, has_touch=True) as page:
         yield page
-    finally:
-        context.close()
 
 
 def _assert_fits(page: Any, name: str) -> None:
