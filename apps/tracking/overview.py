@@ -49,7 +49,9 @@ def _standing(run: Run, now: datetime) -> str:
 
 def _ended(run: Run, now: datetime) -> str:
     finished = run.finished_at or run.updated_at
-    line = f"{run.get_status_display().lower()} {timesince(finished, now)} ago"
+    # timesince says "0 minutes" for the first minute.
+    when = "just now" if (now - finished).total_seconds() < 60 else f"{timesince(finished, now)} ago"
+    line = f"{run.get_status_display().lower()} {when}"
     if run.started_at:
         line += f" after {fmt_duration((finished - run.started_at).total_seconds())}"
     return line

@@ -34,23 +34,25 @@ def test_overview_orders_and_words(cast: Any) -> None:
     done = make_run(cast.digits, name="done", status=RunStatus.SUCCEEDED, started_at=ago - timedelta(hours=2),
                     finished_at=ago - timedelta(hours=1, minutes=30))
     failed = make_run(cast.digits, name="broke", status=RunStatus.FAILED, started_at=ago, finished_at=ago + timedelta(minutes=2))
+    just = make_run(cast.digits, name="just", status=RunStatus.CANCELLED, finished_at=now - timedelta(seconds=20))
     make_run(cast.digits, name="old", status=RunStatus.SUCCEEDED, started_at=now - timedelta(days=30),
              finished_at=now - timedelta(days=29))
 
     view = runs_overview(runs=cast.digits.runs.all(), now=now)
 
     assert [r["pk"] for r in view["active"]] == [running.pk, queued_1.pk, queued_2.pk]
-    assert (view["running"], view["waiting"], view["succeeded"], view["failed"]) == (1, 2, 1, 1)
+    assert (view["running"], view["waiting"], view["succeeded"], view["failed"], view["cancelled"]) == (1, 2, 1, 1, 1)
     busy, first, second = (r["words"] for r in view["active"])
     # 500 steps in the 5 minutes between start and last progress: 1,500 left at that pace is 15 minutes.
     assert busy == "500 of 2,000 steps · about 15 minutes left"
     assert view["active"][0]["pct"] == 25
     assert first.startswith("#1 in pool track · starts in about 40 seconds (")
     assert second.startswith("#2 in pool track · starts in about 20 minutes (")
-    assert [r["pk"] for r in view["recent"]][:2] == [failed.pk, done.pk]
+    assert [r["pk"] for r in view["recent"]][:3] == [just.pk, failed.pk, done.pk]
+    assert view["recent"][0]["words"] == "cancelled just now"
     # timesince keeps "8 minutes" together with a no-break space.
-    assert view["recent"][0]["words"].replace("\xa0", " ") == "failed 8 minutes ago after 2 minutes"
-    assert view["recent"][1]["words"].endswith("ago after 30 minutes")
+    assert view["recent"][1]["words"].replace("\xa0", " ") == "failed 8 minutes ago after 2 minutes"
+    assert view["recent"][2]["words"].endswith("ago after 30 minutes")
 
 
 def test_overview_of_a_queued_run_the_scheduler_has_not_seen(cast: Any) -> None:
