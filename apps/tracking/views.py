@@ -199,12 +199,15 @@ def compare_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def _runs_panel(runs: QuerySet[Run], *, title: str, all_url: str, src: str, empty: str = "") -> dict[str, Any]:
+    return {"template": "tracking/_runs_panel.html",
+            "data": {"title": title, "all_url": all_url, "src": src, "empty": empty, **runs_overview(runs=runs)}}
+
+
 def project_runs_panel(request: HttpRequest, project: Project) -> dict[str, Any] | None:
     """The runs card on the project page (registered first in PROJECT_PANELS)."""
-    runs = run_list(user=request.user).filter(project=project)
-    return {"template": "tracking/_runs_panel.html",
-            "data": {"title": "Runs", "all_url": f"/runs/?project={project.pk}", "empty": "No runs in this project yet.",
-                     "src": f"/runs/overview/?project={project.pk}", **runs_overview(runs=runs)}}
+    return _runs_panel(run_list(user=request.user).filter(project=project), title="Runs", all_url=f"/runs/?project={project.pk}",
+                       src=f"/runs/overview/?project={project.pk}", empty="No runs in this project yet.")
 
 
 def home_runs_panel(request: HttpRequest) -> dict[str, Any] | None:
@@ -212,8 +215,7 @@ def home_runs_panel(request: HttpRequest) -> dict[str, Any] | None:
     runs = run_list(user=request.user).filter(submitted_by=signed_in_user(request))
     if not runs.exists():
         return None
-    return {"template": "tracking/_runs_panel.html",
-            "data": {"title": "Your runs", "all_url": "/runs/", "empty": "", "src": "/runs/overview/", **runs_overview(runs=runs)}}
+    return _runs_panel(runs, title="Your runs", all_url="/runs/", src="/runs/overview/")
 
 
 @login_required
