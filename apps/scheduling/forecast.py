@@ -60,7 +60,7 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
     prediction = snap.predictor.predict(RuntimeQuery(
         team=project.team.slug, job_type=template.slug, devices=nodes * devices_per_node,
         params_key=params_key(params, steps_param),
-        steps=total_steps(params, steps_param), template_max_runtime_s=float(max_runtime_s)))
+        steps=total_steps(params, steps_param), template_max_runtime_s=float(max_runtime_s), pool=pool.name))
     block = budget_blocks([project], now).get(project.pk)
     probe = QueuedJob(
         id=PROBE, team=project.team.slug, pool=pool.name, priority_class=CLASS_OF.get(priority, core.PriorityClass.NORMAL),

@@ -13,6 +13,11 @@ comes the mean over a longer window (`mean_s`): the right figure wherever many p
 summed, as in a queue-wait estimate, where summing medians of a heavy-tailed distribution
 underestimates the work ahead many times over.
 
+Hardware sets the pace: where a run names its pool and that pool has finished at least
+`min_samples` runs of the same team, template and devices (same parameters, or scaled by steps),
+those alone predict it, mean included. Otherwise history from every pool does. A run for a new
+pool of faster GPUs is then not predicted at the old pool's pace once a few have finished there.
+
 A running run is predicted from its progress (steps done, total steps, current rate) when it
 reports them; otherwise from the same history conditioned on having already run `elapsed_s`
 (a run that outlived most of its peers is probably one of the long ones).
@@ -22,6 +27,7 @@ Only runs that have finished feed the history; the run being predicted never doe
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Iterable
@@ -41,6 +47,8 @@ class FinishedRun:
     params_key: str = ""
     # Total optimizer steps the run was asked for (its template's steps parameter), if known.
     steps: float | None = None
+    # The pool (hardware class) it ran on; "" when unknown or when there is only one.
+    pool: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,7 @@ class RuntimeQuery:
     params_key: str = ""
     template_max_runtime_s: float | None = None
     steps: float | None = None
+    pool: str = ""
     # For a running job: how long it has run so far, and its live progress if reported.
     elapsed_s: float = 0.0
     progress: Progress | None = None
@@ -155,11 +164,15 @@ class RuntimePredictor:
         self._history: dict[HistoryKey, _Window] = {}
         # Seconds per step of finished runs that said their total steps, by team+type+devices.
         self._per_step: dict[HistoryKey, _Window] = {}
-        self._cache: dict[tuple[HistoryKey, ...], RuntimePrediction] = {}
+        self._cache: dict[tuple[str, ...], RuntimePrediction] = {}
 
     @staticmethod
-    def _keys(team: str, job_type: str, devices: int, params_key: str) -> tuple[HistoryKey, ...]:
+    def _keys(team: str, job_type: str, devices: int, params_key: str, pool: str = "") -> tuple[HistoryKey, ...]:
+        """History keys, narrowest first. With a pool, only the two narrowest (the ones that
+        `_levels(..., narrow=True)` reads), under a prefix of their own."""
         d = str(devices)
+        if pool:
+            return (("pool p", pool, team, job_type, params_key, d), ("pool d", pool, team, job_type, d))
         return (
             ("p", team, job_type, params_key, d),
             ("d", team, job_type, d),
@@ -169,31 +182,44 @@ class RuntimePredictor:
         )
 
     def observe(self, run: FinishedRun) -> None:
-        for key in self._keys(run.team, run.job_type, run.devices, run.params_key):
-            window = self._history.get(key)
-            if window is None:
-                window = self._history[key] = _Window(self.window, self.mean_window)
-            window.add(max(0.0, run.runtime_s))
-        if run.steps is not None and run.steps > 0:
-            key = self._keys(run.team, run.job_type, run.devices, "")[1]
-            window = self._per_step.get(key)
-            if window is None:
-                window = self._per_step[key] = _Window(self.window, self.mean_window)
-            window.add(max(0.0, run.runtime_s) / run.steps)
+        runtime = max(0.0, run.runtime_s)
+        for pool in ("", run.pool) if run.pool else ("",):
+            keys = self._keys(run.team, run.job_type, run.devices, run.params_key, pool)
+            for key in keys:
+                self._window(self._history, key).add(runtime)
+            if run.steps is not None and run.steps > 0:
+                self._window(self._per_step, keys[1]).add(runtime / run.steps)
         # Invalidate everything: cheap, and a finished run can change several cached answers.
         self._cache.clear()
+
+    def _window(self, windows: dict[HistoryKey, _Window], key: HistoryKey) -> _Window:
+        window = windows.get(key)
+        if window is None:
+            window = windows[key] = _Window(self.window, self.mean_window)
+        return window
 
     def predict(self, query: RuntimeQuery) -> RuntimePrediction:
         if query.progress is not None and query.progress.steps_per_s > 0 and query.progress.total_steps > 0:
             return self._from_progress(query)
-        keys = self._keys(query.team, query.job_type, query.devices, query.params_key)
-        if query.elapsed_s <= 0:
-            cache_key = (*keys, ("max", str(query.template_max_runtime_s)), ("steps", str(query.steps)))
-            hit = self._cache.get(cache_key)
-            if hit is None:
-                hit = self._cache[cache_key] = self._from_history(keys, query, 0.0)
-            return hit
-        return self._from_history(keys, query, query.elapsed_s)
+        if query.elapsed_s > 0:
+            return self._predict(query, query.elapsed_s)
+        cache_key = (query.team, query.job_type, str(query.devices), query.params_key, query.pool,
+                     str(query.template_max_runtime_s), str(query.steps))
+        hit = self._cache.get(cache_key)
+        if hit is None:
+            hit = self._cache[cache_key] = self._predict(query, 0.0)
+        return hit
+
+    def _predict(self, query: RuntimeQuery, elapsed: float) -> RuntimePrediction:
+        if query.pool:
+            local = self._from_history(
+                self._keys(query.team, query.job_type, query.devices, query.params_key, query.pool), query, elapsed,
+                narrow=True)
+            if local is not None:
+                return dataclasses.replace(local, basis=f"{local.basis} on pool {query.pool}")
+        found = self._from_history(self._keys(query.team, query.job_type, query.devices, query.params_key), query, elapsed)
+        assert found is not None  # only a narrow search comes back empty-handed
+        return found
 
     def _from_progress(self, query: RuntimeQuery) -> RuntimePrediction:
         assert query.progress is not None
@@ -218,7 +244,7 @@ class RuntimePredictor:
         out: they mix runs of any length and would put it back among them (for the mean too,
         which wants more samples than the per-step window may have yet)."""
         levels: list[tuple[str, _Window, float]] = []
-        for name, key in zip(self.LEVELS, keys, strict=True):
+        for name, key in zip(self.LEVELS[: len(keys)], keys, strict=True):
             window = self._history.get(key)
             if window is not None:
                 levels.append((name, window, 1.0))
@@ -230,10 +256,16 @@ class RuntimePredictor:
         return levels
 
     def _from_history(
-        self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float
-    ) -> RuntimePrediction:
+        self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float, *, narrow: bool = False
+    ) -> RuntimePrediction | None:
+        """The prediction from these keys' history. `narrow` (one pool's keys): only from a level
+        with `min_samples` peers, and None when there is none, so the caller can widen to every pool."""
         cap = query.template_max_runtime_s
         levels = self._levels(keys, query)
+        if narrow:
+            levels = [level for level in levels if len(level[1].ordered) >= self.min_samples]
+            if not levels:
+                return None
         mean = self._mean(levels, elapsed)
         if mean is not None and cap is not None:
             mean = min(mean, max(cap, elapsed))
@@ -246,6 +278,8 @@ class RuntimePredictor:
                 return self._summarise(window, start, name, scale, cap, elapsed, mean)
             if count > 0 and fallback is None:
                 fallback = (name, window, scale, start)
+        if narrow:
+            return None
         if fallback is not None:
             name, window, scale, start = fallback
             return self._summarise(window, start, name, scale, cap, elapsed, mean)

@@ -106,7 +106,7 @@ def run_query(run: Run, *, elapsed_s: float = 0.0, progress: Progress | None = N
     return RuntimeQuery(
         team=run.project.team.slug, job_type=run.template.slug, devices=int(run.nodes or 0) * int(run.devices_per_node or 0),
         params_key=params_key(params, steps_param), steps=total_steps(params, steps_param),
-        template_max_runtime_s=float(run.max_runtime_s), elapsed_s=elapsed_s, progress=progress)
+        template_max_runtime_s=float(run.max_runtime_s), elapsed_s=elapsed_s, progress=progress, pool=run.pool.name)
 
 
 def predictor_load(*, now: datetime) -> RuntimePredictor:
@@ -117,13 +117,13 @@ def predictor_load(*, now: datetime) -> RuntimePredictor:
                            started_at__isnull=False)
         .order_by("-finished_at")
         .values_list("project__team__slug", "template__slug", "nodes", "devices_per_node", "started_at", "finished_at",
-                     "params", "template__total_steps_param")[:HISTORY_RUNS]
+                     "params", "template__total_steps_param", "pool__name")[:HISTORY_RUNS]
     )
-    for team, slug, nodes, dpn, started, finished, params, steps_param in reversed(list(rows)):
+    for team, slug, nodes, dpn, started, finished, params, steps_param, pool in reversed(list(rows)):
         predictor.observe(FinishedRun(team=team, job_type=slug, devices=nodes * dpn,
                                       runtime_s=max(0.0, ts(finished) - ts(started)), finished_at=ts(finished),
                                       params_key=params_key(params or {}, steps_param or ""),
-                                      steps=total_steps(params or {}, steps_param or "")))
+                                      steps=total_steps(params or {}, steps_param or ""), pool=pool or ""))
     return predictor
 
 

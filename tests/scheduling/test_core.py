@@ -566,6 +566,34 @@ def test_estimate_counts_expected_arrivals_that_overtake() -> None:
     assert simulate_starts(s, arrivals=soon).starts["long"] == 1300
 
 
+def test_predictor_prefers_the_pool_it_will_run_on() -> None:
+    p = RuntimePredictor(mean_min_samples=3)
+    # Plenty of history from slow hardware: 1 s a step on pool "a10".
+    for i in range(10):
+        p.observe(FinishedRun("t", "job", 1, 1000.0, finished_at=float(i), params_key="steps=1000", steps=1000, pool="a10"))
+    query = RuntimeQuery("t", "job", 1, params_key="steps=2000", steps=2000, pool="h100")
+    slow = p.predict(query)
+    assert slow.runtime_s == pytest.approx(2000.0) and "on pool" not in slow.basis
+    # Two runs on the new pool are not enough to go on: still every pool's history.
+    for i in range(2):
+        p.observe(FinishedRun("t", "job", 1, 100.0, finished_at=20.0 + i, params_key="steps=1000", steps=1000, pool="h100"))
+    assert p.predict(query).runtime_s == pytest.approx(2000.0)
+    # A third settles it: the point estimate and the mean (what waits add up) follow the new pool.
+    p.observe(FinishedRun("t", "job", 1, 100.0, finished_at=30.0, params_key="steps=1000", steps=1000, pool="h100"))
+    fast = p.predict(query)
+    assert fast.runtime_s == pytest.approx(200.0) and fast.mean_s == pytest.approx(200.0)
+    assert fast.basis == "history: team+type+devices, per step on pool h100"
+    # The very same parameters on the pool still come first, as without pools.
+    same = p.predict(replace(query, params_key="steps=1000", steps=1000))
+    assert same.runtime_s == 100.0 and same.basis == "history: team+type+params+devices on pool h100"
+    # The old pool keeps its own pace, and a run that names no pool sees all of it.
+    assert p.predict(replace(query, pool="a10")).runtime_s == pytest.approx(2000.0)
+    assert p.predict(replace(query, pool="")).basis == "history: team+type+devices, per step"
+    # A running run that outlived all its pool's peers widens to every pool's history.
+    survivor = p.predict(replace(query, params_key="steps=1000", steps=1000, elapsed_s=500.0))
+    assert "on pool" not in survivor.basis and survivor.runtime_s == pytest.approx(1000.0)
+
+
 def test_predictor_mean_is_for_sums_and_survivors() -> None:
     p = RuntimePredictor(mean_min_samples=3)
     for value in (100, 200, 300, 400, 5000, 6000, 7000):

@@ -239,6 +239,22 @@ def test_predicted_runtime_uses_history_then_falls_back_to_max(cast: Any, pool: 
     assert run_predicted_runtime(run=run) == pytest.approx(120.0, abs=1.0)
 
 
+def test_predicted_runtime_follows_the_runs_pool(cast: Any, pool: NodePool) -> None:
+    # A faster pool joins after plenty of history on the old one: once three runs have finished
+    # there, its runs are predicted at its own pace, not at the old pool's.
+    fast = NodePool.objects.create(name="h100")
+    now = timezone.now()
+    for i in range(6):
+        make(cast, pool, status=RunStatus.SUCCEEDED, started_at=now - timedelta(hours=2, seconds=500 + i),
+             finished_at=now - timedelta(hours=2, seconds=i))
+    queued = make(cast, fast, max_runtime_s=900)
+    assert run_predicted_runtime(run=queued) == pytest.approx(500.0, abs=5.0)
+    for i in range(3):
+        make(cast, fast, status=RunStatus.SUCCEEDED, started_at=now - timedelta(seconds=60 + i), finished_at=now - timedelta(seconds=10))
+    assert run_predicted_runtime(run=queued) == pytest.approx(50.0, abs=2.0)
+    assert run_predicted_runtime(run=make(cast, pool)) == pytest.approx(500.0, abs=5.0)
+
+
 def test_requests_coalesce(cast: Any, pool: NodePool) -> None:
     register(pool, "n1")
     asked = time.time()
