@@ -168,8 +168,8 @@ class RuntimePredictor:
 
     @staticmethod
     def _keys(team: str, job_type: str, devices: int, params_key: str, pool: str = "") -> tuple[HistoryKey, ...]:
-        """History keys, narrowest first. With a pool, only the two narrowest (the ones that
-        `_levels(..., narrow=True)` reads), under a prefix of their own."""
+        """History keys, narrowest first. With a pool, only the two narrowest (all that a pool's
+        own search, `_from_history(..., narrow=True)`, reads), under a prefix of their own."""
         d = str(devices)
         if pool:
             return (("pool p", pool, team, job_type, params_key, d), ("pool d", pool, team, job_type, d))
