@@ -26,7 +26,14 @@ def audit_record(
     user = actor if actor is not None else ctx.user
     if user is not None and not getattr(user, "is_authenticated", False):
         user = None
-    label = actor_label or ctx.label or (user.get_username() if user is not None else "system")
+    if actor_label:
+        label = actor_label
+    elif actor is not None and user is not None:
+        # A caller that names the user (a service called with `user=`) wins over the context,
+        # whose label outside a request is "system".
+        label = user.get_username()
+    else:
+        label = ctx.label or (user.get_username() if user is not None else "system")
     if target is not None:
         object_type = object_type or target._meta.label_lower
         object_id = object_id or str(target.pk)

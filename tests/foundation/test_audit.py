@@ -11,6 +11,7 @@ from django.test import Client
 
 from apps.audit.context import acting_as
 from apps.audit.models import AuditEvent
+from apps.audit.services import audit_record
 from apps.tenants import services
 from apps.tenants.models import Membership, Project, Role, Team
 
@@ -71,6 +72,15 @@ def test_non_user_actor_is_named(cast: Any) -> None:
         services.team_create(slug="robots", name="Robots")
     event = _last("team.create")
     assert event.actor is None and event.actor_label == "agent:gpu-01"
+
+
+def test_a_named_user_outside_a_request_is_recorded_by_name(cast: Any) -> None:
+    # A service handed `user=` from a task or a shell: the event names that user, not "system".
+    audit_record(action="run.cancel_requested", object_type="runs.run", object_id=1, actor=cast.bob)
+    event = _last("run.cancel_requested")
+    assert event.actor == cast.bob and event.actor_label == "bob"
+    audit_record(action="run.cancel_requested", object_type="runs.run", object_id=1)
+    assert _last("run.cancel_requested").actor_label == "system"
 
 
 # --- the API -------------------------------------------------------------------------------
