@@ -27,6 +27,7 @@ from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
+from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary
 from apps.tracking.overview import runs_overview
 
@@ -140,8 +141,10 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(run_list(user=request.user).prefetch_related(attempts_read), pk=pk)
     history = list(run.attempts.all())
     attempts = selectors.attempt_timeline(run=run, attempts=history)
+    events, older_events = run_history(run=run, attempts=history)
     return render(request, "tracking/run_detail.html", {
         "run": run, "progress": selectors.run_progress(run=run), "cost": selectors.run_cost(run=run),
+        "events": events, "older_events": older_events,
         "lineage": selectors.run_lineage(run=run, attempt=history[-1] if history else None), "attempts": attempts,
         "page_data": {"run": run.pk, "finished": run.is_finished, "attempts": attempts},
     })
