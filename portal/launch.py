@@ -18,6 +18,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+# On Ctrl-C the agent drains: a running job gets AGENT_DRAIN_S to finish, then SIGTERM and its
+# grace period (30 s by default) to checkpoint; it goes back in the queue and resumes on the next
+# start. The agent then ships what is left (at most 15 s). Past AGENT_STOP_S it is killed, and
+# a job it still ran is killed when the agent next starts.
+AGENT_DRAIN_S = 5
+AGENT_STOP_S = 90.0
+OTHER_STOP_S = 10.0
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -47,6 +54,7 @@ class Launcher:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.signals = 0
 
     def manage(self, *args: str) -> str:
         result = subprocess.run([PY, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True)
@@ -97,29 +105,26 @@ class Launcher:
         _wait_port(self.host, self.port, "web", web)
         token = self.manage("agent_join_token", "--pool", "local", "--name", "make-run", "--ttl-hours", "1").strip()
         self.spawn("agent", [PY, "-m", "agents", "--server", url, "--join-token", token, "--pool", "local",
-                             "--workdir", str(self.var / "agent")])
+                             "--workdir", str(self.var / "agent"), "--drain-timeout", str(AGENT_DRAIN_S)])
         print(f"\nTrainyard is up at {url}/")
         print("Demo logins (password trainyard-demo): alice (vision engineer), bob (nlp engineer), carol (finance), admin")
         print(f"API docs: {url}/api/docs/   Press Ctrl-C to stop everything.\n")
         self.supervise()
 
     def supervise(self) -> None:
-        stop = False
-
-        def _stop(signum: int, frame: object) -> None:
-            nonlocal stop
-            stop = True
-
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-        while not stop:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        while not self.signals:
             for name, proc in self.procs:
                 if proc.poll() is not None:
                     print(f"{name} exited with code {proc.returncode}; stopping (see var/logs/{name}.log)")
-                    stop = True
+                    self.signals = 1
                     break
             time.sleep(0.5)
         self.shutdown()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.signals += 1
 
     def shutdown(self) -> None:
         print("Stopping ...")
@@ -129,12 +134,23 @@ class Launcher:
                     os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     continue
-            try:
-                proc.wait(timeout=20 if name == "agent" else 10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+            if name == "agent" and proc.poll() is None:
+                print(f"  agent: running jobs get {AGENT_DRAIN_S} s to finish, then checkpoint and go back in the "
+                      "queue; Ctrl-C again stops them now")
+            self._wait(name, proc, AGENT_STOP_S if name == "agent" else OTHER_STOP_S)
             print(f"  stopped {name}")
+
+    def _wait(self, name: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        deadline, seen = time.monotonic() + timeout, self.signals
+        while proc.poll() is None and time.monotonic() < deadline:
+            if self.signals > seen and name == "agent":
+                # A second signal tells the agent to stop its jobs without waiting (agents.agent).
+                seen = self.signals
+                os.killpg(proc.pid, signal.SIGTERM)
+            time.sleep(0.2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
 
 if __name__ == "__main__":

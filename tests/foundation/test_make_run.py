@@ -1,0 +1,102 @@
+"""`make run` itself (portal.launch): up on the embedded defaults, and Ctrl-C while a run trains.
+
+Ctrl-C must leave no training process behind: the agent drains, the job checkpoints on SIGTERM
+and goes back in the queue to resume on the next start. Before, the launcher gave the agent 20 s
+while the agent gave its jobs 60 s, so the launcher killed the agent and the job ran on, orphaned,
+until the next start killed it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainyard import Client
+
+from portal.launch import ROOT
+from tests.fixtures.services import free_port
+
+pytestmark = pytest.mark.live
+
+
+def _job_processes(var: Path) -> list[int]:
+    """Training processes started by this launcher's agent (their cwd is under its var dir)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if b"recipes." in cmdline and cwd.startswith(str(var)):
+            found.append(int(proc.name))
+    return found
+
+
+class _Output:
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        stream = proc.stdout
+        threading.Thread(target=lambda: self.lines.extend(iter(stream.readline, "")), daemon=True).start()
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout:.0f}s:\n{''.join(self.lines)}"
+            time.sleep(0.2)
+
+
+def test_ctrl_c_checkpoints_and_requeues_a_running_job(tmp_path: Path) -> None:
+    var = tmp_path / "var"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(TRAINYARD_VAR_DIR=str(var), TRAINYARD_PORT=str(port), TRAINYARD_REDIS_PORT=str(free_port()))
+    launcher = subprocess.Popen([sys.executable, "-m", "portal.launch"], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    out = _Output(launcher)
+    try:
+        out.wait_for("Trainyard is up", 240)
+        client = Client.login(f"http://127.0.0.1:{port}", "alice", "trainyard-demo")
+        run = client.submit(project="vision/digits", template="digits-classifier", params={"steps": 100_000},
+                            name="stopped by ctrl-c", tags={"task": "digits", "dataset": "sklearn-digits",
+                                                            "candidate": "baseline", "family": "make-run-stop"})
+        deadline = time.monotonic() + 180
+        while not (client.run(run["id"])["status"] == "running" and client.checkpoints(run["id"])):
+            assert time.monotonic() < deadline, f"run never got going: {client.run(run['id'])}"
+            time.sleep(0.5)
+        assert _job_processes(var), "the training process should be running now"
+
+        stop_asked = time.monotonic()
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(timeout=120)
+        took = time.monotonic() - stop_asked
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(5)
+    text = "".join(out.lines)
+    assert launcher.returncode == 0, text
+    assert [line.split()[1] for line in out.lines if line.startswith("  stopped ")] == ["agent", "beat", "worker", "web", "redis"]
+    assert took < 60, f"stopping took {took:.0f}s:\n{text}"
+    assert not _job_processes(var), "Ctrl-C left a training process running"
+    assert not list((var / "agent").rglob("jobs/*.json")), "the agent left a job record: it did not see its job end"
+
+    db = sqlite3.connect(var / "trainyard.sqlite3")
+    status, reason = db.execute("SELECT status, reason_code FROM runs_run WHERE id = ?", (run["id"],)).fetchone()
+    attempts: list[Any] = db.execute("SELECT status FROM runs_attempt WHERE run_id = ? ORDER BY number", (run["id"],)).fetchall()
+    checkpoints = db.execute("SELECT COUNT(*) FROM runs_checkpoint WHERE run_id = ?", (run["id"],)).fetchone()[0]
+    # Back in the queue with its checkpoints, to resume on the next start; its attempt was preempted
+    # by the drain, not lost.
+    assert status == "queued", (status, reason, attempts)
+    assert [a[0] for a in attempts] == ["preempted"] and checkpoints >= 1
