@@ -8,6 +8,7 @@ Running it again reuses the database, the agent's identity and the Redis data un
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -146,10 +147,12 @@ class Launcher:
             if self.signals > seen and name == "agent":
                 # A second signal tells the agent to stop its jobs without waiting (agents.agent).
                 seen = self.signals
-                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # it may have just exited
+                    os.killpg(proc.pid, signal.SIGTERM)
             time.sleep(0.2)
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
 
 
