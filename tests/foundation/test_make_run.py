@@ -43,6 +43,25 @@ def _job_processes(var: Path) -> list[int]:
     return found
 
 
+def _stop_everything(launcher: subprocess.Popen[str], var: Path) -> None:
+    """After a failure too: the launcher stops its services (each in a session of its own, so
+    killing the launcher alone would orphan them); whatever outlives it is killed by its env."""
+    if launcher.poll() is None:
+        launcher.send_signal(signal.SIGTERM)
+        try:
+            launcher.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            launcher.wait(5)
+    mine = f"TRAINYARD_VAR_DIR={var}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mine in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
 class _Output:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.lines: list[str] = []
@@ -82,9 +101,7 @@ def test_ctrl_c_checkpoints_and_requeues_a_running_job(tmp_path: Path) -> None:
         launcher.wait(timeout=120)
         took = time.monotonic() - stop_asked
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait(5)
+        _stop_everything(launcher, var)
     text = "".join(out.lines)
     assert launcher.returncode == 0, text
     assert [line.split()[1] for line in out.lines if line.startswith("  stopped ")] == ["agent", "beat", "worker", "web", "redis"]
