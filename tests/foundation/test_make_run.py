@@ -8,6 +8,7 @@ until the next start killed it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +29,21 @@ from tests.fixtures.services import free_port
 pytestmark = pytest.mark.live
 
 
-def _job_processes(var: Path) -> list[int]:
-    """Training processes started by this launcher's agent (their cwd is under its var dir)."""
+def _pids(keep: Callable[[Path], bool]) -> list[int]:
+    """Processes whose /proc entry passes `keep`; those that vanish or refuse a read are skipped."""
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
         try:
-            cmdline = (proc / "cmdline").read_bytes()
-            cwd = os.readlink(proc / "cwd")
+            if proc.name.isdigit() and keep(proc):
+                found.append(int(proc.name))
         except OSError:
             continue
-        if b"recipes." in cmdline and cwd.startswith(str(var)):
-            found.append(int(proc.name))
     return found
+
+
+def _job_processes(var: Path) -> list[int]:
+    """Training processes started by this launcher's agent (their cwd is under its var dir)."""
+    return _pids(lambda proc: b"recipes." in (proc / "cmdline").read_bytes() and os.readlink(proc / "cwd").startswith(str(var)))
 
 
 def _stop_everything(launcher: subprocess.Popen[str], var: Path) -> None:
@@ -54,12 +57,9 @@ def _stop_everything(launcher: subprocess.Popen[str], var: Path) -> None:
             launcher.kill()
             launcher.wait(5)
     mine = f"TRAINYARD_VAR_DIR={var}".encode()
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and mine in (proc / "environ").read_bytes().split(b"\0"):
-                os.kill(int(proc.name), signal.SIGKILL)
-        except OSError:
-            continue
+    for pid in _pids(lambda proc: mine in (proc / "environ").read_bytes().split(b"\0")):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 class _Output:
