@@ -11,12 +11,19 @@
   let logCursor = 0;
   let xAxis = "step";
   const chartDivs = {};
+  // The history is read again when the status line changes, and every HISTORY_EVERY polls for
+  // events that change no status (a stop or cancel requested).
+  const HISTORY_EVERY = 5;
+  let statusKey = "";
+  let historyKey = null;
+  let polls = 0;
 
   function setStatus(run) {
     const badge = document.getElementById("run-status");
     badge.textContent = run.status;
     badge.className = `badge status-${run.status}`;
     document.getElementById("run-reason").textContent = run.status_reason || "";
+    statusKey = `${run.status}|${run.status_reason}`;
     const p = run.progress;
     if (p.fraction !== null) document.getElementById("progress-bar").style.width = `${(p.fraction * 100).toFixed(1)}%`;
     document.getElementById("progress-steps").textContent = p.total_steps ? `${p.steps_done} of ${p.total_steps}` : `${p.steps_done}`;
@@ -163,9 +170,55 @@
     T.CONFIG);
   }
 
+  const when = (iso) => new Date(iso).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+
+  // A table's one-row note when it has nothing to list.
+  function note(columns, text) {
+    const tr = T.el("tr");
+    tr.appendChild(T.el("td", { colspan: String(columns), class: "muted" }, text));
+    return tr;
+  }
+
+  // The History and Attempts cards, as the page shows them at load, kept current.
+  async function refreshHistory() {
+    const seen = statusKey;
+    const resp = await T.getJSON(`${api}/history/`);
+    historyKey = seen;
+    const body = document.getElementById("history-rows");
+    const rows = resp.events.map((e) => {
+      const tr = T.el("tr");
+      tr.appendChild(T.el("td", { class: "mono", title: e.at }, when(e.at)));
+      [e.actor, e.what, e.detail].forEach((text) => tr.appendChild(T.el("td", {}, text)));
+      return tr;
+    });
+    if (!rows.length) rows.push(note(4, "Nothing recorded."));
+    body.replaceChildren(...rows);
+    document.getElementById("history-older").textContent = resp.older
+      ? ` (the latest ${resp.events.length}; older ones are in the audit log)` : "";
+    data.attempts = resp.attempts;
+    const attempts = document.getElementById("attempt-rows");
+    const lines = resp.attempts.map((a) => {
+      const tr = T.el("tr");
+      tr.appendChild(T.el("td", {}, a.number));
+      tr.appendChild(T.el("td")).appendChild(T.el("span", { class: `badge status-${a.status}` }, a.status));
+      tr.appendChild(T.el("td", {}, a.nodes.join(", ")));
+      tr.appendChild(T.el("td", { class: "mono" }, a.start.slice(0, 19)));
+      tr.appendChild(T.el("td", { class: "mono" }, a.end ? a.end.slice(0, 19) : "–"));
+      tr.appendChild(T.el("td", {}, a.reason));
+      return tr;
+    });
+    if (!lines.length) lines.push(note(6, "Not started yet."));
+    attempts.replaceChildren(...lines);
+    drawAttempts();
+  }
+
   async function tick() {
     const jobs = [refreshMetrics(), refreshLogs(), refreshCheckpoints(), refreshEnergy()];
     const results = await Promise.allSettled(jobs);
+    if (statusKey !== historyKey || polls % HISTORY_EVERY === 0) {
+      results.push(...await Promise.allSettled([refreshHistory()]));
+    }
+    polls += 1;
     results.filter((r) => r.status === "rejected").forEach((r) => console.warn(r.reason));
     if (!finished) setTimeout(tick, POLL_MS);
   }
@@ -187,6 +240,7 @@
         headers: { "X-CSRFToken": T.cookie("csrftoken"), Accept: "application/json" } });
       const body = await resp.json().catch(() => ({}));
       out.textContent = resp.ok ? "Cancellation requested." : (body.error && body.error.message) || `Failed (${resp.status})`;
+      if (resp.ok) refreshHistory().catch((err) => console.warn(err));
     });
   }
 

@@ -3,11 +3,12 @@ page, with a real Celery worker and a real agent behind the live server."""
 
 from __future__ import annotations
 
+import contextlib
 import re
-import time
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.fixtures.browser import login, screenshot
 from tests.runs.live_helpers import agent, recipe_stack
@@ -48,16 +49,17 @@ def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> N
     page.click("#submit-run")
     page.wait_for_url(re.compile(r"/runs/\d+/$"))
     run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
-    deadline = time.monotonic() + 180
-    status = ""
-    while time.monotonic() < deadline:
-        status = page.inner_text("#run-status").strip()
-        if status in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(2)
-        page.reload()
-    screenshot(page, "runs-submitted-run")
+    # The page follows the run without a reload: status, then its History and Attempts cards.
+    ended = "['succeeded', 'failed', 'cancelled'].includes(document.getElementById('run-status').textContent.trim())"
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(ended, timeout=180_000)
+    status = page.inner_text("#run-status").strip()
     assert status == "succeeded", f"run {run_id} ended {status!r}\n{stack.log('node-a')[-3000:]}"
+    page.wait_for_function("document.getElementById('history-rows').textContent.includes('running → succeeded')", timeout=15_000)
+    history = page.inner_text("#history-rows")
+    assert "queued → scheduled" in history and "on node-a" in history and "alice" in history, history
+    assert "succeeded" in page.inner_text("#attempt-rows") and "node-a" in page.inner_text("#attempt-rows")
+    screenshot(page, "runs-submitted-run")
 
     # The queue page draws its pool's charts without a script error, in whole devices and clock
     # time (a young pool has samples seconds apart: the axis must not count milliseconds).

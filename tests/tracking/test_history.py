@@ -56,6 +56,25 @@ def test_history_tells_the_run_story(cast: Any) -> None:
     assert _page(cast.bob, run)[0] == 404
 
 
+def test_history_api_serves_the_card_and_the_attempts_for_live_pages(cast: Any) -> None:
+    pool = NodePool.objects.create(name="local")
+    register(pool, "n1")
+    run = make(cast, pool)
+    scheduling_pass()
+    run_preempt(run=Run.objects.get(pk=run.pk), reason="room for an urgent job")
+    client = Client()
+    client.force_login(cast.alice)
+    body = client.get(f"/api/v1/runs/{run.pk}/history/").json()
+    expected, _ = history.run_history(run=run, attempts=list(Attempt.objects.filter(run=run)))
+    assert [(e["actor"], e["what"], e["detail"]) for e in body["events"]] == [(e.actor, e.what, e.detail) for e in expected]
+    assert any("queued → scheduled" in e["detail"] and "on n1" in e["detail"] for e in body["events"])
+    assert body["older"] is False
+    assert [(a["number"], a["nodes"]) for a in body["attempts"]] == [(1, ["n1"])]
+    other = Client()
+    other.force_login(cast.bob)
+    assert other.get(f"/api/v1/runs/{run.pk}/history/").status_code == 404
+
+
 def test_history_shows_the_latest_and_says_older_ones_were_left_out(cast: Any, monkeypatch: Any) -> None:
     pool = NodePool.objects.create(name="local")
     run = make(cast, pool)

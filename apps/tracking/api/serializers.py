@@ -124,6 +124,30 @@ class LogChunkSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
 
 
+class HistoryEventSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    actor = serializers.CharField(help_text="A user's name, or a service such as scheduler or agent:HOST.")
+    what = serializers.CharField(help_text="The change in words, e.g. 'attempt 1: stop requested'.")
+    detail = serializers.CharField(help_text="What changed, e.g. 'queued → scheduled · on n1'; may be empty.")
+
+
+class TimelineAttemptSerializer(serializers.Serializer[Any]):
+    number = serializers.IntegerField()
+    status = serializers.CharField()
+    reason = serializers.CharField()
+    nodes = serializers.ListField(child=serializers.CharField())
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    resumed_from_step = serializers.IntegerField(allow_null=True)
+
+
+class RunHistorySerializer(serializers.Serializer[Any]):
+    events = HistoryEventSerializer(many=True, help_text="Oldest first; the latest 200 at most.")
+    older = serializers.BooleanField(help_text="True when older events were left out (they are in the audit log).")
+    attempts = TimelineAttemptSerializer(many=True)
+
+
 class LogPageSerializer(serializers.Serializer[Any]):
     chunks = LogChunkSerializer(many=True)
     next = serializers.IntegerField(help_text="The cursor for the next call (the last chunk's id, or `after` when none).")

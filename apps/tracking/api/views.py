@@ -17,7 +17,7 @@ from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
 from apps.nodes.auth import AgentAPIView
-from apps.runs.models import Checkpoint, Run
+from apps.runs.models import Attempt, Checkpoint, Run
 from apps.tracking import selectors
 from apps.tracking.api.serializers import (
     CheckpointPageSerializer,
@@ -27,7 +27,9 @@ from apps.tracking.api.serializers import (
     MetricIngestResponseSerializer,
     MetricKeysResponseSerializer,
     MetricSeriesResponseSerializer,
+    RunHistorySerializer,
 )
+from apps.tracking.history import run_history
 from apps.tracking.services import MAX_BODY_BYTES, PayloadTooLarge, metric_batch_ingest, metric_batch_parse
 
 
@@ -196,6 +198,20 @@ class RunLogsView(_RunScoped):
         after = _int_param(request, "after", 0, 0, 2**62)
         limit = _int_param(request, "limit", 200, 1, 1000)
         return Response(selectors.log_chunks(run=run, after=after, limit=limit))
+
+
+class RunHistoryView(_RunScoped):
+    @extend_schema(responses={200: RunHistorySerializer},
+                   description="The run's history (its and its attempts' audit events, in words) and its attempts, for live pages.")
+    def get(self, request: Request, pk: int) -> Response:
+        run = self.get_object()
+        attempts = list(Attempt.objects.filter(run=run).prefetch_related("assignments__node").order_by("number"))
+        events, older = run_history(run=run, attempts=attempts)
+        return Response({
+            "events": [{"at": e.at, "actor": e.actor, "what": e.what, "detail": e.detail} for e in events],
+            "older": older,
+            "attempts": selectors.attempt_timeline(run=run, attempts=attempts),
+        })
 
 
 class RunEnergyView(_RunScoped):
