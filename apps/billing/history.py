@@ -18,6 +18,7 @@ from apps.billing.services import attempt_accrue
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import Node, NodePool, NodeState
 from apps.runs.models import Assignment, AssignmentState, Attempt, AttemptStatus, Run, RunStatus
+from apps.runs.services.demo import runs_seeded_record
 from apps.runs.services.params import params_resolve
 from apps.tenants.models import Project
 
@@ -45,7 +46,7 @@ def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
     with transaction.atomic():
         node = Node.objects.create(pool=pool, hostname=HISTORY_NODE, agent_uid=f"{HISTORY_NODE}-retired", state=NodeState.OFFLINE,
                                    last_status={"note": "retired: ran the demo history"})
-        attempts = []
+        attempts, runs = [], []
         for team, project_slug, slug, family, owner, hours, devices in WORKLOADS:
             template = JobTemplate.objects.filter(slug=slug, published=True).order_by("-version").first()
             project = Project.objects.filter(team__slug=team, slug=project_slug).first()
@@ -71,7 +72,9 @@ def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
                 Assignment.objects.create(attempt=attempt, node=node, node_rank=0, devices=list(range(devices)),
                                           state=AssignmentState.EXITED, started_at=start)
                 attempts.append(attempt.pk)
+                runs.append(run)
                 made += 1
+        runs_seeded_record(runs=runs)
     for attempt_id in attempts:
         attempt_accrue(attempt_id=attempt_id, now=now)
     stdout.write(f"Billing: {made} finished demo runs over the last {HISTORY_DAYS} days, priced in the ledger.")

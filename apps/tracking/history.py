@@ -20,7 +20,7 @@ from apps.runs.models import Attempt, Run
 # A run requeued many times has many events; the page shows the latest ones.
 HISTORY_LIMIT = 200
 # Verbs whose action name reads badly on its own.
-VERBS = {"submit": "submitted", "preempt": "preemption ordered", "claimed": "claimed by its node"}
+VERBS = {"submit": "submitted", "seeded": "written as demo data", "preempt": "preemption ordered", "claimed": "claimed by its node"}
 # What a stop request is for (the attempt's stop kind).
 STOPS = {"cancel": "to cancel it", "preempt": "to preempt it: it checkpoints and goes back in the queue",
          "drain": "its node is draining", "abort": "to abort it"}

@@ -13,6 +13,7 @@ from django.utils import timezone
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
+from apps.runs.services.demo import runs_seeded_record
 from apps.runs.services.params import params_resolve
 from apps.tracking.services import metric_points_store
 
@@ -37,6 +38,7 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
         return
     now = timezone.now()
     with transaction.atomic():
+        runs = []
         for i, lr in enumerate((0.3, 0.1, 0.03)):
             # One after the other an hour ago, at a pace this machine's CPU keeps: the runs feed the
             # runtime predictor like any finished run, and their times agree with their metrics.
@@ -62,4 +64,6 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
                 if step % 50 == 49:
                     rows.append(("val_accuracy", step, min(0.99, 1 - loss / 2.5), 0, t))
             metric_points_store(run_id=run.pk, attempt=1, rows=rows)
+            runs.append(run)
+        runs_seeded_record(runs=runs)
     stdout.write("tracking: demo learning-rate sweep (3 runs with metrics)")

@@ -117,3 +117,22 @@ def test_seed_demo_sweep_is_a_consistent_finished_run(db: Any) -> None:
         times = [p.wall_time for p in MetricPoint.objects.filter(run=run)]
         assert times and min(times) >= run.started_at.timestamp() - 1 and max(times) <= run.finished_at.timestamp() + 1
     assert all(a.finished_at <= b.started_at for a, b in zip(runs, runs[1:], strict=False))
+
+
+def test_seed_demo_runs_say_in_their_history_that_they_are_demo_data(db: Any) -> None:
+    """Demo runs are written straight to the database, not through the services: each still gets
+    one audit event, so its run page's History explains it rather than showing nothing."""
+    from apps.audit.models import AuditEvent
+    from apps.runs.models import Run
+    from apps.tracking.history import run_history
+
+    call_command("seed_demo", "--history", stdout=StringIO())
+    runs = list(Run.objects.all())
+    assert len(runs) > 3
+    events = AuditEvent.objects.filter(action="run.seeded")
+    assert sorted(int(e.object_id) for e in events) == sorted(r.pk for r in runs)
+    assert {e.actor_label for e in events} == {"seed_demo"}
+    assert all(e.team_id == r.project.team_id for r in runs for e in events if e.object_id == str(r.pk))
+    rows, _ = run_history(run=runs[0], attempts=list(runs[0].attempts.all()))
+    assert [(row.actor, row.what) for row in rows] == [("seed_demo", "written as demo data")]
+    assert rows[0].detail.startswith(f"{runs[0].status} · seed_demo wrote it straight to the database")
