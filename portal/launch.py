@@ -135,7 +135,8 @@ class Launcher:
                     os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     continue
-            if name == "agent" and proc.poll() is None:
+            # The agent keeps a record per running job (agents.runner): no record, nothing to drain.
+            if name == "agent" and proc.poll() is None and any((self.var / "agent" / "jobs").glob("*.json")):
                 print(f"  agent: running jobs get {AGENT_DRAIN_S} s to finish, then checkpoint and go back in the "
                       "queue; Ctrl-C again stops them now")
             self._wait(name, proc, AGENT_STOP_S if name == "agent" else OTHER_STOP_S)

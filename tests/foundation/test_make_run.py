@@ -106,6 +106,7 @@ def test_ctrl_c_checkpoints_and_requeues_a_running_job(tmp_path: Path) -> None:
     assert launcher.returncode == 0, text
     assert [line.split()[1] for line in out.lines if line.startswith("  stopped ")] == ["agent", "beat", "worker", "web", "redis"]
     assert took < 60, f"stopping took {took:.0f}s:\n{text}"
+    assert "agent: running jobs get" in text, "a job was running: the launcher should say what the drain does"
     assert not _job_processes(var), "Ctrl-C left a training process running"
     assert not list((var / "agent").rglob("jobs/*.json")), "the agent left a job record: it did not see its job end"
 
