@@ -4,8 +4,11 @@ A queued run is predicted from the recent finished runs most like it: same team,
 (job type), parameters and devices; when those are too few, the predictor widens step by step
 (dropping parameters, then the device count, then the team) and finally falls back to the
 template's maximum runtime. When the run's total steps are known, the first widening keeps the
-team, template and devices and scales their seconds per step by this run's steps: a run of
-4,000 steps is not predicted from the 300-step runs of the same template as if it were one.
+team, template and devices and scales their pace to this run's steps: a run of 4,000 steps is
+not predicted from the 300-step runs of the same template as if it were one. Where those runs
+differ in length (by a factor of 2 or more), the pace is fitted as start-up plus seconds per step
+(`affine_fit`), so short smoke tests, mostly start-up, do not make a long run look many times
+longer; otherwise it is their seconds per step.
 
 The point estimate is a quantile of that history (the median by default: durations are
 heavy-tailed, so for one job a mean misleads), with a low/high quantile range. Alongside it
@@ -30,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 HistoryKey = tuple[str, ...]
@@ -138,6 +141,7 @@ class RuntimePredictor:
 
     LEVELS = ("team+type+params+devices", "team+type+devices", "team+type", "type+devices", "type")
     PER_STEP = "team+type+devices, per step"
+    AFFINE = "team+type+devices, start-up + per step"
 
     def __init__(
         self,
@@ -164,6 +168,9 @@ class RuntimePredictor:
         self._history: dict[HistoryKey, _Window] = {}
         # Seconds per step of finished runs that said their total steps, by team+type+devices.
         self._per_step: dict[HistoryKey, _Window] = {}
+        # The same runs as (steps, seconds), for a start-up + pace fit (`_affine`), and its fits.
+        self._pairs: dict[HistoryKey, deque[tuple[float, float]]] = {}
+        self._fits: dict[HistoryKey, tuple[float, float, _Window] | None] = {}
         self._cache: dict[tuple[str, ...], RuntimePrediction] = {}
 
     @staticmethod
@@ -189,8 +196,10 @@ class RuntimePredictor:
                 self._window(self._history, key).add(runtime)
             if run.steps is not None and run.steps > 0:
                 self._window(self._per_step, keys[1]).add(runtime / run.steps)
+                self._pairs.setdefault(keys[1], deque(maxlen=self.mean_window)).append((run.steps, runtime))
         # Invalidate everything: cheap, and a finished run can change several cached answers.
         self._cache.clear()
+        self._fits.clear()
 
     def _window(self, windows: dict[HistoryKey, _Window], key: HistoryKey) -> _Window:
         window = windows.get(key)
@@ -249,11 +258,38 @@ class RuntimePredictor:
             if window is not None:
                 levels.append((name, window, 1.0))
             if name == self.LEVELS[0] and query.steps is not None and query.steps > 0:
+                fit = self._affine(keys[1])
+                if fit is not None:
+                    startup, pace, ratios = fit
+                    levels.append((self.AFFINE, ratios, startup + pace * query.steps))
+                    return levels
                 per_step = self._per_step.get(keys[1])
                 if per_step is not None:
                     levels.append((self.PER_STEP, per_step, float(query.steps)))
                     return levels
         return levels
+
+    def _affine(self, key: HistoryKey) -> tuple[float, float, _Window] | None:
+        """Start-up seconds and seconds per step fitted to this key's runs of different lengths,
+        with each run's runtime as a ratio to the fit (the spread, as a window); None without
+        at least `min_samples` runs spanning a factor of 2 in steps, or without a positive pace.
+
+        Seconds per step alone (the fallback) is right only for runs much longer than their
+        start-up: scaled from short smoke tests, it predicts a long run many times too long."""
+        if key in self._fits:
+            return self._fits[key]
+        pairs = self._pairs.get(key, ())
+        fit = None
+        if len(pairs) >= self.min_samples:
+            line = affine_fit([steps for steps, _ in pairs], [seconds for _, seconds in pairs])
+            if line is not None:
+                startup, pace = line
+                ratios = _Window(self.window, self.mean_window)
+                for steps, seconds in pairs:
+                    ratios.add(seconds / (startup + pace * steps))
+                fit = (startup, pace, ratios)
+        self._fits[key] = fit
+        return fit
 
     def _from_history(
         self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float, *, narrow: bool = False
@@ -328,6 +364,29 @@ class RuntimePredictor:
             samples=len(values) - start,
             mean_s=None if mean is None else max(mean, elapsed),
         )
+
+
+def affine_fit(steps: Sequence[float], seconds: Sequence[float]) -> tuple[float, float] | None:
+    """(start-up, seconds per step) minimising the relative error of seconds ~ start-up + pace x
+    steps, both at least 0; None unless the steps span a factor of 2 and the pace is positive.
+
+    Relative error, so that a few long runs do not swamp the short ones that fix the start-up."""
+    if not steps or min(steps) <= 0 or max(steps) < 2 * min(steps) or min(seconds) <= 0:
+        return None
+    weights = [1.0 / (y * y) for y in seconds]
+    sw = sum(weights)
+    sx = sum(w * x for w, x in zip(weights, steps, strict=True))
+    sy = sum(w * y for w, y in zip(weights, seconds, strict=True))
+    sxx = sum(w * x * x for w, x in zip(weights, steps, strict=True))
+    sxy = sum(w * x * y for w, x, y in zip(weights, steps, seconds, strict=True))
+    det = sw * sxx - sx * sx
+    if det <= 0:
+        return None
+    pace = (sw * sxy - sx * sy) / det
+    startup = (sy - pace * sx) / sw
+    if startup < 0:  # no measurable start-up: seconds per step through the origin
+        startup, pace = 0.0, sxy / sxx
+    return (startup, pace) if pace > 0 else None
 
 
 def predict_runtime(history: Iterable[FinishedRun], query: RuntimeQuery, *, now: float) -> RuntimePrediction:

@@ -34,7 +34,7 @@ from apps.scheduling.core import (
 from apps.scheduling.estimate import QueueLag, queue_estimates, simulate_starts
 from apps.scheduling.placement import PoolCapacity
 from apps.scheduling.policies import accrue_usage, fair_share_factors, runs_within_guarantee, virtual_deadline
-from apps.scheduling.predict import FinishedRun, Progress, RuntimePredictor, RuntimeQuery, predict_runtime
+from apps.scheduling.predict import FinishedRun, Progress, RuntimePredictor, RuntimeQuery, affine_fit, predict_runtime
 
 POOL = "a100"
 N, U, L = PriorityClass.NORMAL, PriorityClass.URGENT, PriorityClass.LOW
@@ -534,6 +534,34 @@ def test_predictor_scales_seconds_per_step_to_the_steps_asked_for() -> None:
     q.observe(FinishedRun("t", "job", 1, 30.0, finished_at=0.0))
     assert q.predict(RuntimeQuery("t", "job", 1, steps=4000)).runtime_s == 30.0
 
+
+
+def test_predictor_fits_start_up_and_pace_to_runs_of_different_lengths() -> None:
+    p = RuntimePredictor()
+    # 10 s to start, then 0.01 s a step, with a little noise: short runs are mostly start-up.
+    for i, (steps, seconds) in enumerate(((100, 11.2), (200, 11.8), (1000, 20.3), (100, 10.8))):
+        p.observe(FinishedRun("t", "job", 1, seconds, finished_at=float(i), params_key=f"steps={steps}", steps=steps))
+    long = p.predict(RuntimeQuery("t", "job", 1, params_key="steps=10000", steps=10000))
+    # Seconds per step alone would say about 0.06 x 10,000 = 600 s.
+    assert long.runtime_s == pytest.approx(110.0, rel=0.05)
+    assert long.basis == "history: team+type+devices, start-up + per step"
+    assert long.low_s <= long.runtime_s <= long.high_s and long.mean_s == pytest.approx(110.0, rel=0.05)
+    # A running run past its fitted runtime is conditioned on it like any other.
+    assert p.predict(RuntimeQuery("t", "job", 1, params_key="steps=10000", steps=10000, elapsed_s=130.0)).runtime_s >= 130.0
+    # Runs all of one length cannot tell start-up from pace: seconds per step, as before.
+    q = RuntimePredictor()
+    for i in range(3):
+        q.observe(FinishedRun("t", "job", 1, 30.0, finished_at=float(i), params_key="steps=300", steps=300))
+    assert q.predict(RuntimeQuery("t", "job", 1, steps=600)).basis == "history: team+type+devices, per step"
+
+
+def test_affine_fit_keeps_start_up_and_pace_non_negative() -> None:
+    assert affine_fit([100, 1000], [11.0, 20.0]) == pytest.approx((10.0, 0.01))
+    # Longer runs relatively faster than a line through the origin allows: no negative start-up.
+    startup, pace = affine_fit([100, 1000], [1.0, 20.0]) or (None, None)
+    assert startup == 0.0 and pace is not None and pace > 0
+    assert affine_fit([300, 300, 400], [30.0, 31.0, 40.0]) is None  # not a factor of 2 apart
+    assert affine_fit([100, 1000], [20.0, 10.0]) is None  # longer runs faster: no pace to fit
 
 
 def test_estimates_replay_the_queue_with_the_core() -> None:
