@@ -2,7 +2,10 @@
 real ledger code, so the finance console, budgets and burn-downs have something to show.
 
 Not part of plain `seed_demo`: tests want an empty ledger. Idempotent (skipped once the
-history node exists). The runs ran on a retired node, "demo-history", left offline.
+history node exists). The runs ran on a retired node, "demo-history", left offline, in a pool of
+its own ("v100-retired"): they stand for GPU runs of an hour or so, far slower per step than
+this machine's CPU, and the runtime predictor learns each pool's own pace. In pool "local" they
+would make every demo run's predicted runtime, and so every queue estimate, many times too long.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from apps.billing.models import PoolPrice
+from apps.billing.seed import DEMO_PRICE, DEMO_PRICE_FROM
 from apps.billing.services import attempt_accrue
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import Node, NodePool, NodeState
@@ -23,6 +28,7 @@ from apps.runs.services.params import params_resolve
 from apps.tenants.models import Project
 
 HISTORY_NODE = "demo-history"
+HISTORY_POOL = "v100-retired"
 HISTORY_DAYS = 21
 # (team, project, template, family prefix, owner, hours of a typical run, devices)
 WORKLOADS = [
@@ -37,13 +43,17 @@ OUTCOMES = [RunStatus.SUCCEEDED] * 8 + [RunStatus.FAILED, RunStatus.CANCELLED]
 
 def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
     """Create the history once; the number of runs made (0 when already there)."""
-    pool = NodePool.objects.filter(name="local").first()
-    if pool is None or Node.objects.filter(hostname=HISTORY_NODE).exists():
+    if Node.objects.filter(hostname=HISTORY_NODE).exists():
         return 0
     rng = random.Random(20261101)
     now = timezone.now()
     made = 0
     with transaction.atomic():
+        pool, _ = NodePool.objects.get_or_create(name=HISTORY_POOL, defaults={
+            "description": "Retired GPU nodes where the demo history ran; none is online, so nothing new starts here.",
+            "price_per_device_hour": DEMO_PRICE})
+        if not PoolPrice.objects.filter(pool=pool).exists():
+            PoolPrice.objects.create(pool=pool, price_per_device_hour=DEMO_PRICE, effective_from=DEMO_PRICE_FROM)
         node = Node.objects.create(pool=pool, hostname=HISTORY_NODE, agent_uid=f"{HISTORY_NODE}-retired", state=NodeState.OFFLINE,
                                    last_status={"note": "retired: ran the demo history"})
         attempts, runs = [], []
@@ -88,8 +98,8 @@ def _attempt_status(status: str) -> str:
 
 def _history_params(template: JobTemplate) -> dict[str, Any]:
     """The template's defaults, but as many steps as it allows: these stand for GPU runs of half
-    an hour and more, and the runtime predictor scales seconds per step to a new run's steps. At
-    the default steps they would tell it that a run of seconds here takes an hour."""
+    an hour and more, and the runtime predictor scales their pace to a new run's steps. At the
+    default steps they would tell it that a run of seconds takes an hour."""
     properties = (template.param_schema or {}).get("properties", {})
     steps = properties.get(template.total_steps_param) if template.total_steps_param else None
     most = {template.total_steps_param: steps["maximum"]} if isinstance(steps, dict) and isinstance(steps.get("maximum"), int) else {}

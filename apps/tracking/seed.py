@@ -1,5 +1,10 @@
 """Demo data for tracking: a small finished learning-rate sweep in vision/digits with metric
-curves, so the runs list, run page and comparison have something to show on a fresh `make run`."""
+curves, so the runs list, run page and comparison have something to show on a fresh `make run`,
+and the short smoke test that came before it.
+
+Their times are what this kind of run takes on a laptop CPU: a few seconds to start (Python,
+PyTorch, the data), then about a millisecond a step. The runtime predictor fits start-up and pace
+to runs of different lengths, so from these it predicts a demo user's longer runs about right."""
 
 from __future__ import annotations
 
@@ -18,9 +23,12 @@ from apps.runs.services.params import params_resolve
 from apps.tracking.services import metric_points_store
 
 DEMO_FAMILY = "demo-lr-sweep"
+SMOKE_FAMILY = "demo-smoke-test"
 DEMO_TEMPLATE = "digits-classifier"
 DEMO_STEPS = 600
-SECONDS_PER_STEP = 0.02
+SMOKE_STEPS = 50
+START_UP_S = 5.0
+SECONDS_PER_STEP = 0.001
 
 
 def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) -> None:
@@ -32,38 +40,43 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
         return
     project = teams["vision"].projects.order_by("id").first()
     template = JobTemplate.objects.filter(published=True, slug=DEMO_TEMPLATE).order_by("-version").first()
-    pool = NodePool.objects.order_by("id").first()
+    pool = NodePool.objects.filter(name="local").first() or NodePool.objects.order_by("id").first()
     if project is None or template is None or pool is None:
         stdout.write("tracking: no project, template or pool yet; demo sweep skipped")
         return
-    now = timezone.now()
+    # One after the other, starting an hour ago: the smoke test, then the sweep.
+    plan = [("digits smoke test", SMOKE_FAMILY, 0.1, SMOKE_STEPS)] + [
+        (f"digits lr={lr}", DEMO_FAMILY, lr, DEMO_STEPS) for lr in (0.3, 0.1, 0.03)]
+    started = timezone.now() - timedelta(hours=1)
     with transaction.atomic():
         runs = []
-        for i, lr in enumerate((0.3, 0.1, 0.03)):
-            # One after the other an hour ago, at a pace this machine's CPU keeps: the runs feed the
-            # runtime predictor like any finished run, and their times agree with their metrics.
-            started = now - timedelta(hours=1) + i * timedelta(seconds=DEMO_STEPS * SECONDS_PER_STEP + 30)
-            finished = started + timedelta(seconds=DEMO_STEPS * SECONDS_PER_STEP)
-            params = params_resolve(schema=template.param_schema or {}, params={"lr": lr, template.total_steps_param: DEMO_STEPS})
+        for i, (name, family, lr, steps) in enumerate(plan):
+            finished = started + timedelta(seconds=START_UP_S + steps * SECONDS_PER_STEP)
+            params = params_resolve(schema=template.param_schema or {}, params={"lr": lr, template.total_steps_param: steps})
             run = Run.objects.create(
                 project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get("alice"),
-                name=f"digits lr={lr}", params=params, family=DEMO_FAMILY,
-                tags={"owner": "alice", "task": "digits", "dataset": "sklearn-digits", "candidate": "baseline",
-                      "family": DEMO_FAMILY},
-                status=RunStatus.SUCCEEDED, total_steps=DEMO_STEPS, steps_done=DEMO_STEPS, queued_at=started,
+                name=name, params=params, family=family,
+                tags={"owner": "alice", "task": "digits", "dataset": "sklearn-digits", "candidate": "baseline", "family": family},
+                status=RunStatus.SUCCEEDED, total_steps=steps, steps_done=steps, queued_at=started,
                 started_at=started, finished_at=finished,
             )
             Run.objects.filter(pk=run.pk).update(created_at=started)
             Attempt.objects.create(run=run, number=1, status="succeeded", started_at=started, ended_at=finished,
                                    lineage={"dataset": "sklearn-digits", "seed": 1234})
-            rows = []
-            for step in range(DEMO_STEPS):
-                t = started.timestamp() + step * SECONDS_PER_STEP
-                loss = 2.3 * math.exp(-step * lr / 40) + 0.05 * (i + 1) + 0.03 * math.sin(step / 7)
-                rows.append(("loss", step, loss, 0, t))
-                if step % 50 == 49:
-                    rows.append(("val_accuracy", step, min(0.99, 1 - loss / 2.5), 0, t))
-            metric_points_store(run_id=run.pk, attempt=1, rows=rows)
+            metric_points_store(run_id=run.pk, attempt=1, rows=_curves(started.timestamp() + START_UP_S, steps, lr, i))
             runs.append(run)
+            started = finished + timedelta(seconds=30)
         runs_seeded_record(runs=runs)
-    stdout.write("tracking: demo learning-rate sweep (3 runs with metrics)")
+    stdout.write("tracking: demo smoke test and learning-rate sweep (4 runs with metrics)")
+
+
+def _curves(t0: float, steps: int, lr: float, i: int) -> list[tuple[str, int, float, int, float]]:
+    """Loss every step and validation accuracy every 50 (and at the last step), stamped from t0."""
+    rows = []
+    for step in range(steps):
+        t = t0 + step * SECONDS_PER_STEP
+        loss = 2.3 * math.exp(-step * lr / 40) + 0.05 * (i + 1) + 0.03 * math.sin(step / 7)
+        rows.append(("loss", step, loss, 0, t))
+        if step % 50 == 49:
+            rows.append(("val_accuracy", step, min(0.99, 1 - loss / 2.5), 0, t))
+    return rows

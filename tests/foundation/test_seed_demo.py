@@ -98,6 +98,26 @@ def test_seed_demo_history_does_not_make_a_short_run_look_an_hour_long(db: Any) 
     assert run_predicted_runtime(run=run) == pytest.approx(typical * 300 / 100_000, rel=0.3)
 
 
+def test_seed_demo_predicts_a_long_local_run_at_this_machines_pace(db: Any) -> None:
+    """The history ran in a retired GPU pool of its own; in pool local the demo smoke test and
+    sweep (short runs, mostly start-up) give a fitted start-up and pace, so a demo user's long
+    run is predicted at about what it takes here, not at the history's GPU-like hour."""
+    from apps.jobtemplates.models import JobTemplate
+    from apps.nodes.models import NodePool
+    from apps.runs.models import Run
+    from apps.scheduling.selectors import run_predicted_runtime
+    from apps.tracking.seed import SECONDS_PER_STEP, START_UP_S
+
+    call_command("seed_demo", "--history", stdout=StringIO())
+    local = NodePool.objects.get(name="local")
+    assert not Run.objects.filter(family__startswith="demo-history", pool=local).exists()
+    template = JobTemplate.objects.get(slug="digits-classifier", published=True)
+    project = Project.objects.get(team__slug="vision", slug="digits")
+    run = Run(project=project, template=template, pool=local, params={"steps": 40_000}, nodes=1, devices_per_node=1,
+              max_runtime_s=1800)
+    assert run_predicted_runtime(run=run) == pytest.approx(START_UP_S + 40_000 * SECONDS_PER_STEP, rel=0.1)
+
+
 def test_seed_demo_sweep_is_a_consistent_finished_run(db: Any) -> None:
     """The demo sweep (top of the runs list on `make run`) reads like runs that really ran: the
     digits template with parameters its schema accepts, start and finish times, and metric points
