@@ -71,6 +71,10 @@ class Run(models.Model):
     total_steps = models.PositiveBigIntegerField(null=True, blank=True)
     steps_done = models.PositiveBigIntegerField(default=0)
     progress_at = models.DateTimeField(null=True, blank=True)
+    # The current attempt's first progress report (when, at which step): its rate is measured
+    # from there, so start-up (interpreter, framework, data) does not read as slow training.
+    progress_from_at = models.DateTimeField(null=True, blank=True)
+    progress_from_step = models.PositiveBigIntegerField(null=True, blank=True)
     energy_j = models.FloatField(default=0.0)
     energy_estimated = models.BooleanField(default=False)
 

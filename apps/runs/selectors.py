@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import connection
 from django.db.models import OuterRef, QuerySet, Subquery
 
@@ -63,3 +65,25 @@ def _fence(*, attempt_id: int, number: int | None, found: int, latest: int | Non
         raise Conflict(f"attempt {found} of run {run_id} was superseded by attempt {latest}", code="stale_attempt")
     if not allow_finished and run_status in FINISHED_STATUSES:
         raise Conflict(f"run {run_id} is already {run_status}", code="run_finished")
+
+
+# A rate measured over less than this is mostly report jitter.
+MIN_RATE_SPAN_S = 1.0
+
+
+def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | None = None) -> float | None:
+    """Steps per second of the run's current attempt (started at `started_at`), or None before
+    it reports progress.
+
+    Measured from the attempt's first progress report, which leaves start-up out: counted from
+    the start, a 40,000-step run five seconds in reads several times too slow. Until a second
+    report is a second or more past the first, the rate since the start is all there is."""
+    if run.progress_at is None or run.progress_at <= started_at:
+        return None
+    first_at, first_step = run.progress_from_at, run.progress_from_step
+    if first_at is not None and first_step is not None and first_at >= started_at:
+        span = (run.progress_at - first_at).total_seconds()
+        if span >= MIN_RATE_SPAN_S and run.steps_done > first_step:
+            return (run.steps_done - first_step) / span
+    done = run.steps_done - (resumed_from_step or 0)
+    return done / max(1e-3, (run.progress_at - started_at).total_seconds()) if done > 0 else None

@@ -33,6 +33,7 @@ from apps.runs.models import (
     Run,
     RunStatus,
 )
+from apps.runs.selectors import run_live_rate
 from apps.scheduling import model as core
 from apps.scheduling.estimate import QueueLag
 from apps.scheduling.models import EstimateKind, QueueEstimate
@@ -282,9 +283,8 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
         started = attempt.started_at or attempt.created_at
         elapsed = max(0.0, now_s - ts(started))
         progress = None
-        done_here = run.steps_done - (attempt.resumed_from_step or 0)
-        if run.total_steps and run.progress_at is not None and done_here > 0 and run.progress_at > started:
-            rate = done_here / max(1e-3, ts(run.progress_at) - ts(started))
+        rate = run_live_rate(run=run, started_at=started, resumed_from_step=attempt.resumed_from_step)
+        if run.total_steps and rate is not None:
             progress = Progress(steps_done=float(run.steps_done), total_steps=float(run.total_steps), steps_per_s=rate)
         pred = predictor.predict(run_query(run, elapsed_s=elapsed, progress=progress))
         ckpt = last_ckpt.get(run.pk)

@@ -392,14 +392,10 @@ def queue_standing(*, run: Run) -> dict[str, Any] | None:
 
 def run_progress(*, run: Run, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
-    rate = None
+    rate = run_selectors.run_live_rate(run=run, started_at=run.started_at) if run.started_at else None
     eta_s = None
-    if run.started_at and run.progress_at and run.steps_done:
-        elapsed = (run.progress_at - run.started_at).total_seconds()
-        if elapsed > 0:
-            rate = run.steps_done / elapsed
-            if run.total_steps and run.total_steps > run.steps_done:
-                eta_s = (run.total_steps - run.steps_done) / rate
+    if rate and run.total_steps and run.total_steps > run.steps_done:
+        eta_s = (run.total_steps - run.steps_done) / rate
     return {"steps_done": run.steps_done, "total_steps": run.total_steps, "fraction": run.progress, "steps_per_s": rate,
             "eta_s": eta_s}
 

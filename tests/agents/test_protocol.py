@@ -151,3 +151,42 @@ def test_nodes_page_renders(cast: Any, pool: NodePool) -> None:
     web.force_login(cast.bob)
     page = web.get("/nodes/").content.decode()
     assert "n1" in page and "another team&#x27;s run" in page and "vision/digits" not in page
+
+
+def test_progress_rate_leaves_start_up_out(cast: Any, pool: NodePool, monkeypatch: Any) -> None:
+    """The first progress report of an attempt anchors its rate, so the seconds spent starting
+    (interpreter, framework, data) do not make the run look slow to the ETA or the scheduler."""
+    from apps.nodes.api import agent_views
+    from apps.runs.selectors import run_live_rate
+    from apps.tracking.selectors import run_progress
+
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    placement_pass()
+    [spec] = claim(client, reg["session"])
+    base = {"attempt_id": spec["attempt_id"], "number": 1}
+    client.post(A + "events/", {**base, "node_rank": 0, "event": "started", "time": 0}, format="json")
+    started = Attempt.objects.get(pk=spec["attempt_id"]).started_at
+    assert started is not None
+    clock = [started]
+    monkeypatch.setattr(agent_views.timezone, "now", lambda: clock[0])
+
+    def report(after_s: float, steps: int) -> Run:
+        clock[0] = started + timedelta(seconds=after_s)
+        assert client.post(A + "progress/", {**base, "total_steps": 40_000, "steps_done": steps}, format="json").status_code == 200
+        return Run.objects.get(pk=run.pk)
+
+    # Five seconds to start, then 1,000 steps a second.
+    first = report(5.2, 200)
+    assert (first.progress_from_step, first.progress_from_at) == (200, started + timedelta(seconds=5.2))
+    # One report only: the rate since the start is all there is.
+    assert run_live_rate(run=first, started_at=started) == pytest.approx(200 / 5.2)
+    later = report(7.2, 2200)
+    assert later.progress_from_step == 200, "later reports keep the first as the anchor"
+    assert run_live_rate(run=later, started_at=started) == pytest.approx(1000.0)
+    # Counted from the start it would read 306 steps/s and an ETA of two minutes, not 38 s.
+    later.started_at = started
+    assert run_progress(run=later)["eta_s"] == pytest.approx(37.8)
+    # A new attempt gets an anchor of its own.
+    Run.objects.filter(pk=run.pk).update(progress_from_at=started - timedelta(hours=1))
+    assert report(9.0, 2300).progress_from_step == 2300

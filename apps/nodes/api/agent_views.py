@@ -229,6 +229,11 @@ class ProgressView(AgentView):
             if updates:
                 # .update() skips auto_now: bump updated_at by hand so ?updated_after= polls see progress.
                 Run.objects.filter(pk=attempt.run_id).update(**updates, updated_at=timezone.now())
+            if "progress_at" in updates:
+                # The attempt's first report marks where its rate is measured from (runs.selectors.run_live_rate).
+                began = attempt.started_at or attempt.created_at
+                Run.objects.filter(Q(progress_from_at__isnull=True) | Q(progress_from_at__lt=began), pk=attempt.run_id).update(
+                    progress_from_at=updates["progress_at"], progress_from_step=updates["steps_done"])
             lineage = data.get("lineage")
             if lineage is not None:
                 if not isinstance(lineage, dict) or len(str(lineage)) > 100_000:
