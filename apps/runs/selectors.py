@@ -71,13 +71,15 @@ def _fence(*, attempt_id: int, number: int | None, found: int, latest: int | Non
 MIN_RATE_SPAN_S = 1.0
 
 
-def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | None = None) -> float | None:
+def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | None = None, settled: bool = True) -> float | None:
     """Steps per second of the run's current attempt (started at `started_at`), or None before
     it reports progress.
 
     Measured from the attempt's first progress report, which leaves start-up out: counted from
-    the start, a 40,000-step run five seconds in reads several times too slow. Until a second
-    report is a second or more past the first, the rate since the start is all there is."""
+    the start, a 40,000-step run five seconds in reads many times too slow, and so would every
+    queue estimate behind it. Until a later report is a second or more past the first there is
+    no rate (callers fall back on history), unless `settled` is False: then, as for runs from
+    before the anchor existed, the rate since the start (to show, not to predict with)."""
     if run.progress_at is None or run.progress_at <= started_at:
         return None
     first_at, first_step = run.progress_from_at, run.progress_from_step
@@ -85,5 +87,7 @@ def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | No
         span = (run.progress_at - first_at).total_seconds()
         if span >= MIN_RATE_SPAN_S and run.steps_done > first_step:
             return (run.steps_done - first_step) / span
+        if settled:
+            return None
     done = run.steps_done - (resumed_from_step or 0)
     return done / max(1e-3, (run.progress_at - started_at).total_seconds()) if done > 0 else None

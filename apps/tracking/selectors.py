@@ -392,11 +392,15 @@ def queue_standing(*, run: Run) -> dict[str, Any] | None:
 
 def run_progress(*, run: Run, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
-    rate = run_selectors.run_live_rate(run=run, started_at=run.started_at) if run.started_at else None
+    rate = shown = None
+    if run.started_at:
+        rate = run_selectors.run_live_rate(run=run, started_at=run.started_at)
+        # A run too short for a second report still shows how fast it went, start-up included.
+        shown = rate or run_selectors.run_live_rate(run=run, started_at=run.started_at, settled=False)
     eta_s = None
     if rate and run.total_steps and run.total_steps > run.steps_done:
         eta_s = (run.total_steps - run.steps_done) / rate
-    return {"steps_done": run.steps_done, "total_steps": run.total_steps, "fraction": run.progress, "steps_per_s": rate,
+    return {"steps_done": run.steps_done, "total_steps": run.total_steps, "fraction": run.progress, "steps_per_s": shown,
             "eta_s": eta_s}
 
 

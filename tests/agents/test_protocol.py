@@ -179,7 +179,13 @@ def test_progress_rate_leaves_start_up_out(cast: Any, pool: NodePool, monkeypatc
     # Five seconds to start, then 1,000 steps a second.
     first = report(5.2, 200)
     assert (first.progress_from_step, first.progress_from_at) == (200, started + timedelta(seconds=5.2))
-    # One report only: the rate since the start is all there is.
+    # One report only: no rate yet (since the start, 38 steps/s, would say 17 minutes to go).
+    assert run_live_rate(run=first, started_at=started) is None
+    first.started_at = started
+    assert run_progress(run=first)["eta_s"] is None
+    assert run_progress(run=first)["steps_per_s"] == pytest.approx(200 / 5.2), "shown, start-up included, but no ETA from it"
+    # A run from before the anchor existed keeps the rate since its start.
+    first.progress_from_at = first.progress_from_step = None
     assert run_live_rate(run=first, started_at=started) == pytest.approx(200 / 5.2)
     later = report(7.2, 2200)
     assert later.progress_from_step == 200, "later reports keep the first as the anchor"
