@@ -23,17 +23,7 @@ def audit_record(
     actor_label: str = "",
 ) -> AuditEvent:
     ctx = current()
-    user = actor if actor is not None else ctx.user
-    if user is not None and not getattr(user, "is_authenticated", False):
-        user = None
-    if actor_label:
-        label = actor_label
-    elif actor is not None and user is not None:
-        # A caller that names the user (a service called with `user=`) wins over the context,
-        # whose label outside a request is "system".
-        label = user.get_username()
-    else:
-        label = ctx.label or (user.get_username() if user is not None else "system")
+    user, label = _actor(actor, actor_label)
     if target is not None:
         object_type = object_type or target._meta.label_lower
         object_id = object_id or str(target.pk)
@@ -64,16 +54,29 @@ def snapshot(obj: models.Model, fields: list[str]) -> dict[str, Any]:
     return out
 
 
+def _actor(actor: Any, actor_label: str) -> tuple[Any, str]:
+    """The user (None unless signed in) and the label an event records, for a caller that may
+    name either; the audit context (request or `acting_as`) fills what it does not."""
+    ctx = current()
+    user = actor if actor is not None else ctx.user
+    if user is not None and not getattr(user, "is_authenticated", False):
+        user = None
+    if actor_label:
+        return user, actor_label
+    if actor is not None and user is not None:
+        # A caller that names the user (a service called with `user=`) wins over the context,
+        # whose label outside a request is "system".
+        return user, user.get_username()
+    return user, ctx.label or (user.get_username() if user is not None else "system")
+
+
 def audit_record_many(*, records: list[dict[str, Any]]) -> list[AuditEvent]:
     """Several events at once (one INSERT), for passes that change many objects: each record has
-    audit_record's keyword arguments. The actor comes from the current context, as there."""
+    audit_record's keyword arguments, and its actor is resolved the same way (`_actor`)."""
     ctx = current()
     events: list[AuditEvent] = []
     for rec in records:
-        user = rec.get("actor") if rec.get("actor") is not None else ctx.user
-        if user is not None and not getattr(user, "is_authenticated", False):
-            user = None
-        label = rec.get("actor_label") or ctx.label or (user.get_username() if user is not None else "system")
+        user, label = _actor(rec.get("actor"), rec.get("actor_label") or "")
         target = rec.get("target")
         object_type, object_id = rec.get("object_type", ""), rec.get("object_id", "")
         if target is not None:
