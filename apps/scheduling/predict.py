@@ -166,11 +166,10 @@ class RuntimePredictor:
         self.mean_min_samples = mean_min_samples
         self.default_runtime_s = default_runtime_s
         self._history: dict[HistoryKey, _Window] = {}
-        # Seconds per step of finished runs that said their total steps, by team+type+devices.
-        self._per_step: dict[HistoryKey, _Window] = {}
-        # The same runs as (steps, seconds), for a start-up + pace fit (`_affine`), and its fits.
+        # (steps, seconds) of finished runs that said their total steps, by team+type+devices,
+        # and the pace fitted to them (`_pace`), until the next run is observed.
         self._pairs: dict[HistoryKey, deque[tuple[float, float]]] = {}
-        self._fits: dict[HistoryKey, tuple[float, float, _Window] | None] = {}
+        self._paces: dict[HistoryKey, tuple[str, float, float, _Window]] = {}
         self._cache: dict[tuple[str, ...], RuntimePrediction] = {}
 
     @staticmethod
@@ -195,11 +194,10 @@ class RuntimePredictor:
             for key in keys:
                 self._window(self._history, key).add(runtime)
             if run.steps is not None and run.steps > 0:
-                self._window(self._per_step, keys[1]).add(runtime / run.steps)
                 self._pairs.setdefault(keys[1], deque(maxlen=self.mean_window)).append((run.steps, runtime))
         # Invalidate everything: cheap, and a finished run can change several cached answers.
         self._cache.clear()
-        self._fits.clear()
+        self._paces.clear()
 
     def _window(self, windows: dict[HistoryKey, _Window], key: HistoryKey) -> _Window:
         window = windows.get(key)
@@ -257,39 +255,30 @@ class RuntimePredictor:
             window = self._history.get(key)
             if window is not None:
                 levels.append((name, window, 1.0))
-            if name == self.LEVELS[0] and query.steps is not None and query.steps > 0:
-                fit = self._affine(keys[1])
-                if fit is not None:
-                    startup, pace, ratios = fit
-                    levels.append((self.AFFINE, ratios, startup + pace * query.steps))
-                    return levels
-                per_step = self._per_step.get(keys[1])
-                if per_step is not None:
-                    levels.append((self.PER_STEP, per_step, float(query.steps)))
-                    return levels
+            if name == self.LEVELS[0] and query.steps is not None and query.steps > 0 and keys[1] in self._pairs:
+                level, startup, pace, ratios = self._pace(keys[1])
+                levels.append((level, ratios, startup + pace * query.steps))
+                return levels
         return levels
 
-    def _affine(self, key: HistoryKey) -> tuple[float, float, _Window] | None:
-        """Start-up seconds and seconds per step fitted to this key's runs of different lengths,
-        with each run's runtime as a ratio to the fit (the spread, as a window); None without
-        at least `min_samples` runs spanning a factor of 2 in steps, or without a positive pace.
+    def _pace(self, key: HistoryKey) -> tuple[str, float, float, _Window]:
+        """The level name, start-up seconds and seconds per step for this key's runs, with each
+        run's runtime as a ratio to that line (the spread, as a window).
 
-        Seconds per step alone (the fallback) is right only for runs much longer than their
-        start-up: scaled from short smoke tests, it predicts a long run many times too long."""
-        if key in self._fits:
-            return self._fits[key]
-        pairs = self._pairs.get(key, ())
-        fit = None
-        if len(pairs) >= self.min_samples:
-            line = affine_fit([steps for steps, _ in pairs], [seconds for _, seconds in pairs])
-            if line is not None:
-                startup, pace = line
-                ratios = _Window(self.window, self.mean_window)
-                for steps, seconds in pairs:
-                    ratios.add(seconds / (startup + pace * steps))
-                fit = (startup, pace, ratios)
-        self._fits[key] = fit
-        return fit
+        Fitted as start-up + pace x steps (`affine_fit`) from at least `min_samples` runs spanning
+        a factor of 2 in steps; otherwise plain seconds per step (start-up 0, pace 1, so the
+        ratios are the runs' seconds per step). That alone is right only for runs much longer
+        than their start-up: scaled from short smoke tests, it predicts a long run many times too long."""
+        found = self._paces.get(key)
+        if found is None:
+            pairs = self._pairs[key]
+            line = affine_fit([x for x, _ in pairs], [y for _, y in pairs]) if len(pairs) >= self.min_samples else None
+            level, (startup, pace) = (self.AFFINE, line) if line is not None else (self.PER_STEP, (0.0, 1.0))
+            ratios = _Window(self.window, self.mean_window)
+            for steps, seconds in pairs:
+                ratios.add(seconds / (startup + pace * steps))
+            found = self._paces[key] = (level, startup, pace, ratios)
+        return found
 
     def _from_history(
         self, keys: tuple[HistoryKey, ...], query: RuntimeQuery, elapsed: float, *, narrow: bool = False
