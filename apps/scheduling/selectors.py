@@ -13,11 +13,11 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import F, QuerySet
+from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from apps.core.text import fmt_duration
-from apps.nodes.models import NodePool
+from apps.nodes.models import NodePool, NodeState
 from apps.runs.models import Run, RunStatus
 from apps.scheduling.model import WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
@@ -156,6 +156,13 @@ def _entry(run: Run, *, position: int, mine: bool, predicted: float) -> dict[str
     }
 
 
+def _ready_nodes(pools: list[NodePool]) -> dict[int, int]:
+    # Ready is what the scheduler places on; a draining node takes nothing new.
+    rows = (NodePool.objects.filter(pk__in=[p.pk for p in pools], nodes__state=NodeState.READY)
+            .annotate(n=Count("nodes")).values_list("pk", "n"))
+    return dict(rows)
+
+
 def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]]:
     """Per pool, the waiting runs in scheduling order with reasons, estimates and who is ahead."""
     now = timezone.now()
@@ -164,6 +171,7 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
     predictor = predictor_load(now=now)
     accuracy = estimate_accuracies(pools=pools, now=now)
     histories = utilization_histories(pools=pools, now=now)
+    ready = _ready_nodes(pools)
     by_pool: dict[int, list[Run]] = defaultdict(list)
     for run in _queued(pools):
         by_pool[run.pool_id].append(run)
@@ -191,6 +199,7 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
         out.append({
             "pool": p.name,
             "kind": p.kind,
+            "nodes_ready": ready.get(p.pk, 0),
             "queued_runs": len(entries),
             "queued_devices": sum(e["devices"] for e in entries),
             "queue": entries,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 from trainyard._clibase import (
@@ -12,10 +13,10 @@ from trainyard._clibase import (
     CliError,
     _cell,
     _client,
+    _duration,
     _out,
     _table,
 )
-from trainyard.client import NotFoundError
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -54,44 +55,56 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _when(at: str | None, now: datetime) -> str:
+    """An ISO time as local HH:MM with how far off it is, as the queue page shows it."""
+    if not at:
+        return "not estimated"
+    when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    ahead = (when - now).total_seconds()
+    return f"{when.astimezone():%H:%M} (in {_duration(ahead)})" if ahead > 0 else f"{when.astimezone():%H:%M} (due now)"
+
+
+def _queue_rows(pool: dict[str, Any], now: datetime) -> list[list[Any]]:
+    rows = []
+    for e in pool.get("queue") or []:
+        run = e.get("run")
+        start = e.get("estimated_start") or {}
+        rows.append([
+            e["position"],
+            e["priority"],
+            e["team"],
+            f"{run['id']} {run['name']}" if run else "(another team's run)",
+            e["devices"],
+            _duration(e.get("predicted_runtime_s")),
+            (e.get("reason") or {}).get("message" if run else "label"),
+            _when(start.get("at"), now),
+        ])
+    return rows
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
-    client = _client(args)
-    try:
-        data: Any = client.queue()
-        source = "queue"
-    except NotFoundError:
-        # The scheduler's queue API may not exist on this server yet: show queued runs instead.
-        print("note: this server has no queue API (GET /api/v1/queue/ is 404); showing queued runs without positions", file=sys.stderr)
-        data = list(client.runs(status=["queued", "scheduled"]))
-        source = "runs"
-    items = (
-        data
-        if isinstance(data, list)
-        else next((data[k] for k in ("results", "queue", "runs", "items") if isinstance(data, dict) and isinstance(data.get(k), list)), [])
-    )
+    data: Any = _client(args).queue()
+    pools = [p for p in data.get("pools") or [] if not args.pool or p["pool"] == args.pool]
+    if args.pool and not pools:
+        known = ", ".join(p["pool"] for p in data.get("pools") or []) or "none"
+        raise CliError(f"no pool {args.pool!r} (pools: {known})", EXIT_USAGE)
     if args.json:
-        _out(data if source == "queue" else {"source": "runs", "runs": data})
+        _out(data | {"pools": pools})
         return EXIT_OK
-    cols = ["position", "id", "name", "project", "pool", "priority", "status", "reason", "estimated_start"]
-    aliases = {
-        "id": ("id", "run"),
-        "project": ("project", "project_slug"),
-        "reason": ("reason", "status_reason"),
-        "position": ("position", "queue_position"),
-        "estimated_start": ("estimated_start", "estimate", "eta"),
-    }
-
-    def pick(item: dict[str, Any], col: str) -> Any:
-        for name in aliases.get(col, (col,)):
-            if name in item:
-                value = item[name]
-                return value.get("at") if isinstance(value, dict) and "at" in value else value
-        return None
-
-    present = [c for c in cols if any(pick(i, c) is not None for i in items)] or ["id"]
-    _table(present, [[pick(i, c) for c in present] for i in items])
-    if not items:
-        print("the queue is empty", file=sys.stderr)
+    now = datetime.now(timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+; the SDK supports 3.10)
+    for i, pool in enumerate(pools):
+        waiting = pool.get("queued_runs", 0)
+        online = "no node online: nothing here can start" if not pool.get("nodes_ready", 1) else ""
+        head = f"pool {pool['pool']}: {waiting} waiting" + (f" ({online})" if online else "")
+        print(("\n" if i else "") + head)
+        rows = _queue_rows(pool, now)
+        if rows:
+            _table(["#", "class", "team", "run", "devices", "runtime", "waiting because", "estimated start"], rows, max_width=90)
+        accuracy = (pool.get("accuracy") or {}).get("summary")
+        if accuracy:
+            print(accuracy, file=sys.stderr)
+    if not pools:
+        print("no pools", file=sys.stderr)
     return EXIT_OK
 
 

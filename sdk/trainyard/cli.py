@@ -435,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="also show params and tags that do not differ")
     p.add_argument("--open", action="store_true", help="print the compare page's URL for the browser instead")
 
-    add("queue", cmd_queue, "queued runs in order, with position, reason and estimated start")
+    p = add("queue", cmd_queue, "queued runs in order, with position, reason and estimated start")
+    p.add_argument("--pool", help="only this pool")
 
     p = add("budget", cmd_budget, "a project's spend against its budget this period")
     p.add_argument("project", help="project id or team/project")

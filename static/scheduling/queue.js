@@ -59,7 +59,11 @@
         if (biggest <= 8) { layout.yaxis2.dtick = 1; layout.yaxis2.range = [0, biggest]; }
         layout.margin.l = 55;
       }
-      if (!rows.length) { layout.annotations = [{ text: "no samples yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }]; }
+      if (!rows.length) {
+        // A pool with no node online takes no samples: say why the chart is empty.
+        var why = div.dataset.nodesReady === "0" ? "no node online in this pool" : "no samples yet";
+        layout.annotations = [{ text: why, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }];
+      }
       Plotly.react(div, traces, layout, { displayModeBar: false, responsive: true });
     });
   }

@@ -124,7 +124,9 @@ def test_submit_wait_reads_and_compare(cli_stack: LiveStack, cli: Cli) -> None:
     assert read_json(cli, "templates")
     assert read_json(cli, "nodes")["nodes"]
     assert read_json(cli, "budget", "vision/digits")["project"]["full_slug"] == "vision/digits"
-    read_json(cli, "queue")
+    assert "local" in [p["pool"] for p in read_json(cli, "queue")["pools"]]
+    queue = cli("queue", "--pool", "local")
+    assert queue.returncode == 0 and queue.stdout.startswith("pool local: "), queue.stdout + queue.stderr
 
     compared = read_json(cli, "compare", str(first), str(second["id"]))
     assert [r["id"] for r in compared["runs"]] == [first, second["id"]]

@@ -9,16 +9,18 @@ import threading
 import time
 from collections import Counter
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
+from trainyard import _cli_reports, cli
 
 from apps.billing.models import Budget, Quota
 from apps.jobtemplates.models import JobTemplate
-from apps.nodes.models import NodePool
+from apps.nodes.models import Node, NodePool, NodeState
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Attempt, Run, RunStatus
 from apps.runs.services.lifecycle import assignment_exited, assignment_started
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
@@ -309,6 +311,44 @@ def test_queue_page_renders(cast: Any, pool: NodePool) -> None:
     assert "How this pool decides who goes next" in html and "plotly.min.js" in html and 'id="hist-local"' in html
     partial = web.get("/queue/?partial=1").content.decode()
     assert "<html" not in partial and "Pool local" in partial
+
+
+def test_queue_says_when_a_pool_has_no_node_online(cast: Any, pool: NodePool) -> None:
+    register(pool, "n1")
+    retired = NodePool.objects.create(name="v100-retired")
+    Node.objects.create(pool=retired, hostname="old1", agent_uid="old1", state=NodeState.OFFLINE)
+    scheduling_pass()
+    data = cast.client(cast.alice).get("/api/v1/queue/").json()
+    assert {p["pool"]: p["nodes_ready"] for p in data["pools"]} == {"local": 1, "v100-retired": 0}
+    web = Client()
+    web.force_login(cast.alice)
+    html = web.get("/queue/?partial=1").content.decode()
+    local, retired_html = html.split('data-pool="v100-retired"', 1)
+    assert "No node online" not in local
+    assert "No node online: nothing in this pool can start." in retired_html and 'data-nodes-ready="0"' in retired_html
+
+
+def test_cli_queue_prints_the_queue_apis_pools(cast: Any, pool: NodePool, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # The CLI reads what the server answers, here the real API's JSON without a live server.
+    register(pool, "n1")
+    NodePool.objects.create(name="v100-retired")
+    make(cast, pool, team="nlp")
+    make(cast, pool, team="nlp", params={"secret_param": 1})
+    mine = make(cast, pool, team="vision", priority="low")
+    scheduling_pass()
+    answer = cast.client(cast.alice).get("/api/v1/queue/").json()
+    monkeypatch.setattr(_cli_reports, "_client", lambda args: SimpleNamespace(queue=lambda: answer))
+    assert cli.main(["queue"]) == 0
+    out = capsys.readouterr().out
+    local, retired = out.split("pool v100-retired")
+    assert "pool local: 2 waiting" in local and "(another team's run)" in local and f"{mine.pk} vision-low" in local
+    assert "secret_param" not in out and "ESTIMATED START" in local
+    assert ": 0 waiting (no node online: nothing here can start)" in retired
+    assert cli.main(["queue", "--pool", "v100-retired"]) == 0
+    assert "pool local" not in capsys.readouterr().out
+    assert cli.main(["queue", "--pool", "nope"]) == 2
+    assert "no pool 'nope' (pools: local, v100-retired)" in capsys.readouterr().err
 
 
 @pytest.mark.django_db(transaction=True)

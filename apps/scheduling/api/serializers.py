@@ -80,6 +80,7 @@ class UtilizationSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class PoolQueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
     pool = serializers.CharField()
     kind = serializers.CharField()
+    nodes_ready = serializers.IntegerField(help_text="Nodes taking new runs now (0: nothing in this pool can start).")
     queued_runs = serializers.IntegerField()
     queued_devices = serializers.IntegerField()
     queue = QueueEntrySerializer(many=True)
