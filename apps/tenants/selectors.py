@@ -39,6 +39,24 @@ def project_list(*, user: AnyUser) -> QuerySet[Project]:
     return Project.objects.filter(team_id__in=team_ids_for_user(user=user)).select_related("team")
 
 
+def project_by_ref(*, user: AnyUser, ref: Any) -> Project | None:
+    """One of the user's projects by id or 'team/slug'; None for anything else (another team's reads as absent)."""
+    text = str(ref if ref is not None else "").strip()
+    projects = project_list(user=user)
+    if text.isdigit():
+        return projects.filter(pk=int(text)).first()
+    if text.count("/") == 1:
+        team, slug = text.split("/")
+        return projects.filter(team__slug=team, slug=slug).first()
+    return None
+
+
+def project_ref_problem(ref: Any) -> str:
+    """The error for a project reference that `project_by_ref` did not find, naming what was given."""
+    given = str(ref if ref is not None else "").strip()
+    return f"no such project {given!r} in your teams (give its id or team/project, e.g. vision/digits)"
+
+
 def role_for(*, user: AnyUser, team_id: int) -> str | None:
     if not user.is_authenticated:
         return None

@@ -44,7 +44,8 @@ def test_list_filters_and_isolation(cast, runs):
     assert ids(client.get("/api/v1/runs/?template=digits-classifier&project=vision/digits")) == {a["id"], b["id"]}
     assert client.get("/api/v1/runs/?status=bogus").status_code == 400
     assert client.get("/api/v1/runs/?tag=novalue").status_code == 400
-    assert client.get("/api/v1/runs/?project=nlp/tiny-lm").json()["error"]["fields"] == {"project": ["no such project"]}
+    assert client.get("/api/v1/runs/?project=nlp/tiny-lm").json()["error"]["fields"] == {"project": [
+        "no such project 'nlp/tiny-lm' in your teams (give its id or team/project, e.g. vision/digits)"]}
     assert client.get(f"/api/v1/runs/{theirs['id']}/").status_code == 404
     assert client.post(f"/api/v1/runs/{theirs['id']}/cancel/").status_code == 404
 

@@ -40,7 +40,7 @@ BAD = [
     ("unknown pool", {"resources": {"pool": "moon"}}, "resources.pool", "no such pool 'moon'"),
     ("unknown resource", {"resources": {"gpus": 2}}, "resources.gpus", "unknown resource"),
     ("runtime", {"resources": {"max_runtime_s": 10**9}}, "resources.max_runtime_s", "must be ≤"),
-    ("unknown template", {"template": "nope"}, "template", "no such template"),
+    ("unknown template", {"template": "nope"}, "template", "no such template 'nope'"),
     ("name too long", {"name": "n" * 300}, "name", "200"),
 ]
 
@@ -66,7 +66,8 @@ def test_other_teams_project_reads_as_absent(cast, digits):
     for project in (cast.tinylm.pk, "nlp/tiny-lm", 999999, "nonsense"):
         response = post(cast, cast.alice, body(cast, project=project))
         assert response.status_code == 400
-        assert response.json()["error"]["fields"] == {"project": ["no such project"]}
+        [problem] = response.json()["error"]["fields"]["project"]
+        assert problem.startswith(f"no such project {str(project)!r} in your teams")
     assert Run.objects.count() == 0
 
 

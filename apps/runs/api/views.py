@@ -32,23 +32,16 @@ from apps.runs.services.lifecycle import run_cancel
 from apps.runs.services.snapshots import snapshot_create, snapshot_path
 from apps.runs.services.submit import TAG_KEY_RE, run_submit
 from apps.tenants.models import Project
-from apps.tenants.selectors import AnyUser, has_role, project_list
+from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def project_from_ref(*, user: AnyUser, ref: Any, field: str = "project") -> Project:
-    """A project of the user's teams by id or 'team/slug'; anything else reads as absent."""
-    projects = project_list(user=user)
-    text = str(ref).strip()
-    project = None
-    if text.isdigit():
-        project = projects.filter(pk=int(text)).first()
-    elif text.count("/") == 1:
-        team, slug = text.split("/")
-        project = projects.filter(team__slug=team, slug=slug).first()
+    """A project of the user's teams by id or 'team/slug'; anything else is a 400 on `field`."""
+    project = project_by_ref(user=user, ref=ref)
     if project is None:
-        raise FieldError(field, "no such project")
+        raise FieldError(field, project_ref_problem(ref))
     return project
 
 
@@ -62,7 +55,8 @@ def submission_from_request(request: Request) -> tuple[dict[str, Any], Project, 
     try:
         template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
     except NotFound as err:
-        raise FieldError("template", "no such template") from err
+        version = data.get("template_version")
+        raise FieldError("template", f"no such template {data['template']!r}" + (f" version {version}" if version else "")) from err
     return data, project, template
 
 

@@ -16,7 +16,7 @@ from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.core.errors import FieldError, Forbidden
 from apps.tenants.models import Project
-from apps.tenants.selectors import has_role, project_list
+from apps.tenants.selectors import has_role, project_by_ref, project_ref_problem
 from apps.webhooks import services
 from apps.webhooks.api.serializers import (
     WebhookDeliverySerializer,
@@ -28,16 +28,9 @@ from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, Web
 
 
 def _project(*, user: Any, ref: Any) -> Project:
-    text = str(ref or "").strip()
-    projects = project_list(user=user)
-    project = None
-    if text.isdigit():
-        project = projects.filter(pk=int(text)).first()
-    elif text.count("/") == 1:
-        team, slug = text.split("/")
-        project = projects.filter(team__slug=team, slug=slug).first()
+    project = project_by_ref(user=user, ref=ref)
     if project is None:
-        raise FieldError("project", "no such project")
+        raise FieldError("project", project_ref_problem(ref))
     return project
 
 
