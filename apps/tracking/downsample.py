@@ -107,14 +107,15 @@ def merge(group: Sequence[Bucket]) -> Bucket:
 
 
 def downsample(buckets: Sequence[Bucket], max_points: int) -> list[Bucket]:
-    """At most `max_points` buckets, each merging a run of consecutive input buckets."""
+    """min(len(buckets), max_points) buckets, each merging a run of consecutive input buckets."""
     if max_points < 1:
         raise ValueError("max_points must be >= 1")
     n = len(buckets)
     if n <= max_points:
         return list(buckets)
-    size = math.ceil(n / max_points)
-    return [merge(buckets[i : i + size]) for i in range(0, n, size)]
+    # Groups of n / max_points, split evenly: chunks of ceil(n / max_points) would turn 10
+    # buckets asked down to 9 into 5.
+    return [merge(buckets[k * n // max_points : (k + 1) * n // max_points]) for k in range(max_points)]
 
 
 def downsample_points(xs: Sequence[float], values: Sequence[float], max_points: int) -> list[Bucket]:

@@ -97,6 +97,10 @@ def _pick_level(s: MetricSummary, q: SeriesQuery) -> int | None:
         return None
     for level, size in enumerate(LEVELS):
         if span_steps / size + 1 <= budget:
+            # A level too coarse to fill max_points (600 steps at 1024 per bucket is one point)
+            # gives way to the next finer one, which reads at most 16 x max_points rows.
+            if span_steps / size < q.max_points:
+                return level - 1 if level > 0 else None
             return level
     return len(LEVELS) - 1
 

@@ -113,3 +113,15 @@ def test_series_reads_rollups_and_keeps_the_spike(cast: Any) -> None:
         assert max(s["max"]) == 1e9 and min(s["min"]) == -7.0
     window = metric_series(run_id=run.pk, summary=summary, key="loss", q=SeriesQuery(max_points=500, start=54_000, end=54_400))
     assert window["level"] == "raw" and len(window["x"]) == 401 and window["true_max"] == 1e9
+
+
+@pytest.mark.django_db
+def test_few_points_asked_of_a_short_series_are_not_one_coarse_bucket(cast: Any) -> None:
+    run = make_run(cast.digits)
+    with transaction.atomic():
+        metric_points_store(run_id=run.pk, attempt=1, rows=[("loss", s, 600.0 - s, 0, 1000.0 + s) for s in range(1, 601)])
+    summary = metric_summaries(run_ids=[run.pk])[run.pk]["loss"]
+    for max_points in (2, 5, 9, 20, 300):
+        s = metric_series(run_id=run.pk, summary=summary, key="loss", q=SeriesQuery(max_points=max_points))
+        assert len(s["x"]) == max_points, (max_points, s["level"], s["x"])
+        assert (s["true_min"], s["true_max"]) == (0.0, 599.0) and s["x"][-1] == 600
