@@ -19,7 +19,7 @@ from apps.core.text import fmt_duration
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
 from apps.runs.services.params import params_resolve
-from apps.runs.services.submit import Errors, priority_resolve, resources_resolve, submitter_check
+from apps.runs.services.submit import Errors, priority_resolve, resources_resolve, submission_extras_check, submitter_check
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import QueuedJob, WaitCode
@@ -115,11 +115,18 @@ def _ordinal(n: int) -> str:
 
 
 def forecast_for_submission(*, user: AnyUser, project: Project, template: JobTemplate, params: Any, priority: Any,
-                            resources: Any) -> Forecast:
+                            resources: Any, extras: dict[str, Any] | None = None) -> Forecast:
     """The forecast for what `run_submit` would queue, checked the same way: ServiceError (400)
-    naming every bad field, Forbidden below engineer. Sweeps queue one run per point; forecast a point."""
+    naming every bad field, Forbidden below engineer. Sweeps queue one run per point; forecast a point.
+
+    `extras` (name, tags, init_run, init_checkpoint), when given, are checked as the submission
+    would check them, so a dry run refuses what the submission would; the submit page, asking
+    as the form changes, leaves them out."""
     submitter_check(user=user, project=project)
     errors = Errors()
+    if extras is not None:
+        submission_extras_check(user=user, template=template, name=extras.get("name", ""), tags=extras.get("tags"),
+                                init_run=extras.get("init_run"), init_checkpoint=extras.get("init_checkpoint"), errors=errors)
     if template.kind == TemplateKind.SWEEP:
         errors.add("template", "a sweep queues one run per point: ask for a forecast of one point's template")
     clean_priority = priority_resolve(priority=priority, errors=errors)

@@ -22,7 +22,7 @@ class NodeDeviceSerializer(serializers.Serializer[Any]):
     model = serializers.CharField()
     uuid = serializers.CharField()
     memory_bytes = serializers.IntegerField()
-    utilization = serializers.FloatField(allow_null=True, help_text="0..1 at the last heartbeat, if the agent measures it.")
+    utilization = serializers.FloatField(allow_null=True, help_text="Percent busy (0..100) at the last heartbeat, if measured.")
     power_w = serializers.FloatField(allow_null=True)
     used = serializers.BooleanField()
     run = NodeRunSerializer(allow_null=True, help_text="The run holding this device, if any.")

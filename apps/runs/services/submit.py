@@ -335,10 +335,25 @@ def run_submit(
     return run
 
 
+def submission_extras_check(*, user: AnyUser, template: JobTemplate, name: Any, tags: Any, init_run: Any,
+                            init_checkpoint: Any, errors: Errors) -> None:
+    """What a submission checks besides what decides its place in line (name, tags, where a
+    fine-tune starts), for a forecast that should refuse what the submission would."""
+    if not isinstance(name, str) or len(name) > NAME_MAX:
+        errors.add("name", f"must be at most {NAME_MAX} characters")
+    tags_resolve(tags=tags, user=user, errors=errors)
+    checkpoint = init_checkpoint_resolve(user=user, init_run=init_run, init_checkpoint=init_checkpoint, errors=errors)
+    # The code snapshot is not asked for: a dry run has not uploaded its code yet.
+    _check_kind_inputs(template=template, checkpoint=checkpoint, code_snapshot=None, project=None, errors=errors,
+                       init_given=init_run not in (None, "") or init_checkpoint not in (None, ""))
+
+
 def _check_kind_inputs(*, template: JobTemplate, checkpoint: Checkpoint | None, init_given: bool,
-                       code_snapshot: CodeSnapshot | None, project: Project, errors: Errors) -> None:
+                       code_snapshot: CodeSnapshot | None, project: Project | None, errors: Errors) -> None:
     if template.kind in INIT_KINDS and checkpoint is None and not init_given:
         errors.add("init_run", f"required for {template.get_kind_display().lower()} templates: the run (or checkpoint) to start from")
+    if project is None:
+        return
     if template.kind == TemplateKind.CUSTOM and code_snapshot is None:
         errors.add("code_snapshot", "required for the custom template: upload a .tar.gz to /api/v1/code-snapshots/ first")
     if code_snapshot is not None and code_snapshot.project_id != project.pk:

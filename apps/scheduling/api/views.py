@@ -78,15 +78,19 @@ class ForecastView(UnscopedAPIMixin, APIView):
 
     @extend_schema(
         summary="Forecast a submission: would it start at once, and if not, when?",
-        description=("Takes the body you would POST to /api/v1/runs/ (name, tags and the like are ignored) and answers "
+        description=("Takes the body you would POST to /api/v1/runs/ and answers "
                      "where the run would stand in its pool's line right now, why it would wait, and its estimated "
                      "start with a range, from the same scheduler and estimator the queue uses. Nothing is queued. "
-                     "Bad fields get 400 naming the field, as a submission would."),
+                     "Bad fields get 400 naming the field, as a submission would. Name, tags and the fine-tune's "
+                     "init_run/init_checkpoint are checked only when the body has `tags` (a dry run); without, only "
+                     "what decides the place in line, so a form can ask while it is half filled."),
         request=RunCreateSerializer,
         responses={200: ForecastSerializer},
     )
     def post(self, request: Request) -> Response:
         data, project, template = submission_from_request(request)
+        # Sent with tags (as `trainyard submit --dry-run` does), the rest is checked as a submission would be.
+        extras = {k: data.get(k) for k in ("name", "tags", "init_run", "init_checkpoint")} if "tags" in request.data else None
         forecast = forecast_for_submission(user=request.user, project=project, template=template, params=data["params"],
-                                           priority=data["priority"], resources=data["resources"])
+                                           priority=data["priority"], resources=data["resources"], extras=extras)
         return Response(forecast_payload(forecast))
