@@ -53,6 +53,7 @@ _CLIENT_NAMES = frozenset(
         "RateLimited",
         "ServerError",
         "ConnectionFailed",
+        "NotTheApi",
     }
 )
 
@@ -73,6 +74,7 @@ __all__ = [
     "ConflictError",
     "ConnectionFailed",
     "NotFoundError",
+    "NotTheApi",
     "PermissionDenied",
     "RateLimited",
     "ServerError",

@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 from trainyard._clibase import (
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
     _cell,
     _client,
     _duration,
+    _energy,
+    _local_time,
+    _money,
     _out,
+    _pairs,
+    _parse_time,
+    _scalar,
+    _size,
     _table,
+    is_sweep,
 )
+from trainyard.client import Client, NotFoundError, PermissionDenied
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if len(set(args.runs)) < 2:
+        raise CliError("give at least two different runs", EXIT_USAGE)
     client = _client(args)
-    if len(args.runs) < 2:
-        raise CliError("compare needs at least two runs", EXIT_USAGE)
     url = f"{client.url}/compare/?runs={','.join(str(r) for r in args.runs)}"
     if args.open:
         print(url)
         return EXIT_OK
     data = client.compare(args.runs, keys=args.keys.split(",") if args.keys else None, max_points=1)
+    _check_compare_keys(data)
     if args.json:
         _out({k: v for k, v in data.items() if k != "series"} | {"url": url})
         return EXIT_OK
@@ -41,27 +54,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for section in ("params", "tags"):
         for row in data.get(section) or []:
             if row.get("differs") or args.all:
-                rows.append(
-                    [
-                        f"{section[:-1] if section == 'params' else 'tag'} {row['name']}" + (" *" if row.get("differs") else ""),
-                        *row["values"],
-                    ]
-                )
+                label = f"{'param' if section == 'params' else 'tag'} {row['name']}" + (" *" if row.get("differs") else "")
+                # As the values are written in --param (true, [0, 1]); "-" where a run has none.
+                rows.append([label, *[None if v is None else _scalar(v) for v in row["values"]]])
     for key in data.get("keys") or []:
-        rows.append([f"{key} (last)", *[(r.get("summaries") or {}).get(key, {}).get("last") for r in runs]])
-        rows.append([f"{key} (min)", *[(r.get("summaries") or {}).get(key, {}).get("min") for r in runs]])
+        # The API does not say whether higher is better, so both ends are shown.
+        for stat in ("last", "min", "max"):
+            rows.append([f"{key} ({stat})", *[(r.get("summaries") or {}).get(key, {}).get(stat) for r in runs]])
     _table(headers, rows)
     print(f"\n* differs between runs; all rows with --all. In the browser: {url}", file=sys.stderr)
     return EXIT_OK
 
 
+def _check_compare_keys(data: Mapping[str, Any]) -> None:
+    """A --keys name no run logged is not found, rather than a table of "-"."""
+    available = data.get("available_keys")
+    if available is None:  # a server from before available_keys
+        return
+    unknown = [k for k in data.get("keys") or [] if k not in available]
+    if unknown:
+        runs = ", ".join(str(r["id"]) for r in data.get("runs") or [])
+        found = f"their metrics: {', '.join(available)}" if available else "they have logged no metrics"
+        raise CliError(f"runs {runs} have no metric {', '.join(repr(k) for k in unknown)} ({found})", EXIT_NOT_FOUND)
+
+
 def _when(at: str | None, now: datetime) -> str:
-    """An ISO time as local HH:MM with how far off it is, as the queue page shows it."""
-    if not at:
+    """An ISO time in local time with how far off it is, as the queue page shows it."""
+    when = _parse_time(at) if at else None
+    if when is None:
         return "not estimated"
-    when = datetime.fromisoformat(at.replace("Z", "+00:00"))
     ahead = (when - now).total_seconds()
-    return f"{when.astimezone():%H:%M} (in {_duration(ahead)})" if ahead > 0 else f"{when.astimezone():%H:%M} (due now)"
+    return f"{_local_time(at)} (in {_duration(ahead)})" if ahead > 0 else f"{_local_time(at)} (due now)"
 
 
 def _queue_rows(pool: dict[str, Any], now: datetime) -> list[list[Any]]:
@@ -108,29 +131,90 @@ def cmd_queue(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+ACTIONS = {"block_new": "block new runs", "stop_running": "block new runs and stop running ones"}
+
+
 def cmd_budget(args: argparse.Namespace) -> int:
-    data = _client(args).budget(args.project)
+    client = _client(args)
+    try:
+        data = client.budget(args.project)
+    except NotFoundError:
+        # The finance role sees every budget but is in no team, so the project lookup fails.
+        finance = _finance_budget(client, str(args.project).strip())
+        if finance is None:
+            raise
+        data = finance
     if args.json:
         _out(data)
         return EXIT_OK
+    _print_budget(data)
+    return EXIT_OK
+
+
+def _print_budget(data: Mapping[str, Any]) -> None:
     budget = data.get("budget")
     period = data.get("period") or {}
-    print(f"project   {data.get('project', {}).get('full_slug')}")
-    print(f"period    {period.get('label') or period.get('key')}")
+    currency = data.get("currency")
+    team_wide = isinstance(budget, dict) and budget.get("scope") == "team"
+    slug = str((data.get("project") or {}).get("full_slug") or "")
+    lines = [("project", slug), ("period", period.get("label") or period.get("key"))]
+    if data.get("source") == "finance":
+        lines.append(("source", "the finance API (you are not in the project's team)"))
     if budget:
-        print(
-            f"budget    {budget.get('name')} ({budget.get('scope')}): {budget.get('amount')} {data.get('currency', '')}"
-            f"  thresholds {budget.get('thresholds')}%  at 100%: {budget.get('action')}"
-        )
+        team = budget.get("team") or slug.partition("/")[0]
+        scope = f"team {team}'s, shared by its projects" if team_wide else "the project's own"
+        lines += [
+            ("budget", f"{_money(budget.get('amount'), currency)} ({scope})"),
+            ("alerts at", ", ".join(f"{t}%" for t in budget.get("thresholds") or []) or "none"),
+            ("at 100%", ACTIONS.get(str(budget.get("action")), str(budget.get("action")).replace("_", " "))),
+        ]
     else:
-        print("budget    none set")
+        lines.append(("budget", "none set"))
     for key in ("spent", "reserved", "remaining", "forecast"):
-        print(f"{key:<9} {_cell(data.get(key))}")
+        amount = _money(data.get(key), currency)
+        # A team's budget counts the whole team's spend, which is what the API answers then.
+        lines.append((key, f"{amount} (the whole team)" if amount and team_wide and key in ("spent", "reserved") else amount))
     if data.get("percent") is not None:
-        print(f"used      {data['percent']}%")
+        lines.append(("used", f"{data['percent']:.1f}% of the budget"))
     for alert in data.get("alerts") or []:
-        print(f"alert     {alert.get('threshold')}% at {alert.get('at')}")
-    return EXIT_OK
+        lines.append(("alert", f"{alert.get('threshold')}% crossed at {_local_time(alert.get('at'))}"))
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        if value is not None:
+            print(f"{key.ljust(width)}  {value}")
+
+
+def _finance_budget(client: Client, ref: str) -> dict[str, Any] | None:
+    """The budget of project `ref` ('team/project') as the finance API lists it, with this
+    period's spend; None when that API is refused or lists none for it."""
+    team, _, slug = ref.partition("/")
+    if not slug:
+        return None  # the finance API names projects by team/project, not by id
+    try:
+        budgets = client.finance_budgets()
+        own = [b for b in budgets if b.get("project") == ref]
+        teams = [b for b in budgets if not b.get("project") and b.get("team") == team]
+        if not (own or teams):
+            return None
+        budget = (own or teams)[0]
+        scope = "project" if own else "team"
+        spend = client.finance_spend(group_by=scope, **({"project": ref} if own else {"team": team}))
+    except (PermissionDenied, NotFoundError):
+        return None
+    rows = spend.get("rows") or []
+    spent = Decimal(str(rows[0]["cost"])) if rows else Decimal("0.00")
+    amount = Decimal(str(budget["amount"]))
+    return {
+        "source": "finance",
+        "project": {"id": None, "full_slug": ref},
+        "period": {"key": spend.get("period")},
+        "budget": {"id": budget.get("id"), "name": ref if own else f"{team} (team)", "scope": scope, "team": team,
+                   "amount": budget.get("amount"), "thresholds": budget.get("thresholds"), "action": budget.get("action")},
+        "currency": budget.get("currency"),
+        "spent": str(spent),
+        "remaining": str(amount - spent),
+        "percent": round(float(spent / amount * 100), 2) if amount else None,
+    }
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -156,12 +240,21 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                 n["state"],
                 f"{n['devices_used']}/{n['devices_total']}",
                 "-" if n.get("heartbeat_age_s") is None else f"{n['heartbeat_age_s']}s",
-                ",".join(str(r["id"]) for r in n.get("runs", []) if r.get("id")),
+                _node_runs(n.get("runs") or []),
             ]
             for n in data.get("nodes", [])
         ],
     )
     return EXIT_OK
+
+
+def _node_runs(runs: list[dict[str, Any]]) -> str:
+    """Run ids on a node; another team's runs (no id in the API) are counted, not dropped."""
+    shown = [str(r["id"]) for r in runs if r.get("id") is not None]
+    others = sum(1 for r in runs if r.get("id") is None)
+    if others:
+        shown.append("(another team's run)" if others == 1 else f"({others} other teams' runs)")
+    return ",".join(shown)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -170,6 +263,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         _out(run)
         return EXIT_OK
     est = run.get("estimated_start") or {}
+    cost = run.get("cost") or {}
+    energy = run.get("energy") or {}
+    unit = "runs" if is_sweep(run) else "steps"
     rows = [
         ("id", run["id"]),
         ("name", run.get("name")),
@@ -179,17 +275,22 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("reason", run.get("status_reason")),
         ("priority", run.get("priority")),
         ("submitted by", run.get("submitted_by")),
-        ("progress", f"{run.get('steps_done')}/{run.get('total_steps') or '?'} steps"),
-        ("tags", run.get("tags")),
-        ("params", run.get("params")),
-        ("resources", run.get("resources")),
-        ("estimated start", est.get("at")),
+        ("family", run.get("family")),
+        ("parent", f"run {run['parent']} (a sweep)" if run.get("parent") else None),
+        ("children", _children(run.get("children") or [])),
+        ("starts from", _start_point(run.get("lineage") or {})),
+        ("progress", f"{run.get('steps_done')}/{run.get('total_steps') or '?'} {unit}"),
+        ("tags", _pairs(run.get("tags"))),
+        ("params", _pairs(run.get("params"))),
+        ("resources", _pairs(run.get("resources"))),
+        ("estimated start", _local_time(est.get("at"))),
         ("queue position", est.get("queue_position")),
-        ("cost", (run.get("cost") or {}).get("amount")),
-        ("energy kWh", (run.get("energy") or {}).get("kwh")),
-        ("created", run.get("created_at")),
-        ("started", run.get("started_at")),
-        ("finished", run.get("finished_at")),
+        ("cost", _cost(cost)),
+        ("energy", _energy_line(energy)),
+        ("created", _local_time(run.get("created_at"))),
+        ("started", _local_time(run.get("started_at"))),
+        ("finished", _local_time(run.get("finished_at"))),
+        ("cancel requested", _local_time(run.get("cancel_requested_at"))),
         ("restarts", f"{run.get('restarts')}/{run.get('max_restarts')}"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -206,8 +307,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                     a["number"],
                     a["status"],
                     ",".join(a.get("nodes") or []),
-                    a.get("started_at"),
-                    a.get("ended_at"),
+                    _local_time(a.get("started_at")),
+                    _local_time(a.get("ended_at")),
                     a.get("exit_code"),
                     (a.get("reason") or "").splitlines()[0] if a.get("reason") else "",
                 ]
@@ -217,15 +318,56 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _children(ids: list[int], most: int = 10) -> str:
+    shown = ", ".join(str(i) for i in ids[:most]) + (", …" if len(ids) > most else "")
+    return f"{shown} ({len(ids)} runs)" if ids else ""
+
+
+def _start_point(lineage: Mapping[str, Any]) -> str | None:
+    """Where a fine-tune started: the portal's init checkpoint, else what the job reported."""
+    ckpt = lineage.get("init_checkpoint")
+    if isinstance(ckpt, dict):
+        return f"run {ckpt.get('run')} checkpoint {ckpt.get('id')} (step {ckpt.get('step')})"
+    if lineage.get("init_run_id") is not None:
+        step = lineage.get("init_checkpoint_step")
+        return f"run {lineage['init_run_id']}" + (f" (step {step})" if step is not None else "")
+    return None
+
+
+def _cost(cost: Mapping[str, Any]) -> str | None:
+    # The run API gives no currency today; one is shown as soon as it does.
+    currency = cost.get("currency")
+    amount = _money(cost.get("amount"), currency)
+    if amount is None:
+        return None
+    price = cost.get("price_per_device_hour")
+    return f"{amount} ({_money(price, currency)} per device-hour)" if price is not None else amount
+
+
+def _energy_line(energy: Mapping[str, Any]) -> str | None:
+    shown = _energy(energy.get("kwh"))
+    return f"{shown} (estimated: no power sensor)" if shown and energy.get("estimated") else shown
+
+
+def _checkpoint_state(ckpt: Mapping[str, Any]) -> str:
+    if ckpt.get("deleted"):
+        return "deleted by retention"
+    return "kept" if ckpt.get("available") else "not uploaded"
+
+
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     ckpts = _client(args).checkpoints(args.run)
     if args.json:
         _out(ckpts)
         return EXIT_OK
+    if not ckpts:
+        print(f"run {args.run} has no checkpoints yet", file=sys.stderr)
+        return EXIT_OK
     _table(
-        ["id", "step", "attempt", "file", "size", "available", "created"],
+        ["id", "step", "attempt", "file", "size", "state", "download", "created"],
         [
-            [k["id"], k["step"], k.get("attempt"), k.get("file_name"), k.get("size"), k.get("available"), str(k.get("created_at", ""))[:19]]
+            [k["id"], k["step"], k.get("attempt"), k.get("file_name"), _size(k.get("size")), _checkpoint_state(k),
+             bool(k.get("available")), _local_time(k.get("created_at"))]
             for k in ckpts
         ],
     )

@@ -10,19 +10,20 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trainyard import _config
 from trainyard._cli_reports import cmd_budget, cmd_checkpoints, cmd_compare, cmd_nodes, cmd_queue, cmd_show
 from trainyard._clibase import (
-    EXIT_AUTH,
+    EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
     EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_SERVER,
+    EXIT_TIMEOUT,
     EXIT_USAGE,
     FINISHED,
     CliError,
@@ -30,15 +31,17 @@ from trainyard._clibase import (
     _cell,
     _client,
     _kv_pairs,
+    _local_time,
     _metric_table,
     _out,
     _run_result,
     _table,
+    api_error_exit,
+    is_sweep,
     progress_line,
 )
 from trainyard.client import (
     ApiError,
-    AuthError,
     Client,
     ConnectionFailed,
     ServerError,
@@ -48,13 +51,17 @@ from trainyard.client import (
 
 EPILOG = """\
 exit codes:
-  0  ok
-  1  the run failed or was cancelled (submit --wait, logs --follow)
-  2  usage error (bad arguments)
-  3  authentication error (not logged in, bad or revoked token)
-  4  not found (no such run or project, or one of another team's)
-  5  server or connection error
-  6  refused by the server (validation, budget, quota, role, state conflict)
+  0    ok
+  1    the run failed or was cancelled (submit --wait, logs --follow)
+  2    usage error (bad arguments)
+  3    authentication error (not logged in, bad or revoked token)
+  4    not found (no such run, project, template or metric, or one of another team's)
+  5    server or connection error (or --server is not the portal's root URL)
+  6    refused by the server (validation, budget, quota, role, state conflict)
+  7    --timeout-wait ran out; the run goes on
+  130  interrupted (Ctrl-C); a run being waited on goes on
+
+times are shown in your local time zone (YYYY-MM-DD HH:MM:SS); --json keeps the API's UTC ISO times.
 
 environment:
   TRAINYARD_SERVER, TRAINYARD_TOKEN  override the server and token stored by `trainyard login`
@@ -64,6 +71,36 @@ environment:
 
 
 # --- small helpers --------------------------------------------------------------------------------
+
+# Options whose values may start with "-" (descending orderings): argparse would take "-id" for
+# an option and fail with "expected one argument".
+DASH_VALUE_OPTIONS = ("--ordering",)
+_DASH_VALUE = re.compile(r"-\w{2,}[\w,-]*")
+
+
+def _attach_dash_values(argv: list[str]) -> list[str]:
+    """`--ordering -id` as `--ordering=-id`, which argparse reads as a value."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in DASH_VALUE_OPTIONS and i + 1 < len(argv) and _DASH_VALUE.fullmatch(argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more (so a mistyped --limit -1 is a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, not {value}")
+    return value
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -150,7 +187,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"submitted run {run['id']} ({run['status']}): {url}")
         return EXIT_OK
     print(f"submitted run {run['id']}: {url}", file=sys.stderr)
-    return _wait(client, int(run["id"]), args)
+    return _wait(client, int(run["id"]), args, unit="runs" if is_sweep(run) else "steps")
 
 
 def _forecast(client: Client, args: argparse.Namespace) -> int:
@@ -159,10 +196,14 @@ def _forecast(client: Client, args: argparse.Namespace) -> int:
     if not template:
         raise CliError("give a TEMPLATE (see `trainyard templates`), or --code DIR for the custom template", EXIT_USAGE)
     params = _kv_pairs(args.param, "param", parse_json=True)
+    tags = {k: str(v) for k, v in _kv_pairs(args.tag, "tag", parse_json=False).items()}
     if args.command is not None:
         params["command"] = args.command
+    if args.code and not Path(args.code).is_dir():
+        raise CliError(f"{args.code}: not a directory", EXIT_USAGE)
+    # Tags, name and the start run go along so the server refuses what the submission would.
     answer = client.forecast(project=args.project, template=template, params=params, priority=args.priority,
-                             template_version=args.template_version)
+                             template_version=args.template_version, tags=tags, name=args.name, init_run=args.init_run)
     if args.json:
         _out(answer)
     else:
@@ -170,7 +211,7 @@ def _forecast(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _wait(client: Client, run_id: int, args: argparse.Namespace) -> int:
+def _wait(client: Client, run_id: int, args: argparse.Namespace, unit: str = "steps") -> int:
     bar = Progress(sys.stderr)
     deadline = time.monotonic() + args.timeout_wait if args.timeout_wait else None
     errors = 0
@@ -188,21 +229,21 @@ def _wait(client: Client, run_id: int, args: argparse.Namespace) -> int:
                 time.sleep(min(10.0, args.poll * errors))
                 continue
             info = state["run"]
-            bar.show(progress_line(run_id, info["status"], info.get("progress") or {}))
+            bar.show(progress_line(run_id, info["status"], info.get("progress") or {}, unit=unit))
             if info.get("is_finished") or info["status"] in FINISHED:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 bar.done()
                 raise CliError(
-                    f"run {run_id} still {info['status']} after {args.timeout_wait}s; not cancelled",
-                    EXIT_SERVER,
+                    f"run {run_id} still {info['status']} after {args.timeout_wait:g}s; it goes on (not cancelled)",
+                    EXIT_TIMEOUT,
                     f"`trainyard show {run_id}` to check on it",
                 )
             time.sleep(args.poll)
     except KeyboardInterrupt:
         bar.done()
         print(f"stopped waiting; run {run_id} goes on (`trainyard cancel {run_id}` to stop it)", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     bar.done()
     run = client.run(run_id)
     keys = client.metric_keys(run_id)["keys"]
@@ -231,6 +272,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         _out(runs)
         return EXIT_OK
+    if not runs:
+        filtered = any([args.project, args.status, args.template, args.tag, args.family, args.search])
+        print("no runs match these filters" if filtered else "no runs yet", file=sys.stderr)
+        return EXIT_OK
     _table(
         ["id", "name", "project", "template", "status", "progress", "family", "created"],
         [
@@ -242,7 +287,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 r["status"],
                 "-" if r.get("progress") is None else f"{r['progress'] * 100:.0f}%",
                 r.get("family") or "",
-                str(r.get("created_at", ""))[:19],
+                _local_time(r.get("created_at")),
             ]
             for r in runs
         ],
@@ -289,25 +334,24 @@ def cmd_logs(args: argparse.Namespace) -> int:
                     break
             time.sleep(args.poll)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     if not args.json:
         print(f"-- run {args.run} {status}", file=sys.stderr)
     return _run_result(status)
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    data = _client(args).metrics(args.run, args.key, max_points=args.max_points)
+    client = _client(args)
+    data = client.metrics(args.run, args.key, max_points=args.max_points)
+    series = data.get("series") or []
+    missing = [str(s.get("key")) for s in series if not s.get("count")] or ([] if series else [args.key])
+    if missing:
+        # The API answers an unknown key with an empty series; --json or not, that is not found.
+        raise _no_such_metric(client, args.run, missing)
     if args.json:
         _out(data)
         return EXIT_OK
-    series = data.get("series") or []
-    if not series:
-        raise CliError(f"run {args.run} has no metric {args.key!r}", EXIT_NOT_FOUND, f"`trainyard metrics {args.run} --keys`")
     for s in series:
-        if not s.get("count"):
-            raise CliError(
-                f"run {args.run} has no metric {s.get('key')!r}", EXIT_NOT_FOUND, f"`trainyard keys {args.run}` lists its metrics"
-            )
         print(
             f"# {s.get('key')}: {s['count']} points, {len(s.get('x') or [])} shown (bucket {s.get('bucket_steps')} steps); "
             f"min {_cell(s.get('true_min'))} max {_cell(s.get('true_max'))}",
@@ -320,10 +364,21 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _no_such_metric(client: Client, run_id: int, missing: list[str]) -> CliError:
+    known = [str(k["key"]) for k in client.metric_keys(run_id).get("keys") or []]
+    names = ", ".join(repr(k) for k in missing)
+    found = f"its metrics: {', '.join(known)}" if known else "it has logged no metrics yet"
+    return CliError(f"run {run_id} has no metric {names} ({found})", EXIT_NOT_FOUND,
+                    f"`trainyard keys {run_id}` lists them with summaries")
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     data = _client(args).metric_keys(args.run)
     if args.json:
         _out(data)
+        return EXIT_OK
+    if not data["keys"]:
+        print(f"run {args.run} has logged no metrics yet ({data['run']['status']})", file=sys.stderr)
         return EXIT_OK
     _metric_table(data["keys"])
     return EXIT_OK
@@ -396,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="queue nothing: say where the run would stand and when it would start")
     p.add_argument("--wait", action="store_true", help="show progress until the run ends; exit 0 if it succeeded, 1 if not")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between polls with --wait (default 1)")
-    p.add_argument("--timeout-wait", type=float, default=0, help="give up waiting after this many seconds (0 = never)")
+    p.add_argument("--timeout-wait", type=float, default=0,
+                   help="stop waiting after this many seconds (0 = never); exit 7, the run goes on")
 
     p = add("runs", cmd_runs, "list runs (newest first)")
     p.add_argument("--project", "-p", help="project id or team/project")
@@ -405,9 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="require this tag (repeat)")
     p.add_argument("--family", help="runs of one family (a sweep)")
     p.add_argument("--search", help="match name, family or id")
-    p.add_argument("--limit", type=int, default=0, help="at most this many runs (0 = all)")
+    p.add_argument("--limit", type=_count, default=0, help="at most this many runs (0 = all)")
     p.add_argument("--ordering", help="sort field, '-' for descending: created_at, updated_at, finished_at, status, "
-                                      "priority, id ... (default -created_at)")
+                                      "priority, id ... (default -created_at; `--ordering -id` works)")
 
     p = add("show", cmd_show, "show one run: status, progress, params, attempts, cost")
     p.add_argument("run", type=int)
@@ -448,19 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _api_error_exit(err: ApiError) -> tuple[int, str]:
-    if isinstance(err, AuthError):
-        return EXIT_AUTH, "run `trainyard login --server URL` again (the token may be revoked)"
-    if err.status == 404:
-        return EXIT_NOT_FOUND, "check the id with `trainyard runs`; another team's objects read as not found"
-    if isinstance(err, (ServerError, ConnectionFailed)) or err.status >= 500 or err.status == 0:
-        return EXIT_SERVER, "check the server URL (`trainyard login --server URL`) and that the portal is up"
-    return EXIT_REFUSED, ""
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_dash_values(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -469,10 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as err:
         code, message, hint = err.code, err.message, err.hint
     except ApiError as err:
-        code, hint = _api_error_exit(err)
-        message = str(err)
-        if err.code == "invalid_credentials":
-            code, hint = EXIT_AUTH, ""
+        code, message, hint = api_error_exit(err, args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK  # `trainyard runs | head`
     print(f"error: {message}" + (f" — {hint}" if hint else ""), file=sys.stderr)

@@ -10,7 +10,8 @@
 
 Every error the server answers comes back as an :class:`ApiError` subclass carrying the API's
 error shape ``{"error": {"status", "code", "message", "fields"}}``; a server that cannot be
-reached is a :class:`ConnectionFailed` (status 0).
+reached is a :class:`ConnectionFailed` (status 0), and an answer that is not the API's JSON (an
+HTML page: the URL is not the portal's root) a :class:`NotTheApi`.
 """
 
 from __future__ import annotations
@@ -84,17 +85,35 @@ class ConnectionFailed(ApiError):
     """The server could not be reached at all (status 0)."""
 
 
+class NotTheApi(ApiError):
+    """Something answered, but not the Trainyard API: a page instead of its JSON, usually because
+    the URL is not the portal's root (``http://host:8000/runs`` instead of ``http://host:8000``)."""
+
+
+NOT_THE_API_HINT = "not the Trainyard API (is --server the portal's root URL, e.g. http://host:8000?)"
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {400: ValidationError, 401: AuthError, 403: PermissionDenied, 404: NotFoundError,
                                          409: ConflictError, 429: RateLimited}
 
 
-def error_from_response(status: int, raw: bytes) -> ApiError:
-    """Builds the matching ApiError subclass from an error response body of any shape."""
+def error_from_response(status: int, raw: bytes, url: str = "") -> ApiError:
+    """Builds the matching ApiError subclass from an error response body of any shape.
+
+    A body that is not JSON did not come from the API (its errors are always JSON), so its
+    status says nothing about the object asked for: a 404 page is a wrong base URL, not a
+    missing run. Such an answer is a NotTheApi (a ServerError for 5xx: a failing proxy or
+    server), and the page itself is left out of the message."""
     code, message, fields = "error", f"HTTP {status}", {}
     try:
         body = json.loads(raw.decode("utf-8")) if raw else None
     except (UnicodeDecodeError, ValueError):
         body = None
+    source = f"HTTP {status} from {url}" if url else f"HTTP {status}"
+    if raw and body is None:
+        if status >= 500:
+            return ServerError(status, "server_error", f"{source}: the server (or a proxy in front of it) failed")
+        return NotTheApi(status, "not_the_api", f"{source}: {NOT_THE_API_HINT}")
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         err = body["error"]
         code = str(err.get("code") or code)
@@ -104,8 +123,6 @@ def error_from_response(status: int, raw: bytes) -> ApiError:
             fields = {str(k): [str(m) for m in (v if isinstance(v, list) else [v])] for k, v in raw_fields.items()}
     elif isinstance(body, dict) and "detail" in body:
         message = str(body["detail"])
-    elif raw:
-        message = f"HTTP {status}: {raw[:200].decode('utf-8', 'replace').strip()}"
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
     return cls(status, code, message, fields)
 
@@ -169,21 +186,28 @@ class Client:
             content_type = "application/json"
         if content_type:
             headers["Content-Type"] = content_type
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            raise error_from_response(err.code, err.read()) from None
-        except (urllib.error.URLError, OSError) as err:
-            reason = getattr(err, "reason", err)
-            raise ConnectionFailed(0, "connection_failed", f"cannot reach {self.url}: {reason}") from None
+        status, raw = self._send(method, url, headers, data)
+        if status >= 400:
+            raise error_from_response(status, raw, url)
         if not raw:
             return None
         try:
             return json.loads(raw)
         except ValueError:
-            raise ServerError(200, "bad_response", f"{method} {path}: the server did not answer JSON") from None
+            raise NotTheApi(status, "not_the_api", f"HTTP {status} from {url}: {NOT_THE_API_HINT}") from None
+
+    def _send(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> tuple[int, bytes]:
+        """The HTTP exchange alone: (status, body) of any answer, error statuses included.
+        Everything else (errors, JSON) is request()'s, so a test can swap this one method."""
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read()
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ConnectionFailed(0, "connection_failed", f"cannot reach {self.url}: {reason}") from None
 
     def _url(self, path: str, params: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> str:
         if path.startswith(("http://", "https://")):
@@ -324,17 +348,33 @@ class Client:
 
     def forecast(self, *, project: int | str, template: str, params: Mapping[str, Any] | None = None,
                  priority: str = "normal", resources: Mapping[str, Any] | None = None,
-                 template_version: int | None = None) -> JSON:
-        """Where a run would stand in line and when it would start if submitted now; queues nothing."""
+                 template_version: int | None = None, tags: Mapping[str, str] | None = None, name: str = "",
+                 init_run: int | str | None = None) -> JSON:
+        """Where a run would stand in line and when it would start if submitted now; queues nothing.
+
+        With `tags`, the server also checks the tags, name and `init_run` as a submission would
+        (a dry run); without, only what decides the place in line."""
         body: JSON = {"project": str(project), "template": template, "params": dict(params or {}), "priority": priority,
                       "resources": dict(resources or {})}
         if template_version is not None:
             body["template_version"] = template_version
+        if tags is not None:
+            body.update(tags=dict(tags), name=name, init_run="" if init_run is None else str(init_run))
         return dict(self.request("POST", "/api/v1/queue/forecast/", body=body))
 
     def budget(self, project: int | str) -> JSON:
         project_id = self.project(project)["id"] if not str(project).strip().isdigit() else int(str(project).strip())
         return dict(self.request("GET", f"/api/v1/projects/{project_id}/budget/"))
+
+    def finance_budgets(self) -> list[JSON]:
+        """Every budget, team-level ones too (the finance role and admins; PermissionDenied otherwise)."""
+        return list(self.paginate("/api/v1/finance/budgets/"))
+
+    def finance_spend(self, *, group_by: str = "team", period: str | None = None, team: str | None = None,
+                      project: int | str | None = None) -> JSON:
+        """Spend totals per group (finance role and admins): {"group_by", "period", "rows": [{"label", "cost", ...}]}."""
+        return dict(self.request("GET", "/api/v1/finance/spend/",
+                                 params={"group_by": group_by, "period": period, "team": team, "project": project}))
 
     def nodes(self, *, pool: str | None = None, state: str | None = None, ordering: str | None = None,
               page_size: int = 500) -> JSON:

@@ -91,7 +91,7 @@ def test_submit_wait_reads_and_compare(cli_stack: LiveStack, cli: Cli) -> None:
     dry = cli("submit", "digits-classifier", "--project", "vision/digits", *params, *TAGS, "--dry-run")
     assert dry.returncode == 0 and dry.stdout.startswith("Would "), dry.stdout + dry.stderr
     assert read_json(cli, "runs", "--project", "vision/digits", "--tag", "family=cli") == []
-    forecast = read_json(cli, "submit", "digits-classifier", "--project", "vision/digits", *params, "--priority", "urgent",
+    forecast = read_json(cli, "submit", "digits-classifier", "--project", "vision/digits", *params, *TAGS, "--priority", "urgent",
                          "--dry-run")
     assert forecast["pool"] == "local" and "estimated_start" in forecast and forecast["summary"].startswith("Would ")
     bad = cli("submit", "digits-classifier", "--project", "vision/digits", "--param", "steps=0", "--dry-run")
