@@ -4,12 +4,17 @@ from __future__ import annotations
 
 
 def fmt_duration(seconds: float) -> str:
-    """A length of time as people say it: "40 seconds", "12 minutes", "3.5 hours", "2.0 days"."""
+    """A length of time as people say it: "1 second", "40 seconds", "12 minutes", "3.5 hours", "2.0 days"."""
     seconds = abs(seconds)
     if seconds < 90:
-        return f"{round(seconds)} seconds"
+        return plural(round(seconds), "second")
     if seconds < 5400:
-        return f"{round(seconds / 60)} minutes"
+        return plural(round(seconds / 60), "minute")
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} hours"
     return f"{seconds / 86400:.1f} days"
+
+
+def plural(count: int, noun: str) -> str:
+    """ "1 device", "2 devices", "0 devices"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

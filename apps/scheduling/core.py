@@ -47,6 +47,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from apps.core.text import fmt_duration, plural  # plain Python, no Django
 from apps.scheduling.model import (
     ClusterState,
     Decision,
@@ -113,13 +114,7 @@ UNLIMITED = 1 << 62
 
 
 def _fmt_wait(seconds: float) -> str:
-    if seconds < 90:
-        return "about a minute"
-    if seconds < 5400:
-        return f"about {round(seconds / 60)} minutes"
-    if seconds < 2 * 86400:
-        return f"about {seconds / 3600:.1f} hours"
-    return f"about {seconds / 86400:.1f} days"
+    return "about " + fmt_duration(max(0.0, seconds))
 
 
 @dataclass(slots=True)
@@ -412,7 +407,7 @@ class _PoolPass:
             )
             self._entry(job, position, WaitCode.GANG, msg, start)
         else:
-            msg = f"Next in line for {job.devices_per_node} devices on one node in pool {self.pool}.{when}"
+            msg = f"Next in line for {plural(job.devices_per_node, 'device')} on one node in pool {self.pool}.{when}"
             self._entry(job, position, WaitCode.RESOURCES, msg, start)
 
     def _behind(
