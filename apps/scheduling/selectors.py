@@ -127,7 +127,14 @@ def _queued(pools: list[NodePool]) -> QuerySet[Run]:
     )
 
 
-def _entry(run: Run, *, position: int, mine: bool, predicted: float) -> dict[str, Any]:
+def _until(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return ""
+    ahead = (at - now).total_seconds()
+    return f"in {fmt_duration(ahead)}" if ahead >= 1 else "due now"
+
+
+def _entry(run: Run, *, position: int, mine: bool, predicted: float, now: datetime) -> dict[str, Any]:
     return {
         "position": position,
         "priority": run.priority,
@@ -144,6 +151,8 @@ def _entry(run: Run, *, position: int, mine: bool, predicted: float) -> dict[str
             "message": (run.status_reason or NOT_YET) if mine else reason_label(run.reason_code),
         },
         "estimated_start": {"at": run.estimated_start, "low": run.estimated_start_low, "high": run.estimated_start_high},
+        # In words for the page ("in 40 seconds"): Django's timeuntil says "0 minutes" under a minute.
+        "starts_in": _until(run.estimated_start, now),
         "waiting_since": run.queued_at or run.created_at,
         "mine": mine,
         "run": {
@@ -182,7 +191,7 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
         ahead_by_team: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for position, run in enumerate(by_pool.get(p.pk, []), start=1):
             mine = run.project.team_id in my_teams
-            entry = _entry(run, position=position, mine=mine, predicted=predict_queued(predictor, run).runtime_s)
+            entry = _entry(run, position=position, mine=mine, predicted=predict_queued(predictor, run).runtime_s, now=now)
             if mine:
                 entry["ahead"] = {
                     "runs": ahead_runs,
@@ -215,5 +224,6 @@ def scheduler_status() -> dict[str, Any]:
     row = SchedulerState.objects.filter(pk=SchedulerState.SINGLETON).first()
     if row is None:
         return {"last_pass_at": None, "passes": 0, "last_duration_ms": None, "last_placed": 0}
+    ago = (timezone.now() - row.pass_started_at).total_seconds() if row.pass_started_at else None
     return {"last_pass_at": row.pass_started_at, "passes": row.passes, "last_duration_ms": round(row.last_duration_ms, 1),
-            "last_placed": row.last_placed}
+            "last_placed": row.last_placed, "last_pass_ago": "" if ago is None else f"{fmt_duration(max(0.0, ago))} ago"}

@@ -63,6 +63,11 @@
         // A pool with no node online takes no samples: say why the chart is empty.
         var why = div.dataset.nodesReady === "0" ? "no node online in this pool" : "no samples yet";
         layout.annotations = [{ text: why, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }];
+        // Empty axes of their own would read 00:00 00:00 ... and -100% to 400%: pin them.
+        var now = Date.now();
+        layout.xaxis.range = [iso(now - 10 * 60 * 1000), iso(now)];
+        layout.yaxis = Object.assign(layout.yaxis || {}, { range: [0, 1], rangemode: "tozero" });
+        if (layout.yaxis2) { layout.yaxis2.range = [0, 1]; }
       }
       Plotly.react(div, traces, layout, { displayModeBar: false, responsive: true });
     });

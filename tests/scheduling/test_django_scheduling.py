@@ -5,6 +5,7 @@ never double-place, the queue API hides other teams' details, and the queue page
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -309,6 +310,9 @@ def test_queue_page_renders(cast: Any, pool: NodePool) -> None:
     assert page.status_code == 200
     assert "Pool local" in html and "another team's run" in html and f'data-run="{mine.pk}"' in html
     assert "How this pool decides who goes next" in html and "plotly.min.js" in html and 'id="hist-local"' in html
+    # Words, not Django's "0 minutes": the pass just ran and the estimates are minutes away at most.
+    assert re.search(r"Last scheduling pass \d+ seconds? ago", html) and not re.search(r"\b0 minutes", html)
+    assert re.search(r"\((in \d+ (seconds?|minutes?)|due now)\)", html), html
     partial = web.get("/queue/?partial=1").content.decode()
     assert "<html" not in partial and "Pool local" in partial
 
