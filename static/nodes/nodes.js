@@ -12,6 +12,8 @@
   }
   document.querySelectorAll("button[data-action]").forEach(function (button) {
     button.addEventListener("click", function () {
+      // Draining is not undone by a stray click on a busy fleet page: ask first.
+      if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) { return; }
       button.disabled = true;
       fetch("/api/v1/nodes/" + button.dataset.node + "/" + button.dataset.action + "/", {
         method: "POST", credentials: "same-origin",

@@ -43,10 +43,12 @@ def test_nodes_page_for_alice_and_drain_by_admin(live_stack: LiveStack, browser_
     login(page, stack, "admin")
     page.goto(stack.url + "/nodes/")
     node = page.locator("[data-node-name='node-a']")
+    questions: list[str] = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     node.get_by_role("button", name="Drain").click()
     page.wait_for_selector("[data-node-name='node-a'] .badge.status-draining")
     [(state,)] = stack.query("SELECT state FROM nodes_node WHERE hostname='node-a'")
-    assert state == "draining"
+    assert state == "draining" and questions and questions[0].startswith("Drain node-a?")
     assert stack.query("SELECT count(*) FROM audit_auditevent WHERE action='node.draining' AND actor_label='admin'")[0][0] == 1
     screenshot(page, "nodes-admin-draining")
     page.locator("[data-node-name='node-a']").get_by_role("button", name="Undrain").click()

@@ -230,13 +230,18 @@ def test_tokens_page_creates_and_revokes_with_csrf(cast: Any) -> None:
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode())
     assert csrf, "the create form has no CSRF token"
     assert client.post("/account/tokens/", {"name": "laptop", "action": "create"}).status_code == 403  # no CSRF token
-    created = client.post("/account/tokens/", {"name": "laptop", "action": "create", "csrfmiddlewaretoken": csrf.group(1)})
-    assert created.status_code == 200
+    posted = client.post("/account/tokens/", {"name": "laptop", "action": "create", "csrfmiddlewaretoken": csrf.group(1)})
+    # Redirected to a GET, so reloading the page shows it again rather than creating another token.
+    assert posted.status_code == 302 and posted["Location"] == "/account/tokens/"
+    created = client.get("/account/tokens/")
+    assert created.status_code == 200 and created["Cache-Control"] == "no-store"
     key = re.search(r'<code id="new-token">(ty_[^<]+)</code>', created.content.decode())
     assert key, "the new key is not shown"
     api = APIClient(HTTP_AUTHORIZATION=f"Token {key.group(1)}")
     assert api.get("/api/v1/teams/").status_code == 200
     assert key.group(1) not in client.get("/account/tokens/").content.decode(), "the key is shown more than once"
+    assert ApiToken.objects.filter(user=cast.alice).count() == 1
+    assert 'data-confirm="Revoke token laptop' in created.content.decode()  # static/core/confirm.js asks first
     token = ApiToken.objects.get(user=cast.alice)
     revoked = client.post(
         "/account/tokens/", {"action": "revoke", "token": token.pk, "csrfmiddlewaretoken": csrf.group(1)}, follow=True
