@@ -25,7 +25,16 @@ from apps.runs.forms import (
 )
 from apps.runs.models import Checkpoint, CodeSnapshot, Priority
 from apps.runs.selectors import run_list
-from apps.runs.services.submit import CANDIDATE_VALUES, INIT_KINDS, run_submit
+from apps.runs.services.params import params_resolve
+from apps.runs.services.submit import (
+    CANDIDATE_VALUES,
+    INIT_KINDS,
+    Errors,
+    priority_resolve,
+    resources_resolve,
+    run_submit,
+    submission_extras_check,
+)
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
 
@@ -64,7 +73,11 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
         extra, tag_errors = extra_tags_from_text(request.POST.get("extra_tags", ""))
         if tag_errors:
             errors.setdefault("extra_tags", []).extend(tag_errors)
-        if not errors:
+        if errors:
+            # The form's own errors must not hide the rest: check what the submission would, unsaved.
+            _more_errors(request, template=template, params=params, tags={**extra, **{k: v for k, v in tags.items() if v}},
+                         errors=errors)
+        else:
             try:
                 run = run_submit(
                     project=project_from_ref(user=request.user, ref=project.pk),
@@ -86,6 +99,22 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
     context = _context(request, projects=projects, templates=templates, project=project, template=template, values=values,
                        errors=errors)
     return render(request, "runs/submit.html", context, status=status)
+
+
+def _more_errors(request: HttpRequest, *, template: JobTemplate, params: dict[str, Any], tags: dict[str, str],
+                 errors: dict[str, list[str]]) -> None:
+    more = Errors()
+    try:
+        params_resolve(schema=template.param_schema or {}, params=params)
+    except ServiceError as err:
+        more.merge(err)
+    submission_extras_check(user=request.user, template=template, name=request.POST.get("name", "").strip(), tags=tags,
+                            init_run=request.POST.get("init_run", "").strip() or None, init_checkpoint=None, errors=more)
+    priority_resolve(priority=request.POST.get("priority") or Priority.NORMAL, errors=more)
+    resources_resolve(template=template, resources=resources_from_post(request.POST), errors=more)
+    for field, messages in more.fields.items():
+        known = errors.setdefault(field, [])
+        known.extend(m for m in messages if m not in known)
 
 
 def _context(request: HttpRequest, *, projects: list[Project], templates: list[JobTemplate], project: Project | None,

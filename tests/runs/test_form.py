@@ -81,3 +81,17 @@ def test_form_lists_only_engineer_projects(cast):
     # Not one of alice's projects: the form falls back to hers, never showing the other team's.
     assert response.status_code == 400 and "nlp/tiny-lm" not in response.content.decode()
     assert "no such project" in response.content.decode() and Run.objects.count() == 0
+
+
+def test_one_bad_field_of_the_form_does_not_hide_the_others(cast, page):
+    # The form's own checks (a bad extra-tags line, a param that is not a number) used to stop
+    # there: the other mistakes showed only on the next try.
+    response = page.post("/runs/new/", form_data(cast, extra_tags="novalue", p_steps="lots", tag_dataset="",
+                                                 res_max_runtime_s="-100", priority="asap"))
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "write one key=value per line" in html and "must be one of urgent, normal, low" in html
+    assert "must be of type integer" in field_block(html, "p_steps")
+    assert "this tag is required" in field_block(html, "tag_dataset")
+    assert "must be ≥" in field_block(html, "res_max_runtime_s")
+    assert Run.objects.count() == 0
