@@ -22,8 +22,14 @@
     var out = document.getElementById("expected-cost");
     if (!pool || !out || pool.selectedIndex < 0) { return; }
     var price = parseFloat(pool.options[pool.selectedIndex].dataset.price || "0");
-    var cost = price * num("res_nodes") * num("res_devices_per_node") * num("res_max_runtime_s") / 3600;
-    out.textContent = cost.toFixed(2);
+    var nodes = num("res_nodes"), devices = num("res_devices_per_node"), seconds = num("res_max_runtime_s");
+    if (nodes < 1 || devices < 1 || seconds < 1) {
+      // The server names the bad field on submit; a negative cost would only confuse.
+      out.textContent = "?";
+      return;
+    }
+    var cost = price * nodes * devices * seconds / 3600;
+    out.textContent = "$" + cost.toFixed(2);
     showShare(cost);
   }
   // What share of the project's remaining budget (after what unfinished runs hold) the cost is.
