@@ -384,16 +384,19 @@ class _PoolPass:
         if not self.explain:
             return
         largest = max((t for i, t in enumerate(cap.total) if cap.ready[i]), default=0)
-        if job.devices_per_node > largest:
+        if not any(cap.ready):
+            # Not a size problem: every node is draining, lost or offline.
+            msg = f"No node in pool {self.pool} is taking new runs now (every one is draining, lost or offline)."
+        elif job.devices_per_node > largest:
             msg = (
-                f"No ready node in pool {self.pool} has {job.devices_per_node} devices "
+                f"No ready node in pool {self.pool} has {plural(job.devices_per_node, 'device')} "
                 f"(the largest has {largest})."
             )
         else:
             have = cap.ready_nodes_with_total(job.devices_per_node)
             msg = (
-                f"The job needs {job.nodes} nodes with {job.devices_per_node} devices each; pool "
-                f"{self.pool} has {have} such ready nodes."
+                f"The job needs {job.nodes} nodes with {plural(job.devices_per_node, 'device')} each; pool "
+                f"{self.pool} has {plural(have, 'such ready node')}."
             )
         self._entry(job, position, WaitCode.NO_HARDWARE, msg)
 

@@ -36,7 +36,7 @@ REASON_LABELS: dict[str, str] = {
     WaitCode.PLACED: "Starting now",
     WaitCode.BUDGET: "Held: the project's budget is used up",
     WaitCode.QUOTA: "Over its team's device quota in this pool",
-    WaitCode.NO_HARDWARE: "No node in this pool is big enough",
+    WaitCode.NO_HARDWARE: "No ready node in this pool can take it",
     WaitCode.NO_POLICY: "This pool has no nodes",
     WaitCode.GANG: "Waiting for several nodes to be free at once",
     WaitCode.RESOURCES: "Next in line for devices",

@@ -117,7 +117,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     now = datetime.now(timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+; the SDK supports 3.10)
     for i, pool in enumerate(pools):
         waiting = pool.get("queued_runs", 0)
-        online = "no node online: nothing here can start" if not pool.get("nodes_ready", 1) else ""
+        online = "no node taking new runs: nothing here can start" if not pool.get("nodes_ready", 1) else ""
         head = f"pool {pool['pool']}: {waiting} waiting" + (f" ({online})" if online else "")
         print(("\n" if i else "") + head)
         rows = _queue_rows(pool, now)

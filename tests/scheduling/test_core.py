@@ -152,6 +152,11 @@ def test_no_such_hardware() -> None:
     assert entry(d, "huge").code == WaitCode.NO_HARDWARE
     assert "largest has 8" in entry(d, "huge").message
     assert entry(d, "many").code == WaitCode.NO_HARDWARE
+    assert "The job needs 3 nodes with 8 devices each; pool a100 has 2 such ready nodes." in entry(d, "many").message
+    drained = schedule(state([node("n1", 8, state=NodeState.DRAINING)], [job("j", devices=1)]))
+    # Not "too small": nothing is taking new runs at all.
+    assert entry(drained, "j").code == WaitCode.NO_HARDWARE
+    assert "is taking new runs now (every one is draining, lost or offline)" in entry(drained, "j").message
 
 
 def test_draining_and_lost_nodes_take_nothing() -> None:

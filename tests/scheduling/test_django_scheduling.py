@@ -328,8 +328,8 @@ def test_queue_says_when_a_pool_has_no_node_online(cast: Any, pool: NodePool) ->
     web.force_login(cast.alice)
     html = web.get("/queue/?partial=1").content.decode()
     local, retired_html = html.split('data-pool="v100-retired"', 1)
-    assert "No node online" not in local
-    assert "No node online: nothing in this pool can start." in retired_html and 'data-nodes-ready="0"' in retired_html
+    assert "No node is taking new runs" not in local
+    assert "No node is taking new runs (none online, or all draining): nothing in this pool can start." in retired_html and 'data-nodes-ready="0"' in retired_html
 
 
 def test_cli_queue_prints_the_queue_apis_pools(cast: Any, pool: NodePool, monkeypatch: pytest.MonkeyPatch,
@@ -348,7 +348,7 @@ def test_cli_queue_prints_the_queue_apis_pools(cast: Any, pool: NodePool, monkey
     local, retired = out.split("pool v100-retired")
     assert "pool local: 2 waiting" in local and "(another team's run)" in local and f"{mine.pk} vision-low" in local
     assert "secret_param" not in out and "ESTIMATED START" in local
-    assert ": 0 waiting (no node online: nothing here can start)" in retired
+    assert ": 0 waiting (no node taking new runs: nothing here can start)" in retired
     assert cli.main(["queue", "--pool", "v100-retired"]) == 0
     assert "pool local" not in capsys.readouterr().out
     assert cli.main(["queue", "--pool", "nope"]) == 2
