@@ -6,13 +6,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from apps.core.errors import ServiceError
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_list
-from apps.nodes.models import NodePool
+from apps.nodes.models import NodePool, NodeState
 from apps.runs.api.views import project_from_ref, snapshot_from_ref
 from apps.runs.forms import (
     RESOURCE_FIELDS,
@@ -128,7 +129,9 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
     post = request.POST if request.method == "POST" else None
     defaults = dict((template.resources if template else {}) or {})
     resources = {name: (post.get(f"res_{name}") if post is not None else None) or defaults.get(name, "") for name in RESOURCE_FIELDS}
-    pools = list(NodePool.objects.order_by("name"))
+    # Pools whose nodes are all offline or draining stay choosable (a run may wait for them) but say so.
+    pools = list(NodePool.objects.order_by("name").annotate(
+        ready=Count("nodes", filter=Q(nodes__state=NodeState.READY))))
     pool = next((p for p in pools if p.name == resources["pool"]), None)
     cost = None
     try:

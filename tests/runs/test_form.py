@@ -41,6 +41,8 @@ def test_form_is_generated_from_the_schema(cast, page):
     assert '<option value="cnn">' in html and 'name="p_amp"' in html
     assert "Expected cost: at most <strong id=\"expected-cost\">$1.00</strong>" in html and "this run's max runtime" in html
     assert 'href="/queue/"' in html
+    # The pool has no node yet: still choosable, but the choice says so.
+    assert "local ($2.00/device-hour) — no node taking new runs</option>" in html
 
 
 def test_form_submits_and_redirects_to_the_run(cast, page):
