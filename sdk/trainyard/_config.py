@@ -26,7 +26,8 @@ def config_path() -> Path:
     return Path(base) / "trainyard" / "config.json"
 
 
-def config_load() -> Config:
+def config_load(*, env: bool = True) -> Config:
+    """The saved server and token, overridden by the environment unless `env` is False."""
     data: dict[str, str] = {}
     path = config_path()
     try:
@@ -38,8 +39,8 @@ def config_load() -> Config:
     except (OSError, ValueError):
         data = {}  # an unreadable file behaves as "not logged in"; login rewrites it
     return Config(
-        server=os.environ.get("TRAINYARD_SERVER") or data.get("server"),
-        token=os.environ.get("TRAINYARD_TOKEN") or data.get("token"),
+        server=(os.environ.get("TRAINYARD_SERVER") if env else None) or data.get("server"),
+        token=(os.environ.get("TRAINYARD_TOKEN") if env else None) or data.get("token"),
         username=data.get("username"),
     )
 

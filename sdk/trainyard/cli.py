@@ -125,6 +125,19 @@ def cmd_login(args: argparse.Namespace) -> int:
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
+    saved = _config.config_load(env=False)
+    if saved.server and saved.token:
+        # Forgetting the key locally is not enough: a copy of the file would still work. Revoke it.
+        try:
+            client = Client(saved.server, saved.token, timeout=args.timeout)
+            mine = [t for t in client.request("GET", "/api/v1/auth/tokens/")
+                    if t.get("prefix") == saved.token[:10] and not t.get("revoked_at")]
+            for token in mine:
+                client.request("DELETE", f"/api/v1/auth/tokens/{token['id']}/")
+            print(f"revoked the token on {saved.server}" if mine else "the token was already revoked", file=sys.stderr)
+        except ApiError as err:
+            print(f"warning: could not revoke the token on {saved.server} ({err}); revoke it at {saved.server}/account/tokens/",
+                  file=sys.stderr)
     path = _config.config_path()
     path.unlink(missing_ok=True)
     print(f"removed {path}", file=sys.stderr)
@@ -429,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("login", cmd_login, "get an API token and store it (config file, mode 600)", read=False)
     p.add_argument("--username", "-u", help="your username (prompted if missing)")
     p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
-    add("logout", cmd_logout, "forget the stored server and token", read=False)
+    add("logout", cmd_logout, "revoke the stored token on the server and forget it", read=False)
 
     add("templates", cmd_templates, "list the published job templates")
 

@@ -83,6 +83,16 @@ def test_login_stores_a_private_config_and_errors_are_human(cli_stack: LiveStack
     revoked = subprocess.run(env_cli.argv("runs"), capture_output=True, text=True, env=env, timeout=60)
     assert revoked.returncode == 3, revoked.stderr
 
+    # Logging out revokes the token on the server too: a copy of the file no longer works.
+    saved = path.read_text()
+    out = cli("logout")
+    assert out.returncode == 0 and f"revoked the token on {cli_stack.url}" in out.stderr, out.stderr
+    assert not path.exists()
+    path.write_text(saved)
+    stale = cli("runs")
+    assert stale.returncode == 3, stale.stderr
+    path.unlink()
+
 
 def test_submit_wait_reads_and_compare(cli_stack: LiveStack, cli: Cli) -> None:
     login(cli, cli_stack)
