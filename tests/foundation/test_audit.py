@@ -222,3 +222,14 @@ def test_audit_page_is_admin_only(cast: Any) -> None:
     assert page.status_code == 200
     html = page.content.decode()
     assert "team.create" in html and "vision" in html
+
+
+def test_audit_page_shows_changes_field_by_field() -> None:
+    from apps.audit.views import change_lines
+
+    before = {"guaranteed_devices": 2, "borrow_limit": 2, "preemptible": True}
+    after = {"guaranteed_devices": 1, "borrow_limit": 2, "preemptible": False, "note": None}
+    assert change_lines(before, after) == ["guaranteed_devices: 2 → 1", "note: null", "preemptible: true → false"]
+    assert change_lines(None, {"name": "laptop"}) == ["name: laptop"]
+    assert change_lines({"state": "ready"}, {}) == ["state: ready → (removed)"]
+    assert change_lines("queued", "running") == ["queued → running"] and change_lines(None, None) == []
