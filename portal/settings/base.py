@@ -212,9 +212,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"refusals": {"()": "portal.logfilters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("TRAINYARD_LOG_LEVEL", "INFO")},
-    "loggers": {"django.server": {"level": "WARNING"}},
+    # On the logger, so every handler of the record (Django's own console one too) gets it trimmed.
+    "loggers": {"django.server": {"level": "WARNING"}, "django.request": {"filters": ["refusals"]}},
 }
 
 from portal.settings.celery import *  # noqa: E402, F403

@@ -233,3 +233,12 @@ def test_audit_page_shows_changes_field_by_field() -> None:
     assert change_lines(None, {"name": "laptop"}) == ["name: laptop"]
     assert change_lines({"state": "ready"}, {}) == ["state: ready → (removed)"]
     assert change_lines("queued", "running") == ["queued → running"] and change_lines(None, None) == []
+
+
+def test_a_refused_page_logs_one_line_without_a_traceback(cast: Any, caplog: pytest.LogCaptureFixture) -> None:
+    client = Client()
+    client.force_login(cast.alice)
+    with caplog.at_level("WARNING", logger="django.request"):
+        assert client.get("/audit/").status_code == 403
+    [record] = [r for r in caplog.records if r.name == "django.request"]
+    assert "Forbidden" in record.getMessage() and record.exc_info is None
