@@ -257,3 +257,20 @@ def test_tokens_page_creates_and_revokes_with_csrf(cast: Any) -> None:
     assert other.status_code == 404
     bob_token.refresh_from_db()
     assert bob_token.revoked_at is None
+
+
+def test_navigation_fits_who_is_signed_in(cast: Any) -> None:
+    def nav(user: Any, path: str) -> list[tuple[str, bool]]:
+        client = Client()
+        client.force_login(user)
+        html = client.get(path).content.decode()
+        block = html.split('<nav class="mainnav"', 1)[1].split("</nav>", 1)[0]
+        return [(label, 'aria-current="page"' in attrs) for attrs, label in re.findall(r'<a href="[^"]+"([^>]*)>([^<]+)</a>', block)]
+
+    alice = nav(cast.alice, "/runs/new/")
+    # Submitting is one click away, and on its page only "New run" is current (not also "Runs").
+    assert [label for label, _ in alice][:3] == ["Projects", "Runs", "New run"] and "Finance" not in dict(alice)
+    assert [label for label, current in alice if current] == ["New run"]
+    carol = nav(cast.carol, "/finance/")
+    # Finance in no team: her page comes first, and there is nothing to submit.
+    assert carol[0] == ("Finance", True) and "New run" not in dict(carol)
