@@ -15,6 +15,8 @@ NAV = [
     ("Budgets", "/budgets/"),
 ]
 
+TEAM_PAGES = {"/projects/", "/runs/", "/compare/"}
+
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
     path = request.path
@@ -26,6 +28,9 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
     if in_a_team:
         # Submitting is the main thing engineers come for: one click from anywhere.
         nav.insert(2, ("New run", "/runs/new/"))
+    else:
+        # Projects, runs and comparisons are a team's: in no team they would all be empty.
+        nav = [item for item in nav if item[1] not in TEAM_PAGES]
     if user_is_finance(user=user):
         # Finance people in no team have nothing under Projects or Runs: their page goes first.
         nav.insert(len(nav) if in_a_team else 0, ("Finance", "/finance/"))

@@ -329,7 +329,8 @@ def test_queue_says_when_a_pool_has_no_node_online(cast: Any, pool: NodePool) ->
     html = web.get("/queue/?partial=1").content.decode()
     local, retired_html = html.split('data-pool="v100-retired"', 1)
     assert "No node is taking new runs" not in local
-    assert "No node is taking new runs (none online, or all draining): nothing in this pool can start." in retired_html and 'data-nodes-ready="0"' in retired_html
+    assert "No node is taking new runs (none online, or all draining): nothing in this pool can start." in retired_html
+    assert 'data-nodes-ready="0"' in retired_html
 
 
 def test_cli_queue_prints_the_queue_apis_pools(cast: Any, pool: NodePool, monkeypatch: pytest.MonkeyPatch,
