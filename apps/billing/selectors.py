@@ -10,16 +10,18 @@ from decimal import Decimal
 from typing import Any
 
 from django.apps import apps as django_apps
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from apps.billing import costmodel
 from apps.billing.costmodel import ZERO, PricePoint
 from apps.billing.models import Budget, BudgetAlert, EntryKind, PoolPrice, Quota, UsageEntry
-from apps.nodes.models import NodePool
+from apps.nodes.models import Device, NodePool
 from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
+from apps.runs.selectors import run_list
 from apps.runs.services.runtime import runs_expected_runtimes
 from apps.tenants.models import Project
+from apps.tenants.selectors import AnyUser
 
 WASTE_OUTCOMES = ("failed", "cancelled", "lost")
 
@@ -421,3 +423,51 @@ def budget_list() -> QuerySet[Budget]:
 
 def quota_list() -> QuerySet[Quota]:
     return Quota.objects.select_related("team", "pool").order_by("team__slug", "pool__name")
+
+
+def runs_visible_to(*, user: AnyUser, run_ids: Iterable[int]) -> set[int]:
+    """Which of these runs the user may open. Finance sees every run's cost, but a run's page
+    belongs to its team: offering a link the user cannot follow only leads to a 404."""
+    ids = {int(i) for i in run_ids}
+    if not ids:
+        return set()
+    return set(run_list(user=user).filter(pk__in=ids).values_list("pk", flat=True))
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class PoolCommitment:
+    """Devices guaranteed to teams in a pool against the devices the pool has."""
+
+    pool: str
+    guaranteed: int
+    devices: int
+
+    @property
+    def over(self) -> bool:
+        return self.guaranteed > self.devices
+
+    @property
+    def note(self) -> str:
+        return f"guarantees in {self.pool} total {_plural(self.guaranteed, 'device')}; the pool has {self.devices}"
+
+
+def pool_commitments(*, pool_ids: Iterable[int] | None = None) -> dict[int, PoolCommitment]:
+    """Per pool: the sum of its quotas' guarantees and its registered devices. Guarantees may
+    exceed the pool (it may grow; the scheduler honours them as devices free up, as in Kueue),
+    so this is something to point out, not to refuse."""
+    pools = NodePool.objects.all() if pool_ids is None else NodePool.objects.filter(pk__in=list(pool_ids))
+    names = dict(pools.values_list("pk", "name"))
+    guaranteed = dict(
+        Quota.objects.filter(pool_id__in=names).values("pool_id").annotate(n=Sum("guaranteed_devices")).values_list("pool_id", "n")
+    )
+    devices = dict(
+        Device.objects.filter(node__pool_id__in=names).values("node__pool_id").annotate(n=Count("pk")).values_list("node__pool_id", "n")
+    )
+    return {
+        pk: PoolCommitment(pool=name, guaranteed=int(guaranteed.get(pk) or 0), devices=int(devices.get(pk) or 0))
+        for pk, name in names.items()
+    }

@@ -252,7 +252,7 @@ def _clean_amount(value: Any) -> Decimal:
     except (InvalidOperation, ValueError) as exc:
         raise FieldError("amount", "must be a number") from exc
     if not amount.is_finite() or amount < 0 or amount > MAX_AMOUNT:
-        raise FieldError("amount", f"must be between 0 and {MAX_AMOUNT}")
+        raise FieldError("amount", f"must be between 0 and {MAX_AMOUNT:,}")
     return amount.quantize(costmodel.CENT)
 
 
@@ -281,17 +281,23 @@ def budget_create(
 ) -> Budget:
     if project is not None and project.team_id != team.pk:
         raise FieldError("project", "belongs to another team")
+    duplicate = FieldError("project" if project else "team", "already has a budget; edit it instead")
     exists = Budget.objects.filter(project=project) if project else Budget.objects.filter(team=team, project__isnull=True)
     if exists.exists():
-        raise FieldError("project" if project else "team", "already has a budget; edit it instead")
-    budget = Budget.objects.create(
-        team=team,
-        project=project,
-        amount=_clean_amount(amount),
-        thresholds=_clean_thresholds(thresholds if thresholds is not None else [50, 80, 100]),
-        action=_clean_action(action),
-    )
-    audit_record(action="budget.create", target=budget, team_id=team.pk, after=snapshot(budget, BUDGET_FIELDS))
+        raise duplicate
+    values = {
+        "amount": _clean_amount(amount),
+        "thresholds": _clean_thresholds(thresholds if thresholds is not None else [50, 80, 100]),
+        "action": _clean_action(action),
+    }
+    try:
+        with transaction.atomic():
+            budget = Budget.objects.create(team=team, project=project, **values)
+            audit_record(action="budget.create", target=budget, team_id=team.pk, after=snapshot(budget, BUDGET_FIELDS))
+    except IntegrityError as exc:
+        # Two people adding the same budget at once: the unique constraint decides, and the
+        # loser gets the same answer as if it had come second.
+        raise duplicate from exc
     return budget
 
 
@@ -320,11 +326,34 @@ def _clean_devices(name: str, value: Any) -> int:
     except (TypeError, ValueError) as exc:
         raise FieldError(name, "must be a whole number") from exc
     if not 0 <= number <= MAX_DEVICES:
-        raise FieldError(name, f"must be between 0 and {MAX_DEVICES}")
+        raise FieldError(name, f"must be between 0 and {MAX_DEVICES:,}")
     return number
 
 
+def quota_create(*, team: Team, pool: NodePool, guaranteed_devices: Any, borrow_limit: Any) -> Quota:
+    """A new quota for a team in a pool. A second one for the same pair is refused, as budgets
+    are: an "Add" that replaced the existing quota silently lost the figures set before.
+
+    A guarantee larger than the pool is accepted (pools grow, and guarantees may be
+    over-committed, as in Kueue); `pool_commitments` tells callers so they can say it.
+    """
+    duplicate = FieldError("pool", f"{team.slug} already has a quota in {pool.name}; edit it instead")
+    if Quota.objects.filter(team=team, pool=pool).exists():
+        raise duplicate
+    values = {name: _clean_devices(name, value) for name, value in
+              (("guaranteed_devices", guaranteed_devices), ("borrow_limit", borrow_limit))}
+    try:
+        with transaction.atomic():
+            quota = Quota.objects.create(team=team, pool=pool, **values)
+            audit_record(action="quota.create", target=quota, team_id=team.pk, after=snapshot(quota, QUOTA_FIELDS))
+    except IntegrityError as exc:
+        raise duplicate from exc  # created by someone else since the check above
+    return quota
+
+
 def quota_set(*, team: Team, pool: NodePool, guaranteed_devices: Any, borrow_limit: Any) -> Quota:
+    """Create or replace a team's quota in a pool (seeding, scripts, edits of a known quota).
+    People adding a quota go through `quota_create`, which refuses to replace one."""
     with transaction.atomic():
         quota, created = Quota.objects.select_for_update().get_or_create(team=team, pool=pool)
         before = None if created else snapshot(quota, QUOTA_FIELDS)

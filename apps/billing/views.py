@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
@@ -18,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from apps.billing import costmodel, selectors, services
 from apps.billing.models import Budget, BudgetAction, Quota, UsageEntry
-from apps.core.errors import ServiceError
+from apps.core.errors import FieldError, ServiceError
 from apps.nodes.models import NodePool
 from apps.tenants.models import Project, Team
 from apps.tenants.selectors import project_list, user_is_finance
@@ -88,9 +89,84 @@ def _filtered(request: HttpRequest, default_period: str) -> tuple[QuerySet[Usage
     return entries, params, errors
 
 
-@login_required
-def finance_page(request: HttpRequest) -> HttpResponse:
-    _require_finance(request)
+@dataclass(frozen=True)
+class FormFailure:
+    """A budget or quota form that was refused: the page is drawn again with what was typed,
+    the message next to that form, and its bad fields marked."""
+
+    form_id: str
+    values: dict[str, str]
+    message: str
+    invalid: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FormField:
+    name: str
+    value: str
+    invalid: bool = False
+
+
+@dataclass
+class FormRow:
+    """One row of the budgets or quotas table: its form's id, its fields, the budget or quota
+    it edits (None for the "add" row), and its error, if it was just refused."""
+
+    form_id: str
+    fields: dict[str, FormField]
+    obj: Any = None
+    error: str = ""
+    note: str = ""
+
+
+def _form_row(form_id: str, values: dict[str, str], obj: Any, failure: FormFailure | None) -> FormRow:
+    if failure is None or failure.form_id != form_id:
+        return FormRow(form_id=form_id, fields={k: FormField(k, v) for k, v in values.items()}, obj=obj)
+    typed = {**values, **failure.values}
+    fields = {k: FormField(k, v, invalid=k in failure.invalid) for k, v in typed.items()}
+    return FormRow(form_id=form_id, fields=fields, obj=obj, error=failure.message)
+
+
+def _budget_rows(failure: FormFailure | None) -> list[FormRow]:
+    rows = [
+        _form_row(f"bf-{b.pk}", {"amount": str(b.amount), "thresholds": ", ".join(str(t) for t in b.thresholds), "action": b.action},
+                  b, failure)
+        for b in selectors.budget_list()
+    ]
+    blank = {"scope": "", "amount": "", "thresholds": "50, 80, 100", "action": BudgetAction.BLOCK_NEW}
+    return [*rows, _form_row("bf-new", blank, None, failure)]
+
+
+def _quota_rows(failure: FormFailure | None, commitments: dict[int, selectors.PoolCommitment]) -> list[FormRow]:
+    rows = []
+    for q in selectors.quota_list():
+        row = _form_row(f"qf-{q.pk}", {"guaranteed_devices": str(q.guaranteed_devices), "borrow_limit": str(q.borrow_limit)},
+                        q, failure)
+        pool = commitments.get(q.pool_id)
+        row.note = f"{pool.devices} device{'' if pool.devices == 1 else 's'}" if pool else ""
+        rows.append(row)
+    blank = {"team": "", "pool": "", "guaranteed_devices": "0", "borrow_limit": "0"}
+    return [*rows, _form_row("qf-new", blank, None, failure)]
+
+
+def _top_runs(entries: QuerySet[UsageEntry], user: Any) -> list[dict[str, Any]]:
+    rows = selectors.top_runs(entries=entries)
+    visible = selectors.runs_visible_to(user=user, run_ids=[r["run_id"] for r in rows])
+    return [{**row, "visible": row["run_id"] in visible} for row in rows]
+
+
+def _options() -> dict[str, list[tuple[str, str]]]:
+    """Choices of the "add" rows as (value, label) strings, so a refused form re-selects what was picked."""
+    projects = [(str(p.pk), p.full_slug) for p in Project.objects.select_related("team").order_by("team__slug", "slug")]
+    teams = list(Team.objects.order_by("slug").values_list("pk", "slug"))
+    return {
+        "scope": [*projects, *((f"team:{pk}", f"{slug} (whole team)") for pk, slug in teams)],
+        "team": [(str(pk), slug) for pk, slug in teams],
+        "pool": [(str(pk), name) for pk, name in NodePool.objects.order_by("name").values_list("pk", "name")],
+    }
+
+
+def _finance_context(request: HttpRequest, failure: FormFailure | None = None) -> dict[str, Any]:
     now = timezone.now()
     entries, params, errors = _filtered(request, selectors.period_for(at=now).key)
     if errors:
@@ -101,79 +177,116 @@ def finance_page(request: HttpRequest) -> HttpResponse:
     totals = spend["team"]["rows"]
     panels = [_panel_data(project, scripts=False) for project in Project.objects.select_related("team")]
     query = "&".join(f"{k}={v}" for k, v in params.items() if v)
-    return render(
-        request,
-        "billing/finance.html",
-        {
-            "params": params,
-            "query": query,
-            "spend": spend,
-            "spend_charts": [
-                {"group": g, "chart_id": f"spend-{g}", "data_id": f"spend-{g}-data", "series": spend[g]["series"]} for g in spend
-            ],
-            "total_cost": costmodel.to_cents(sum((costmodel.Decimal(r["cost"]) for r in totals), costmodel.ZERO)),
-            "panels": panels,
-            "families": selectors.family_costs(entries=entries),
-            "waste": selectors.waste_by_outcome(entries=entries),
-            "energy": selectors.energy_by_team(entries=entries),
-            "top_runs": selectors.top_runs(entries=entries),
-            "budgets": selectors.budget_list(),
-            "quotas": selectors.quota_list(),
-            "teams": Team.objects.all(),
-            "projects": Project.objects.select_related("team"),
-            "pools": NodePool.objects.all(),
-            "actions": BudgetAction.choices,
-        },
-    )
+    commitments = selectors.pool_commitments()
+    return {
+        "params": params,
+        "query": query,
+        "spend": spend,
+        "spend_charts": [
+            {"group": g, "chart_id": f"spend-{g}", "data_id": f"spend-{g}-data", "series": spend[g]["series"]} for g in spend
+        ],
+        "total_cost": costmodel.to_cents(sum((costmodel.Decimal(r["cost"]) for r in totals), costmodel.ZERO)),
+        "panels": panels,
+        "families": selectors.family_costs(entries=entries),
+        "waste": selectors.waste_by_outcome(entries=entries),
+        "energy": selectors.energy_by_team(entries=entries),
+        "top_runs": _top_runs(entries, request.user),
+        "budget_rows": _budget_rows(failure),
+        "quota_rows": _quota_rows(failure, commitments),
+        "overcommitted": [c for c in commitments.values() if c.over],
+        "teams": Team.objects.all(),
+        "projects": Project.objects.select_related("team"),
+        "pools": NodePool.objects.all(),
+        "actions": BudgetAction.choices,
+        "options": _options(),
+    }
 
 
-def _back(request: HttpRequest) -> HttpResponseRedirect:
-    return HttpResponseRedirect("/finance/#limits")
+@login_required
+def finance_page(request: HttpRequest) -> HttpResponse:
+    _require_finance(request)
+    return render(request, "billing/finance.html", _finance_context(request))
+
+
+def _refused(request: HttpRequest, failure: FormFailure) -> HttpResponse:
+    # Drawn again rather than redirected: what was typed stays in the form, and the message
+    # sits next to it instead of at the top of a long page.
+    return render(request, "billing/finance.html", _finance_context(request, failure), status=400)
+
+
+def _invalid(err: ServiceError, renamed: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The form fields a service error names (services say "project", the form says "scope")."""
+    renamed = renamed or {}
+    return tuple(dict.fromkeys(renamed.get(name, name) for name in err.fields))
+
+
+def _posted(request: HttpRequest, names: list[str]) -> dict[str, str]:
+    return {name: request.POST.get(name, "") for name in names}
+
+
+BUDGET_SECTION = "/finance/#limits"
+QUOTA_SECTION = "/finance/#quota-limits"
 
 
 @login_required
 @require_POST
 def finance_budget_save(request: HttpRequest, pk: int) -> HttpResponse:
     _require_finance(request)
-    budget = get_object_or_404(Budget, pk=pk)
+    budget = get_object_or_404(Budget.objects.select_related("team", "project"), pk=pk)
+    typed = _posted(request, ["amount", "thresholds", "action"])
     try:
-        services.budget_update(
-            budget=budget,
-            amount=request.POST.get("amount", ""),
-            thresholds=request.POST.get("thresholds", ""),
-            action=request.POST.get("action", ""),
-        )
-        messages.success(request, f"Budget {budget.scope_label} saved.")
+        services.budget_update(budget=budget, **typed)
     except ServiceError as err:
-        messages.error(request, f"Budget {budget.scope_label} not saved: {err.message}")
-    return _back(request)
+        return _refused(request, FormFailure(f"bf-{budget.pk}", typed, f"Budget {budget.scope_label} not saved: {err.message}",
+                                             _invalid(err)))
+    messages.success(request, f"Budget {budget.scope_label} saved.", extra_tags="limits")
+    return HttpResponseRedirect(BUDGET_SECTION)
+
+
+def _budget_scope(target: str) -> tuple[Team, Project | None]:
+    """'team:<id>' for a whole team's budget, else a project id; a FieldError for anything else."""
+    if target.startswith("team:") and target[5:].isdigit():
+        team = Team.objects.filter(pk=int(target[5:])).first()
+        if team is not None:
+            return team, None
+    elif target.isdigit():
+        project = Project.objects.select_related("team").filter(pk=int(target)).first()
+        if project is not None:
+            return project.team, project
+    raise FieldError("scope", "choose a project or team")
 
 
 @login_required
 @require_POST
 def finance_budget_create(request: HttpRequest) -> HttpResponse:
     _require_finance(request)
-    target = request.POST.get("scope", "")
+    typed = _posted(request, ["scope", "amount", "thresholds", "action"])
     try:
-        if target.startswith("team:"):
-            team = get_object_or_404(Team, pk=int(target[5:]))
-            project = None
-        else:
-            project = get_object_or_404(Project.objects.select_related("team"), pk=int(target or 0))
-            team = project.team
+        team, project = _budget_scope(typed["scope"])
         budget = services.budget_create(
             team=team,
             project=project,
-            amount=request.POST.get("amount", ""),
-            thresholds=request.POST.get("thresholds") or None,
-            action=request.POST.get("action") or BudgetAction.BLOCK_NEW,
+            amount=typed["amount"],
+            thresholds=typed["thresholds"] or None,
+            action=typed["action"] or BudgetAction.BLOCK_NEW,
         )
-        messages.success(request, f"Budget {budget.scope_label} created.")
-    except ValueError:
-        messages.error(request, "Budget not created: choose a project or team.")
     except ServiceError as err:
-        messages.error(request, f"Budget not created: {err.message}")
-    return _back(request)
+        return _refused(request, FormFailure("bf-new", typed, f"Budget not created: {err.message}",
+                                             _invalid(err, {"project": "scope", "team": "scope"})))
+    messages.success(request, f"Budget {budget.scope_label} created.", extra_tags="limits")
+    return HttpResponseRedirect(BUDGET_SECTION)
+
+
+def _quota_saved(request: HttpRequest, quota: Quota, verb: str) -> HttpResponse:
+    done = f"Quota of {quota.team.slug} in {quota.pool.name} {verb}."
+    pool = selectors.pool_commitments(pool_ids=[quota.pool_id]).get(quota.pool_id)
+    if pool is not None and pool.over:
+        # Accepted all the same: pools grow, and guarantees may be over-committed (as in Kueue).
+        messages.warning(request, f"{done} Note: {pool.note}, so not every guarantee can be met at once.",
+                         extra_tags="quota-limits")
+    else:
+        messages.success(request, done, extra_tags="quota-limits")
+    return HttpResponseRedirect(QUOTA_SECTION)
 
 
 @login_required
@@ -181,34 +294,34 @@ def finance_budget_create(request: HttpRequest) -> HttpResponse:
 def finance_quota_save(request: HttpRequest, pk: int) -> HttpResponse:
     _require_finance(request)
     quota = get_object_or_404(Quota.objects.select_related("team", "pool"), pk=pk)
+    typed = _posted(request, ["guaranteed_devices", "borrow_limit"])
     try:
-        services.quota_update(
-            quota=quota,
-            guaranteed_devices=request.POST.get("guaranteed_devices", ""),
-            borrow_limit=request.POST.get("borrow_limit", ""),
-        )
-        messages.success(request, f"Quota of {quota.team.slug} in {quota.pool.name} saved.")
+        quota = services.quota_update(quota=quota, **typed)
     except ServiceError as err:
-        messages.error(request, f"Quota not saved: {err.message}")
-    return _back(request)
+        return _refused(request, FormFailure(f"qf-{quota.pk}", typed,
+                                             f"Quota of {quota.team.slug} in {quota.pool.name} not saved: {err.message}",
+                                             _invalid(err)))
+    return _quota_saved(request, quota, "saved")
+
+
+def _pick(model: type[Team] | type[NodePool], field: str, value: str) -> Any:
+    found = model.objects.filter(pk=int(value)).first() if value.isdigit() else None
+    if found is None:
+        raise FieldError(field, f"choose a {field}")
+    return found
 
 
 @login_required
 @require_POST
 def finance_quota_create(request: HttpRequest) -> HttpResponse:
     _require_finance(request)
-    team = Team.objects.filter(pk=request.POST.get("team") or 0).first() if (request.POST.get("team") or "").isdigit() else None
-    pool = NodePool.objects.filter(pk=request.POST.get("pool") or 0).first() if (request.POST.get("pool") or "").isdigit() else None
-    if team is None or pool is None:
-        messages.error(request, "Quota not saved: choose a team and a pool.")
-        return _back(request)
+    typed = _posted(request, ["team", "pool", "guaranteed_devices", "borrow_limit"])
     try:
-        services.quota_set(team=team, pool=pool, guaranteed_devices=request.POST.get("guaranteed_devices", ""),
-                           borrow_limit=request.POST.get("borrow_limit", ""))
-        messages.success(request, f"Quota of {team.slug} in {pool.name} saved.")
+        quota = services.quota_create(team=_pick(Team, "team", typed["team"]), pool=_pick(NodePool, "pool", typed["pool"]),
+                                      guaranteed_devices=typed["guaranteed_devices"], borrow_limit=typed["borrow_limit"])
     except ServiceError as err:
-        messages.error(request, f"Quota not saved: {err.message}")
-    return _back(request)
+        return _refused(request, FormFailure("qf-new", typed, f"Quota not added: {err.message}", _invalid(err)))
+    return _quota_saved(request, quota, "added")
 
 
 def ledger_rows(entries: QuerySet[UsageEntry]) -> Iterator[list[Any]]:

@@ -4,6 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from apps.billing import selectors
 from apps.billing.models import Budget, BudgetAction, Quota
 
 
@@ -33,11 +34,23 @@ class BudgetWriteSerializer(serializers.Serializer[Any]):
 class QuotaSerializer(serializers.ModelSerializer[Quota]):
     team: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    warnings = serializers.SerializerMethodField(
+        help_text="What to know about this quota, e.g. that guarantees in its pool exceed the pool's devices "
+                  "(accepted: pools grow, and guarantees may be over-committed).")
 
     class Meta:
         model = Quota
-        fields = ["id", "team", "pool", "guaranteed_devices", "borrow_limit", "updated_at"]
+        fields = ["id", "team", "pool", "guaranteed_devices", "borrow_limit", "warnings", "updated_at"]
         read_only_fields = fields
+
+    def get_warnings(self, quota: Quota) -> list[str]:
+        # Read once per response (kept on the root, which a list's items share), not once per quota.
+        commitments: dict[int, selectors.PoolCommitment] | None = getattr(self.root, "_pool_commitments", None)
+        if commitments is None:
+            commitments = selectors.pool_commitments()
+            self.root._pool_commitments = commitments  # type: ignore[attr-defined]
+        pool = commitments.get(quota.pool_id)
+        return [pool.note] if pool is not None and pool.over else []
 
 
 class QuotaWriteSerializer(serializers.Serializer[Any]):

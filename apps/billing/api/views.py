@@ -171,8 +171,9 @@ class FinanceQuotaViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.Retrie
         pool = NodePool.objects.filter(name=values.get("pool", "")).first()
         if pool is None:
             raise FieldError("pool", "no such pool")
-        quota = services.quota_set(team=team, pool=pool, guaranteed_devices=values.get("guaranteed_devices", 0),
-                                   borrow_limit=values.get("borrow_limit", 0))
+        # Refuses a second quota for the same team and pool (PATCH that one instead), as budgets do.
+        quota = services.quota_create(team=team, pool=pool, guaranteed_devices=values.get("guaranteed_devices", 0),
+                                      borrow_limit=values.get("borrow_limit", 0))
         return Response(QuotaSerializer(quota).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=QuotaWriteSerializer, responses={200: QuotaSerializer})
