@@ -149,7 +149,8 @@ class Quota(models.Model):
         constraints = [models.UniqueConstraint(fields=["team", "pool"], name="quota_unique_team_pool")]
 
     def __str__(self) -> str:
-        return f"{self.team_id} in {self.pool_id}: {self.guaranteed_devices}+{self.borrow_limit}"
+        # Names, not ids: this is what the audit log shows as the object (a read each, rarely).
+        return f"{self.team.slug} in {self.pool.name}: {self.guaranteed_devices} guaranteed + {self.borrow_limit} to borrow"
 
 
 class TeamWebhook(models.Model):

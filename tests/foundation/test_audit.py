@@ -242,3 +242,12 @@ def test_a_refused_page_logs_one_line_without_a_traceback(cast: Any, caplog: pyt
         assert client.get("/audit/").status_code == 403
     [record] = [r for r in caplog.records if r.name == "django.request"]
     assert "Forbidden" in record.getMessage() and record.exc_info is None
+
+
+def test_a_quota_reads_by_names_in_the_audit_log(cast: Any) -> None:
+    from apps.billing.services import quota_create
+    from apps.nodes.models import NodePool
+
+    quota_create(team=cast.vision, pool=NodePool.objects.create(name="local"), guaranteed_devices=2, borrow_limit=1)
+    event = AuditEvent.objects.get(action="quota.create")
+    assert event.object_repr == "vision in local: 2 guaranteed + 1 to borrow"
