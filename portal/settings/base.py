@@ -59,6 +59,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.audit.middleware.AuditContextMiddleware",
+    "apps.core.middleware.PortalNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"

@@ -39,3 +39,13 @@ def test_forbidden_page_says_why(cast: Any) -> None:
 def test_api_errors_stay_json(cast: Any) -> None:
     response = _signed_in(cast.alice).get("/api/v1/projects/999999/")
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_not_found_is_the_portals_page_with_debug_on_too(cast: Any, settings: Any) -> None:
+    # `make run` runs with DEBUG on: another team's run must still be the portal's 404 page,
+    # not Django's debug page listing every URL pattern.
+    settings.DEBUG = True
+    response = _signed_in(cast.alice).get(f"/projects/{cast.tinylm.pk}/")
+    html = response.content.decode()
+    assert response.status_code == 404 and "Page not found" in html and 'aria-label="Main"' in html
+    assert "URLconf" not in html
