@@ -18,7 +18,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.runs import selectors as run_selectors
+from apps.runs.detail_selectors import run_energy
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
+from apps.tracking.display import energy_text, energy_unit, value_text
 from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
 
@@ -362,7 +364,8 @@ def log_chunks(*, run: Run, after: int, limit: int) -> dict[str, Any]:
 
 
 def energy_series(*, run: Run, max_points: int = 1000) -> dict[str, Any]:
-    """Per-device samples and the run's cumulative energy over time (sum of each device's latest reading)."""
+    """Per-device samples and the run's cumulative energy over time (sum of each device's latest
+    reading), with the run's total as recorded and the unit that total reads best in."""
     samples = list(EnergySample.objects.filter(attempt__run=run).select_related("attempt", "node").order_by("at", "id"))
     step = max(1, math.ceil(len(samples) / max_points))
     devices: dict[str, dict[str, Any]] = {}
@@ -381,9 +384,15 @@ def energy_series(*, run: Run, max_points: int = 1000) -> dict[str, Any]:
         d["energy_j"].append(s.energy_j)
         cumulative["t"].append(s.at.isoformat())
         cumulative["energy_j"].append(sum(latest.values()))
-    total = sum(latest.values()) if latest else run.energy_j
+    # The total the run detail API and the finance pages show: runs written without samples
+    # (demo history, imports) still used energy, and the samples are thinned for the chart.
+    total = run_energy(run=run)["joules"] or sum(latest.values())
+    unit = energy_unit(total)
     return {"devices": list(devices.values()), "cumulative": cumulative, "total_j": total, "total_kwh": total / 3.6e6,
-            "estimated": run.energy_estimated}
+            "estimated": run.energy_estimated, "total_text": energy_text(total), "unit": unit.name, "unit_j": unit.joules,
+            # Whole-node CPU readings carry neither: the page says so rather than draw empty axes.
+            "power_reported": any(s.power_w is not None for s in samples),
+            "utilization_reported": any(s.utilization is not None for s in samples)}
 
 
 def queue_standing(*, run: Run) -> dict[str, Any] | None:
@@ -441,3 +450,41 @@ def metric_keys_for_runs(*, run_ids: Iterable[int] | QuerySet[Any]) -> list[str]
     # (a queryset of ids) rather than 2,000 parameters.
     ids = run_ids if isinstance(run_ids, QuerySet) else list(run_ids)
     return list(MetricSummary.objects.filter(run_id__in=ids).order_by("key").values_list("key", flat=True).distinct())
+
+
+# --- sweeps -------------------------------------------------------------------------------------
+
+# The metric a trial's row shows, first found wins: held-out figures before training ones.
+TRIAL_METRICS = ("val_accuracy", "eval_accuracy", "accuracy", "val_loss", "eval_loss", "loss")
+
+
+def sweep_trials(*, parent: Run, runs: QuerySet[Run]) -> dict[str, Any]:
+    """A sweep parent's trials for its page: each one's id, name, status, the parameters that
+    differ between them and one final metric, plus what they cost and used together.
+
+    `runs` is already scoped to the viewer; the trials are those of it whose parent is `parent`.
+    A parent runs nothing itself, so its own cost, energy and attempts are always empty."""
+    trials = list(runs.filter(parent=parent).prefetch_related("attempts").order_by("pk"))
+    flat = [_flatten(t.params) for t in trials]
+    varying = [row["name"] for row in _diff_rows(flat) if row["differs"]]
+    if not varying:  # one trial, or all alike: the swept names still say what each one tried
+        varying = [name for name in (parent.params.get("space") or {}) if any(name in f for f in flat)]
+    summaries = metric_summaries(run_ids=[t.pk for t in trials])
+    keys = {key for per in summaries.values() for key in per}
+    metric = next((k for k in TRIAL_METRICS if k in keys), min(keys) if keys else None)
+    rows = []
+    for trial, params in zip(trials, flat, strict=True):
+        summary = summaries[trial.pk].get(metric) if metric else None
+        rows.append({"id": trial.pk, "name": trial.name or f"run {trial.pk}", "status": trial.status,
+                     "params": [value_text(params[name]) if name in params else "–" for name in varying],
+                     "metric": summary_dict(summary)["last"] if summary is not None else None})
+    ids = [t.pk for t in trials][:COMPARE_MAX_RUNS]
+    first = trials[0] if trials else None
+    return {
+        "rows": rows, "param_names": varying, "metric": metric,
+        "compare_url": f"/compare/?runs={','.join(map(str, ids))}" if len(ids) >= COMPARE_MIN_RUNS else None,
+        "finished": sum(1 for t in trials if t.is_finished), "count": len(trials),
+        "cost": sum((run_cost(run=t) for t in trials), Decimal(0)),
+        "energy_j": sum(run_energy(run=t)["joules"] for t in trials),
+        "nodes": first.nodes if first else None, "devices_per_node": first.devices_per_node if first else None,
+    }

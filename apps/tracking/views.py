@@ -20,13 +20,16 @@ from django.template.defaultfilters import floatformat
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from apps.billing.services import money
 from apps.core.users import signed_in_user
-from apps.jobtemplates.models import JobTemplate
+from apps.jobtemplates.models import JobTemplate, TemplateKind
+from apps.runs.detail_selectors import run_energy
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
+from apps.tracking.display import energy_text, eta_text, plural, steps_text, value_text
 from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary
 from apps.tracking.overview import runs_overview
@@ -138,16 +141,45 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     # checkpoint, code snapshot or submitter costs the runs that have one.
     with_nodes = Prefetch("assignments", queryset=Assignment.objects.select_related("node"))
     attempts_read = Prefetch("attempts", queryset=Attempt.objects.order_by("number").prefetch_related(with_nodes))
-    run = get_object_or_404(run_list(user=request.user).prefetch_related(attempts_read), pk=pk)
+    visible = run_list(user=request.user)
+    run = get_object_or_404(visible.prefetch_related(attempts_read), pk=pk)
     history = list(run.attempts.all())
     attempts = selectors.attempt_timeline(run=run, attempts=history)
     events, older_events = run_history(run=run, attempts=history)
+    lineage = selectors.run_lineage(run=run, attempt=history[-1] if history else None)
+    sweep = selectors.sweep_trials(parent=run, runs=visible) if run.template.kind == TemplateKind.SWEEP else None
     return render(request, "tracking/run_detail.html", {
-        "run": run, "progress": selectors.run_progress(run=run), "cost": selectors.run_cost(run=run),
-        "events": events, "older_events": older_events,
-        "lineage": selectors.run_lineage(run=run, attempt=history[-1] if history else None), "attempts": attempts,
-        "page_data": {"run": run.pk, "finished": run.is_finished, "attempts": attempts},
+        "run": run, "progress": selectors.run_progress(run=run), "events": events, "older_events": older_events,
+        "lineage": lineage, "reported": _value_rows(lineage["reported"]), "params": _value_rows(run.params),
+        "attempt_rows": _attempt_rows(history), "sweep": sweep, "summary": _run_summary(run, sweep),
+        "page_data": {"run": run.pk, "finished": run.is_finished, "attempts": attempts, "sweep": sweep is not None},
     })
+
+
+def _value_rows(data: Any) -> list[tuple[str, str]]:
+    """A dict's items as the page lists them: values as JSON writes them, not Python's repr."""
+    return [(str(k), value_text(v)) for k, v in data.items()] if isinstance(data, dict) else []
+
+
+def _attempt_rows(attempts: list[Attempt]) -> list[dict[str, Any]]:
+    # The times stay datetimes, for the page's one time format (its `when` filter).
+    return [{"number": a.number, "status": a.status, "reason": a.reason, "start": a.started_at or a.created_at, "end": a.ended_at,
+             "nodes": ", ".join(sorted({asg.node.hostname for asg in a.assignments.all()}))} for a in attempts]
+
+
+def _run_summary(run: Run, sweep: dict[str, Any] | None) -> dict[str, str]:
+    """The figures of the Progress and Run cards as first shown (static/tracking/run.js keeps
+    the live ones current with the same wording). A sweep parent runs no process: its figures
+    are its trials'."""
+    if sweep is not None:
+        shape = "–"
+        if sweep["count"]:
+            shape = f"{plural(sweep['nodes'], 'node')} × {plural(sweep['devices_per_node'], 'device')} for each trial"
+        return {"steps": f"{sweep['finished']} of {sweep['count']} finished", "eta": eta_text(status=run.status),
+                "cost": money(sweep["cost"]), "energy": energy_text(sweep["energy_j"]), "resources": shape}
+    return {"steps": steps_text(steps_done=run.steps_done, total_steps=run.total_steps), "eta": eta_text(status=run.status),
+            "cost": money(selectors.run_cost(run=run)), "energy": energy_text(run_energy(run=run)["joules"]),
+            "resources": f"{plural(run.nodes, 'node')} × {plural(run.devices_per_node, 'device')}"}
 
 
 def _compare_ids(request: HttpRequest) -> list[int] | None:

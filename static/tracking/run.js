@@ -17,8 +17,48 @@
   let statusKey = "";
   let historyKey = null;
   let polls = 0;
+  // A sweep parent runs no process: no logs, checkpoints or energy of its own; its trials' table
+  // is re-read from the page itself while it runs.
+  const sweep = Boolean(data.sweep);
+  let trialsKey = null;
+  let lastRun = null;
+
+  // One time format on the whole page, in the viewer's zone: "Nov 24, 2026, 11:20:09 PM". The
+  // server writes the same pattern in its own zone into each <time>, and this rewrites them.
+  const WHEN = { year: "numeric", month: "short", day: "numeric", hour: "numeric", minute: "2-digit", second: "2-digit" };
+  const when = (at) => new Date(at).toLocaleString([], WHEN);
+  function timeEl(iso) {
+    if (!iso) return document.createTextNode("–");
+    return T.el("time", { datetime: iso, title: iso }, when(iso));
+  }
+  // The same clock on the charts' time axes (Plotly's own is always 24-hour), as fine as the
+  // ticks are apart: seconds, minutes, then days.
+  const HOUR12 = new Intl.DateTimeFormat([], { hour: "numeric" }).resolvedOptions().hour12;
+  // A new object per chart: Plotly writes each chart's range into its layout.
+  const timeAxis = () => ({ type: "date", tickformatstops: [
+    { dtickrange: [null, 1000], value: HOUR12 ? "%-I:%M:%S.%L %p" : "%H:%M:%S.%L" },
+    { dtickrange: [1000, 60000], value: HOUR12 ? "%-I:%M:%S %p" : "%H:%M:%S" },
+    { dtickrange: [60000, 86400000], value: HOUR12 ? "%-I:%M %p" : "%H:%M" },
+    { dtickrange: [86400000, null], value: "%b %-d, %Y" },
+  ] });
+  function localizeTimes(scope) {
+    scope.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = when(t.getAttribute("datetime")); });
+  }
+
+  // Mirrors apps/tracking/display.py: a dash when the run never reported steps, "done" only
+  // for a run that succeeded (one that failed or was cancelled has no ETA).
+  function stepsText(p) {
+    if (sweep) return `${p.steps_done} of ${p.total_steps || 0} finished`;
+    if (p.total_steps) return `${p.steps_done} of ${p.total_steps}`;
+    return p.steps_done ? `${p.steps_done}` : "–";
+  }
+  function etaText(run) {
+    if (run.is_finished) return run.status === "succeeded" ? "done" : "–";
+    return T.duration(run.progress.eta_s);
+  }
 
   function setStatus(run) {
+    lastRun = run;
     const badge = document.getElementById("run-status");
     badge.textContent = run.status;
     badge.className = `badge status-${run.status}`;
@@ -26,11 +66,14 @@
     statusKey = `${run.status}|${run.status_reason}`;
     const p = run.progress;
     if (p.fraction !== null) document.getElementById("progress-bar").style.width = `${(p.fraction * 100).toFixed(1)}%`;
-    document.getElementById("progress-steps").textContent = p.total_steps ? `${p.steps_done} of ${p.total_steps}` : `${p.steps_done}`;
-    document.getElementById("progress-rate").textContent = p.steps_per_s ? `${p.steps_per_s.toFixed(2)} steps/s` : "–";
-    document.getElementById("progress-eta").textContent = run.is_finished ? "done" : T.duration(p.eta_s);
-    document.getElementById("run-cost").textContent = run.cost;
-    document.getElementById("run-cost-label").textContent = run.is_finished ? "Cost" : "Cost so far";
+    document.getElementById("progress-steps").textContent = stepsText(p);
+    const rate = document.getElementById("progress-rate");
+    if (rate) rate.textContent = p.steps_per_s ? `${p.steps_per_s.toFixed(2)} steps/s` : "–";
+    document.getElementById("progress-eta").textContent = etaText(run);
+    if (!sweep) {  // a sweep's cost is its trials', which the trials' refresh brings
+      document.getElementById("run-cost").textContent = run.cost_text;
+      document.getElementById("run-cost-label").textContent = run.is_finished ? "Cost" : "Cost so far";
+    }
     showQueue(run.queue);
     if (run.is_finished) {
       const form = document.getElementById("cancel-form");
@@ -85,34 +128,77 @@
       const title = `${s.key} · last ${T.fmt(summary.last)} · min ${T.fmt(s.true_min)} · max ${T.fmt(s.true_max)}`;
       Plotly.react(chartFor(s.key), traces, {
         title: { text: title, font: { size: 13 } }, margin: { l: 50, r: 16, t: 36, b: 36 }, showlegend: false,
-        xaxis: { title: xAxis === "time" ? "" : "step", type: xAxis === "time" ? "date" : "linear" }, uirevision: `${s.key}-${xAxis}`,
+        xaxis: xAxis === "time" ? { title: "", ...timeAxis() } : { title: "step", type: "linear" },
+        uirevision: `${s.key}-${xAxis}`,
       }, T.CONFIG);
     });
-    document.getElementById("metrics-updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    document.getElementById("metrics-updated").textContent = `updated ${when(new Date())}`;
   }
 
+  // The energy card: the run's recorded total in the unit that fits it (the server picks it, so
+  // the header and the chart's axis agree), utilization and power only where a device reports them.
   async function refreshEnergy() {
     const e = await T.getJSON(`${api}/energy/`);
-    document.getElementById("run-energy").textContent = `${Math.round(e.total_j)} J (${e.total_kwh.toFixed(4)} kWh)${e.estimated ? " estimated" : ""}`;
+    document.getElementById("run-energy").textContent = `${e.total_text}${e.estimated ? ", estimated" : ""}`;
+    const note = document.getElementById("energy-note");
+    const util = document.getElementById("util-chart"), energy = document.getElementById("energy-chart");
     if (!e.devices.length) {
-      ["util-chart", "energy-chart"].forEach((id) => { document.getElementById(id).innerHTML = `<p class="empty-note">${finished ? "No energy samples were recorded for this run." : "No energy samples yet."}</p>`; });
+      let text = finished ? "No energy was recorded for this run." : "No energy samples yet.";
+      if (e.total_j > 0) text = `This run's total of ${e.total_text} is recorded, but no per-device samples exist for it, so there is nothing to chart.`;
+      note.textContent = text;
+      note.hidden = false;
+      util.hidden = energy.hidden = true;
       return;
     }
-    document.querySelectorAll("#util-chart .empty-note, #energy-chart .empty-note").forEach((n) => n.remove());
-    const util = [], power = [];
+    note.hidden = true;
+    energy.hidden = false;
+    drawUtilization(e, util);
+    const xs = e.cumulative.t.map((t) => new Date(t)), ys = e.cumulative.energy_j.map((j) => j / e.unit_j);
+    // Nothing was used before the first attempt started: the curve starts there at zero, so
+    // a run with one sample still draws a line across its time.
+    const start = data.attempts.length ? new Date(data.attempts[0].start) : null;
+    if (start && start < xs[0]) { xs.unshift(start); ys.unshift(0); }
+    const few = xs.length < 3;  // one or two points make no line: show them as dots too
+    Plotly.react(energy, [{ x: xs, y: ys,
+      mode: few ? "lines+markers" : "lines", fill: "tozeroy", name: e.unit, line: { color: "#66a182" } }], {
+      title: { text: `Cumulative energy (${e.unit})`, font: { size: 13 } }, margin: { l: 60, r: 16, t: 36, b: 36 },
+      xaxis: timeAxis(), yaxis: { rangemode: "tozero", exponentformat: "none" },
+    }, T.CONFIG);
+  }
+
+  function drawUtilization(e, div) {
+    if (!e.power_reported && !e.utilization_reported) {
+      if (div.data) Plotly.purge(div);
+      div.hidden = false;
+      div.replaceChildren(T.el("p", { class: "empty-note" }, "Utilization and power are not reported for this run's devices."));
+      return;
+    }
+    div.hidden = false;
+    div.querySelectorAll(".empty-note").forEach((n) => n.remove());
+    const traces = [];
+    const some = (values) => values.some((v) => v !== null);
     e.devices.forEach((d, i) => {
       const xs = d.t.map((t) => new Date(t));
-      util.push({ x: xs, y: d.utilization.map((u) => (u === null ? null : u * 100)), mode: "lines", name: `${d.device} util %`, line: { color: T.color(i) } });
-      power.push({ x: xs, y: d.power_w, mode: "lines", name: `${d.device} W`, yaxis: "y2", line: { color: T.color(i), dash: "dot" } });
+      if (some(d.utilization)) {
+        traces.push({ x: xs, y: d.utilization.map((u) => (u === null ? null : u * 100)), mode: "lines", name: `${d.device} util %`,
+                      line: { color: T.color(i) } });
+      }
+      if (some(d.power_w)) {
+        traces.push({ x: xs, y: d.power_w, mode: "lines", name: `${d.device} W`, yaxis: e.utilization_reported ? "y2" : "y",
+                      line: { color: T.color(i), dash: "dot" } });
+      }
     });
-    Plotly.react("util-chart", [...util, ...power], {
-      title: { text: "Utilization and power", font: { size: 13 } }, margin: { l: 50, r: 50, t: 36, b: 36 },
-      yaxis: { title: "util %", range: [0, 100] }, yaxis2: { title: "W", overlaying: "y", side: "right" }, legend: { orientation: "h" },
-    }, T.CONFIG);
-    Plotly.react("energy-chart", [{ x: e.cumulative.t.map((t) => new Date(t)), y: e.cumulative.energy_j.map((j) => j / 3.6e6), mode: "lines",
-      fill: "tozeroy", name: "kWh", line: { color: "#66a182" } }], {
-      title: { text: "Cumulative energy (kWh)", font: { size: 13 } }, margin: { l: 60, r: 16, t: 36, b: 36 },
-    }, T.CONFIG);
+    const both = e.utilization_reported && e.power_reported;
+    const title = both ? "Utilization and power" : e.utilization_reported ? "Utilization" : "Power";
+    const layout = { title: { text: title, font: { size: 13 } }, margin: { l: 50, r: 50, t: 36, b: 36 }, legend: { orientation: "h" },
+                     xaxis: timeAxis() };
+    if (e.utilization_reported) {
+      layout.yaxis = { title: "util %", range: [0, 100] };
+      if (e.power_reported) layout.yaxis2 = { title: "W", overlaying: "y", side: "right", rangemode: "tozero" };
+    } else {
+      layout.yaxis = { title: "W", rangemode: "tozero" };
+    }
+    Plotly.react(div, traces, layout, T.CONFIG);
   }
 
   async function refreshLogs() {
@@ -157,20 +243,19 @@
 
   function drawAttempts() {
     const attempts = data.attempts;
-    if (!attempts.length) return;
+    if (!attempts.length || !document.getElementById("attempts-chart")) return;
     const now = new Date();
     const labels = attempts.map((a) => `#${a.number} ${a.nodes.join(",")}`.trim());
+    // Dates, not ISO strings: Plotly shows strings in their own zone, the tables show local time.
     Plotly.react("attempts-chart", [{
-      type: "bar", orientation: "h", y: labels, base: attempts.map((a) => a.start),
+      type: "bar", orientation: "h", y: labels, base: attempts.map((a) => new Date(a.start)),
       x: attempts.map((a) => (a.end ? new Date(a.end) : now) - new Date(a.start)),
       text: attempts.map((a) => `${a.status}${a.reason ? ": " + a.reason : ""}`), textposition: "inside",
       marker: { color: attempts.map((a) => ({ succeeded: "#66a182", failed: "#d1495b", lost: "#d1495b", preempted: "#edae49" })[a.status] || "#2f5d8a") },
       hovertemplate: "%{y}<br>%{text}<extra></extra>",
-    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: { type: "date" }, yaxis: { autorange: "reversed", type: "category" }, height: 60 + 34 * attempts.length },
+    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: timeAxis(), yaxis: { autorange: "reversed", type: "category" }, height: 60 + 34 * attempts.length },
     T.CONFIG);
   }
-
-  const when = (iso) => new Date(iso).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
   // A table's one-row note when it has nothing to list.
   function note(columns, text) {
@@ -187,7 +272,7 @@
     const body = document.getElementById("history-rows");
     const rows = resp.events.map((e) => {
       const tr = T.el("tr");
-      tr.appendChild(T.el("td", { class: "mono", title: e.at }, when(e.at)));
+      tr.appendChild(T.el("td")).appendChild(timeEl(e.at));
       [e.actor, e.what, e.detail].forEach((text) => tr.appendChild(T.el("td", {}, text)));
       return tr;
     });
@@ -197,23 +282,43 @@
       ? ` (the latest ${resp.events.length}; older ones are in the audit log)` : "";
     data.attempts = resp.attempts;
     const attempts = document.getElementById("attempt-rows");
+    if (!attempts) return;  // a sweep parent has none
     const lines = resp.attempts.map((a) => {
       const tr = T.el("tr");
       tr.appendChild(T.el("td", {}, a.number));
       tr.appendChild(T.el("td")).appendChild(T.el("span", { class: `badge status-${a.status}` }, a.status));
       tr.appendChild(T.el("td", {}, a.nodes.join(", ")));
-      tr.appendChild(T.el("td", { class: "mono" }, a.start.slice(0, 19)));
-      tr.appendChild(T.el("td", { class: "mono" }, a.end ? a.end.slice(0, 19) : "–"));
+      tr.appendChild(T.el("td")).appendChild(timeEl(a.start));
+      tr.appendChild(T.el("td")).appendChild(timeEl(a.end));
       tr.appendChild(T.el("td", {}, a.reason));
       return tr;
     });
-    if (!lines.length) lines.push(note(6, "Not started yet."));
+    if (!lines.length) lines.push(note(6, finished ? "It never started." : "Not started yet."));
     attempts.replaceChildren(...lines);
     drawAttempts();
   }
 
+  // A sweep's trials, cost and energy as the server renders them, read from the page itself
+  // when its progress moved (a trial finished) and now and then for the trials' own states.
+  async function refreshTrials(run) {
+    if (run.is_finished && data.finished) return;  // the page came finished: its table is final
+    const key = `${run.status}|${run.progress.steps_done}`;
+    const fresh = trialsKey === null;  // the page was just rendered with these
+    const unchanged = key === trialsKey && polls % HISTORY_EVERY !== 0;
+    trialsKey = key;
+    if (fresh || unchanged) return;
+    const resp = await fetch(window.location.pathname, { credentials: "same-origin" });
+    if (!resp.ok) throw new Error(`${window.location.pathname}: ${resp.status}`);
+    const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+    ["sweep-trials", "run-cost", "run-energy"].forEach((id) => {
+      const now = document.getElementById(id), next = doc.getElementById(id);
+      if (now && next) now.replaceWith(document.importNode(next, true));
+    });
+  }
+
   async function tick() {
-    const jobs = [refreshMetrics(), refreshLogs(), refreshCheckpoints(), refreshEnergy()];
+    const jobs = sweep ? [refreshMetrics().then(() => (lastRun ? refreshTrials(lastRun) : null))]
+      : [refreshMetrics(), refreshLogs(), refreshCheckpoints(), refreshEnergy()];
     const results = await Promise.allSettled(jobs);
     if (statusKey !== historyKey || polls % HISTORY_EVERY === 0) {
       results.push(...await Promise.allSettled([refreshHistory()]));
@@ -223,7 +328,8 @@
     if (!finished) setTimeout(tick, POLL_MS);
   }
 
-  document.getElementById("x-axis").addEventListener("change", (ev) => {
+  const xSelect = document.getElementById("x-axis");
+  if (xSelect) xSelect.addEventListener("change", (ev) => {
     xAxis = ev.target.value;
     Object.values(chartDivs).forEach((d) => d.remove());
     Object.keys(chartDivs).forEach((k) => delete chartDivs[k]);
@@ -244,6 +350,7 @@
     });
   }
 
+  localizeTimes(root);
   drawAttempts();
   tick();
 })();

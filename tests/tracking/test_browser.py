@@ -5,6 +5,7 @@ Chromium against a live gunicorn stack; screenshots go to test-artifacts/."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,3 +112,53 @@ def test_run_chart_updates_live_and_compare_view(live_stack: LiveStack, page: An
     page.click("#compare-selected")
     page.wait_for_url(lambda u: "/compare/" in u)
     assert f"runs={ids['compare'][0]}%2C{ids['compare'][1]}" in page.url or f"runs={ids['compare'][0]},{ids['compare'][1]}" in page.url
+
+
+# A time as the run page's script writes every one of them, in the viewer's zone (Chromium here
+# runs in en-US): "Nov 24, 2026, 11:20:09 PM".
+LOCAL_TIME = r"^[A-Z][a-z]{2} \d{1,2}, \d{4}, \d{1,2}:\d{2}:\d{2} [AP]M$"
+
+
+def test_run_page_words_what_it_knows(live_stack: LiveStack, page: Any) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    out = live_stack.manage("shell", "-c", (ROOT / "tests" / "tracking" / "run_page_setup.py").read_text())
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    login(page, live_stack.url)
+
+    def visit(run_id: int) -> None:
+        page.goto(f"{live_stack.url}/runs/{run_id}/")
+        page.wait_for_load_state("networkidle")  # a finished run's page reads its APIs once
+
+    # Written like the demo history: the recorded total, and why nothing is charted.
+    visit(ids["history"])
+    assert page.inner_text("#run-energy") == "147 Wh (0.1466 kWh)"
+    note = page.inner_text("#energy-note")
+    assert "147 Wh (0.1466 kWh) is recorded, but no per-device samples exist" in note and "No energy" not in note
+    assert page.is_hidden("#util-chart") and page.is_hidden("#energy-chart")
+    assert page.inner_text("#progress-steps") == "–" and page.inner_text("#progress-eta") == "done"
+    times = page.eval_on_selector_all("#run-page time", "ts => ts.map(t => t.textContent)")
+    assert len(times) >= 3 and all(re.match(LOCAL_TIME, t) for t in times), times
+
+    # A CPU run: no watts or utilization to draw, and joules on both the header and the axis.
+    visit(ids["cpu"])
+    page.wait_for_function("() => document.getElementById('energy-chart').data")
+    assert page.inner_text("#util-chart .empty-note") == "Utilization and power are not reported for this run's devices."
+    assert page.inner_text("#run-energy") == "477 J, estimated"
+    title = page.evaluate("() => document.getElementById('energy-chart').layout.title.text")
+    ticks = page.eval_on_selector_all("#energy-chart .ytick text", "ts => ts.map(t => t.textContent)")
+    assert title == "Cumulative energy (J)" and "400" in ticks and not any("μ" in t or "m" in t for t in ticks), ticks
+    page.screenshot(path=str(ARTIFACTS / "tracking-run-cpu.png"), full_page=True)
+
+    visit(ids["cancelled"])
+    assert page.inner_text("#run-status") == "cancelled" and page.inner_text("#progress-eta") == "–"
+    assert page.inner_text("#progress-steps") == "200 of 1000" and page.inner_text("#run-cost").startswith("$")
+
+    # A sweep leads to its trials and their comparison.
+    visit(ids["sweep"])
+    links = page.eval_on_selector_all("#trial-rows a", "as => as.map(a => a.getAttribute('href'))")
+    assert {f"/runs/{t}/" for t in ids["trials"]} == set(links)
+    assert page.get_attribute("#compare-trials", "href") == f"/compare/?runs={ids['trials'][0]},{ids['trials'][1]}"
+    assert "its trials are the runs listed above" in page.inner_text("#attempts-note")
+    page.screenshot(path=str(ARTIFACTS / "tracking-run-sweep.png"), full_page=True)
+    page.click("#compare-trials")
+    page.wait_for_url(lambda u: "/compare/" in u)

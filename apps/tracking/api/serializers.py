@@ -84,6 +84,7 @@ class KeysRunSerializer(serializers.Serializer[Any]):
     is_finished = serializers.BooleanField()
     progress = RunProgressSerializer()
     cost = serializers.CharField(help_text="Cost so far in the pool's currency, a decimal number as a string.")
+    cost_text = serializers.CharField(help_text="The cost as pages show money, e.g. '$0.42'.")
     queue = QueueStandingSerializer(allow_null=True, help_text="Where a queued run stands in its pool; null otherwise.")
 
 
@@ -174,6 +175,11 @@ class EnergyResponseSerializer(serializers.Serializer[Any]):
     total_j = serializers.FloatField()
     total_kwh = serializers.FloatField()
     estimated = serializers.BooleanField(help_text="True when some samples are estimates (no power sensor).")
+    total_text = serializers.CharField(help_text="The total in the unit it reads best in, e.g. '477 J' or '147 Wh (0.147 kWh)'.")
+    unit = serializers.ChoiceField(choices=["J", "Wh", "kWh"], help_text="The unit total_text uses; charts use it too.")
+    unit_j = serializers.FloatField(help_text="Joules in one `unit`.")
+    power_reported = serializers.BooleanField(help_text="Some sample has a power reading (whole-node CPU readings have none).")
+    utilization_reported = serializers.BooleanField(help_text="Some sample has a utilization reading.")
 
 
 class DiffRowSerializer(serializers.Serializer[Any]):

@@ -13,6 +13,7 @@ from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.billing.services import money
 from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
@@ -138,9 +139,10 @@ class RunMetricKeysView(_RunScoped):
     def get(self, request: Request, pk: int) -> Response:
         run = self.get_object()
         summaries = selectors.metric_summaries(run_ids=[run.pk])[run.pk]
+        cost = selectors.run_cost(run=run)
         return Response({
             "run": {"id": run.pk, "status": run.status, "status_reason": run.status_reason, "is_finished": run.is_finished,
-                    "progress": selectors.run_progress(run=run), "cost": str(selectors.run_cost(run=run)),
+                    "progress": selectors.run_progress(run=run), "cost": str(cost), "cost_text": money(cost),
                     "queue": selectors.queue_standing(run=run)},
             "keys": [selectors.summary_dict(s) for s in summaries.values()],
         })
