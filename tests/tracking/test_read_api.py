@@ -71,6 +71,7 @@ def test_read_endpoints(cast: Any, media: Path) -> None:
     download.force_login(cast.alice)
     resp = download.get(ckpts[0]["download_url"])
     assert resp.status_code == 200 and b"".join(resp.streaming_content) == b"weights" * 10  # type: ignore[attr-defined]
+    assert resp["Content-Type"] == "application/octet-stream" and "attachment" in resp["Content-Disposition"]
     logs = api.get(f"{base}/logs/?after=0&limit=3").json()
     assert [c["text"] for c in logs["chunks"]] == ["line 0\n", "line 1\n", "line 2\n"] and logs["more"]
     rest = api.get(f"{base}/logs/?after={logs['next']}").json()

@@ -185,7 +185,9 @@ class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):  # type: ign
         # stored_path comes from an agent upload: never follow it out of MEDIA_ROOT.
         if root not in path.parents or not path.is_file():
             raise Http404
-        return FileResponse(path.open("rb"), as_attachment=True, filename=ckpt.file_name or path.name)
+        # Named, not guessed: mimetypes takes ".pt" for "application/vnd.snesdev-page-table".
+        return FileResponse(path.open("rb"), as_attachment=True, filename=ckpt.file_name or path.name,
+                            content_type="application/octet-stream")
 
 
 class RunLogsView(_RunScoped):
