@@ -203,8 +203,16 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         problem = "runs must be comma-separated run ids."
     elif not selectors.COMPARE_MIN_RUNS <= len(ids) <= selectors.COMPARE_MAX_RUNS:
         problem = f"Pick {selectors.COMPARE_MIN_RUNS} to {selectors.COMPARE_MAX_RUNS} runs to compare (got {len(ids)})."
-    elif run_list(user=request.user).filter(pk__in=ids).count() != len(ids):
-        raise Http404("No such runs.")
+    else:
+        seen = set(run_list(user=request.user).filter(pk__in=ids).values_list("pk", flat=True))
+        missing = [i for i in ids if i not in seen]
+        if missing:
+            # Say which: one mistyped id used to turn the whole comparison into a bare 404. Not
+            # there and another team's read the same, so nothing about other teams leaks.
+            problem = (f"No run {', '.join(map(str, missing))} that you can see: it may not exist, or belong to another team."
+                       + (" Compare the others below." if len(seen) >= selectors.COMPARE_MIN_RUNS else ""))
+            context = {"problem": problem, "ids": ids, "runs_param": ",".join(str(i) for i in ids if i in seen)}
+            return render(request, "tracking/compare.html", context, status=404)
     return render(request, "tracking/compare.html", {"problem": problem, "ids": ids or [], "runs_param": ",".join(map(str, ids or []))})
 
 

@@ -98,6 +98,11 @@ def test_compare(cast: Any, media: Path) -> None:
     page.force_login(cast.alice)
     csv = page.get(f"/compare/export.csv?runs={runs[0].pk},{runs[1].pk}")
     assert csv.status_code == 200 and b"param:lr" in csv.content
+    # A mistyped id says which one, keeps the others to compare, and is still a 404.
+    typo = page.get(f"/compare/?runs={runs[0].pk},{runs[1].pk},987654")
+    html = typo.content.decode()
+    assert typo.status_code == 404 and "No run 987654 that you can see" in html and "Compare the others below." in html
+    assert f'value="{runs[0].pk},{runs[1].pk}"' in html
 
 
 def test_other_teams_run_is_404_everywhere(cast: Any, media: Path) -> None:
