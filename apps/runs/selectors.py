@@ -71,7 +71,8 @@ def _fence(*, attempt_id: int, number: int | None, found: int, latest: int | Non
 MIN_RATE_SPAN_S = 1.0
 
 
-def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | None = None, settled: bool = True) -> float | None:
+def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | None = None, settled: bool = True,
+                  min_span_s: float = MIN_RATE_SPAN_S) -> float | None:
     """Steps per second of the run's current attempt (started at `started_at`), or None before
     it reports progress.
 
@@ -79,13 +80,14 @@ def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | No
     the start, a 40,000-step run five seconds in reads many times too slow, and so would every
     queue estimate behind it. Until a later report is a second or more past the first there is
     no rate (callers fall back on history), unless `settled` is False: then, as for runs from
-    before the anchor existed, the rate since the start (to show, not to predict with)."""
+    before the anchor existed, the rate since the start (to show, not to predict with).
+    `min_span_s` asks for a longer measurement (the scheduler's, while a run warms up)."""
     if run.progress_at is None or run.progress_at <= started_at:
         return None
     first_at, first_step = run.progress_from_at, run.progress_from_step
     if first_at is not None and first_step is not None and first_at >= started_at:
         span = (run.progress_at - first_at).total_seconds()
-        if span >= MIN_RATE_SPAN_S and run.steps_done > first_step:
+        if span >= max(MIN_RATE_SPAN_S, min_span_s) and run.steps_done > first_step:
             return (run.steps_done - first_step) / span
         if settled:
             return None

@@ -242,6 +242,34 @@ def test_predicted_runtime_uses_history_then_falls_back_to_max(cast: Any, pool: 
     assert run_predicted_runtime(run=run) == pytest.approx(120.0, abs=1.0)
 
 
+def test_a_young_runs_rate_waits_until_measured_over_a_tenth_of_its_history(cast: Any, pool: NodePool) -> None:
+    # A job's first seconds run slow (imports, data, warm-up): measured then, its rate would make
+    # it look five times its length to every estimate behind it.
+    from apps.scheduling.snapshot import snapshot_load
+
+    register(pool, "n1")
+    now = timezone.now()
+    for seconds in (90, 100, 110):
+        make(cast, pool, status=RunStatus.SUCCEEDED, started_at=now - timedelta(seconds=seconds + 10),
+             finished_at=now - timedelta(seconds=10))
+    run = make(cast, pool)
+    scheduling_pass()
+    start(run)
+    began = timezone.now()
+    Attempt.objects.filter(run=run).update(started_at=began - timedelta(seconds=15))
+    # 60 steps in 3 s: 20 steps/s, so 480 s to go at that pace. History says about 100 s in all.
+    Run.objects.filter(pk=run.pk).update(total_steps=10_000, steps_done=400, progress_at=began,
+                                         progress_from_at=began - timedelta(seconds=3), progress_from_step=340)
+
+    def predicted_end() -> float:
+        [job] = [j for j in snapshot_load(now=began, lock=False).state.running if j.id == str(run.pk)]
+        return job.predicted_end - began.timestamp()
+
+    assert predicted_end() == pytest.approx(85.0, abs=2.0), "3 s of reports: the history's 100 s still stands"
+    Run.objects.filter(pk=run.pk).update(progress_from_at=began - timedelta(seconds=12), progress_from_step=160)
+    assert predicted_end() == pytest.approx(480.0, abs=2.0), "12 s measured (over a tenth of 100 s): the live rate counts"
+
+
 def test_predicted_runtime_follows_the_runs_pool(cast: Any, pool: NodePool) -> None:
     # A faster pool joins after plenty of history on the old one: once three runs have finished
     # there, its runs are predicted at its own pace, not at the old pool's.
