@@ -39,6 +39,12 @@ WORKLOADS = [
 RUNS_PER_WORKLOAD = 12
 # How runs end, in proportion: failures and cancellations are the waste the console shows.
 OUTCOMES = [RunStatus.SUCCEEDED] * 8 + [RunStatus.FAILED, RunStatus.CANCELLED]
+# What a page says of each: a failed run with no reason looks like a bug in the portal.
+HISTORY_REASONS: dict[str, str] = {
+    RunStatus.SUCCEEDED: "demo history: finished",
+    RunStatus.FAILED: "demo history: rank 0 exited with code 1 (CUDA out of memory)",
+    RunStatus.CANCELLED: "demo history: cancelled by its owner",
+}
 
 
 def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
@@ -72,12 +78,13 @@ def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
                     tags={"owner": owner, "task": template.kind, "dataset": "sklearn-digits", "candidate": "baseline",
                           "family": family},
                     family=family, nodes=1, devices_per_node=devices, max_runtime_s=int(hours * 3 * 3600), status=status,
-                    status_reason="demo history", started_at=start, finished_at=start + runtime,
+                    status_reason=HISTORY_REASONS[status], started_at=start, finished_at=start + runtime,
                 )
                 Run.objects.filter(pk=run.pk).update(created_at=start - timedelta(minutes=rng.uniform(1, 30)))
                 # About 40-70 W a device: what the CPU fallback of the energy meter reports here.
                 attempt = Attempt.objects.create(run=run, number=1, status=_attempt_status(status), started_at=start,
-                                                 ended_at=start + runtime,
+                                                 ended_at=start + runtime, reason=HISTORY_REASONS[status],
+                                                 exit_code=1 if status == RunStatus.FAILED else None,
                                                  energy_j=devices * runtime.total_seconds() * rng.uniform(40, 70))
                 Assignment.objects.create(attempt=attempt, node=node, node_rank=0, devices=list(range(devices)),
                                           state=AssignmentState.EXITED, started_at=start)

@@ -68,6 +68,10 @@ def test_seed_demo_history_prices_three_weeks_of_runs_once(db: Any) -> None:
     runs = Run.objects.filter(family__startswith="demo-history")
     assert runs.count() == 36 and "36 finished demo runs" in out.getvalue()
     assert set(runs.values_list("status", flat=True)) <= {"succeeded", "failed", "cancelled"}
+    # Every one says why it ended, on the run and its attempt: a failed run without a reason looks broken.
+    assert all(r.status_reason.startswith("demo history: ") for r in runs)
+    failed = Attempt.objects.filter(run__in=runs, run__status="failed")
+    assert failed.exists() and all(a.exit_code == 1 and "exited with code 1" in a.reason for a in failed)
     assert Node.objects.get(hostname=HISTORY_NODE).state == "offline"
     for team in ("vision", "nlp"):
         attempts = Attempt.objects.filter(run__project__team__slug=team, run__family__startswith="demo-history")
@@ -155,4 +159,4 @@ def test_seed_demo_runs_say_in_their_history_that_they_are_demo_data(db: Any) ->
     assert all(e.team_id == r.project.team_id for r in runs for e in events if e.object_id == str(r.pk))
     rows, _ = run_history(run=runs[0], attempts=list(runs[0].attempts.all()))
     assert [(row.actor, row.what) for row in rows] == [("seed_demo", "written as demo data")]
-    assert rows[0].detail.startswith(f"{runs[0].status} · seed_demo wrote it straight to the database")
+    assert rows[0].detail.startswith(f"{runs[0].status} · demo data: seed_demo wrote it, attempts and all, straight to the database")

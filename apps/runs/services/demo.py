@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from apps.audit.services import audit_record_many
 from apps.runs.models import Run
 
-SEEDED_REASON = "seed_demo wrote it straight to the database; it never ran here"
+SEEDED_REASON = "demo data: seed_demo wrote it, attempts and all, straight to the database; no job ran on this machine"
 
 
 def runs_seeded_record(*, runs: Iterable[Run]) -> int:
