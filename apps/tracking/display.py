@@ -61,7 +61,7 @@ def value_text(value: Any) -> str:
     type JSON into the submit form, not Python."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)  # sorted: PostgreSQL jsonb reorders keys
 
 
 def steps_text(*, steps_done: int, total_steps: int | None) -> str:

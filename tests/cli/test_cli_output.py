@@ -224,7 +224,8 @@ def test_show_a_fine_tune_with_cost_energy_and_attempts(cast: Any, as_user: Any,
     assert code == 0
     assert f"starts from       run {source.run.pk} checkpoint {ckpt.pk} (step 400)" in out
     assert "energy            0.0117 Wh\n" in out and "e-05" not in out
-    assert re.search(r"^cost +0\.\d{4} \(2\.0000 per device-hour\)$", out, re.M), out
+    # The attempt is still running: its cost grows with the clock, so only the shape is fixed.
+    assert re.search(r"^cost +\d+\.\d{4} \(2\.0000 per device-hour\)$", out, re.M), out
     attempts = out.split("ATTEMPT")[1]
     assert AT_LOCAL in attempts and "T23:09" not in attempts
     # Without a portal-side init checkpoint, the start point the job itself reported.

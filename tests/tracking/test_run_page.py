@@ -170,7 +170,7 @@ def test_params_and_the_jobs_lineage_read_as_json(cast: Any) -> None:
     assert '<dt class="mono">amp</dt><dd class="mono">false</dd>' in params
     assert '<dt class="mono">resume</dt><dd class="mono">null</dd>' in params
     assert '<dd class="mono">[0, 1]</dd>' in params and '<dd class="mono">mlp</dd>' in params
-    assert "{&quot;hidden&quot;: 64, &quot;bias&quot;: true}" in params
+    assert "{&quot;bias&quot;: true, &quot;hidden&quot;: 64}" in params
     assert "False" not in html and "None" not in params and "&#x27;lr&#x27;" not in html
     assert '<dd class="mono">true</dd>' in html and '<dd class="mono">[0.7, 0.3]</dd>' in html
 
