@@ -22,6 +22,9 @@ PARAM_SCHEMA: dict[str, Any] = {
     "title": "ddp_train parameters",
     "type": "object",
     "additionalProperties": False,
+    # The global batch splits evenly over ranks, then over micro-batches (recipes.schema reads
+    # this; the portal too, so a submission that breaks it is refused instead of failing).
+    "x-divisible": [{"param": "batch_size", "by": ["world_size", "grad_accum"]}],
     "properties": {
         "steps": {
             "type": "integer",
@@ -137,7 +140,7 @@ def main() -> int:
         import trainyard
 
         params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
-        schema.check_batch_layout(params, trainyard.world_size())
+        schema.check_divisible(PARAM_SCHEMA, params, world_size=trainyard.world_size())
         device = common.choose_device(trainyard.local_rank())
         with common.process_group(common.init_distributed(device)) as dist_info:
             spec = common.TrainSpec(

@@ -20,6 +20,9 @@ PARAM_SCHEMA: dict[str, Any] = {
     "title": "finetune parameters",
     "type": "object",
     "additionalProperties": False,
+    # The global batch splits evenly over ranks, then over micro-batches (recipes.schema reads
+    # this; the portal too, so a submission that breaks it is refused instead of failing).
+    "x-divisible": [{"param": "batch_size", "by": ["world_size", "grad_accum"]}],
     "properties": {
         "steps": {
             "type": "integer",
@@ -80,7 +83,8 @@ PARAM_SCHEMA: dict[str, Any] = {
             "minimum": 1,
             "maximum": 64,
             "default": 1,
-            "description": "Micro-batches per optimizer step; must divide batch_size.",
+            "description": "Micro-batches per optimizer step; world size (nodes x devices per node, 1 on"
+            " one device) x grad_accum must divide batch_size.",
         },
         "eval_every": {
             "type": "integer",
@@ -126,7 +130,7 @@ def main() -> int:
         import trainyard
 
         params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
-        schema.check_batch_layout(params, trainyard.world_size())
+        schema.check_divisible(PARAM_SCHEMA, params, world_size=trainyard.world_size())
         device = common.choose_device(trainyard.local_rank())
         dist_info = common.Dist()
         resume = common.find_resume(RECIPE, dist_info)

@@ -1,13 +1,25 @@
 """Checking a recipe's parameters against its PARAM_SCHEMA, with errors as plain sentences.
 
-Standard library only, so a schema check never has to load torch.
+Standard library only, so a schema check never has to load torch, and so the portal can read
+the same rules (``divisible_rules``, ``divisibility_violations``) to refuse a submission up front
+instead of queueing a run that fails on its first line.
+
+Rules across parameters, which JSON Schema cannot say, sit under the schema's ``x-divisible``
+keyword (JSON Schema ignores unknown keywords)::
+
+    "x-divisible": [{"param": "batch_size", "by": ["world_size", "grad_accum"]}]
+
+reads "batch_size must be a multiple of world_size x grad_accum". ``by`` names parameters or
+``JOB_QUANTITIES``: facts of the job's shape that a job knows when it starts and the portal
+knows from the resources a submission asks for (world size = nodes x devices per node).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -76,11 +88,116 @@ def _check_value(name: str, schema: Mapping[str, Any], value: object) -> list[st
     return errors
 
 
+DIVISIBLE = "x-divisible"
+# Job quantities a rule may divide by, with the words an error uses for them.
+JOB_QUANTITIES = {"world_size": "world size"}
+
+
+@dataclass(frozen=True)
+class DivisibleRule:
+    """``param`` must be a multiple of the product of ``by`` (parameters or job quantities)."""
+
+    param: str
+    by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Indivisible:
+    """A broken rule, with the numbers: ``value`` is not a multiple of the product of ``factors``."""
+
+    rule: DivisibleRule
+    value: int
+    factors: tuple[tuple[str, int], ...]  # (name, value) of each factor that was known
+
+    @property
+    def divisor(self) -> int:
+        return math.prod(value for _, value in self.factors)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The parameters involved: changing any of them can fix it."""
+        return (self.rule.param, *(name for name in self.rule.by if name not in JOB_QUANTITIES))
+
+    def sentence(self) -> str:
+        names = " x ".join(JOB_QUANTITIES.get(name, name) for name, _ in self.factors)
+        values = " x ".join(str(value) for _, value in self.factors)
+        return f"{self.rule.param} ({self.value}) must be divisible by {names} ({values})"
+
+
+# The split the training loop (recipes.common.train) relies on, whatever the schema says.
+BATCH_LAYOUT = DivisibleRule(param="batch_size", by=("world_size", "grad_accum"))
+
+
+def divisible_rules(schema: Mapping[str, Any]) -> list[DivisibleRule]:
+    """The schema's ``x-divisible`` rules; ParamError naming the first malformed one."""
+    raw = schema.get(DIVISIBLE, [])
+    properties = schema.get("properties", {})
+    if not isinstance(raw, list):
+        raise ParamError(f"{DIVISIBLE} must be a list of {{\"param\", \"by\"}} objects")
+    rules = []
+    for index, item in enumerate(raw):
+        where = f"{DIVISIBLE}[{index}]"
+        if not isinstance(item, Mapping) or set(item) != {"param", "by"}:
+            raise ParamError(f"{where} must be an object with exactly the keys param and by")
+        param, by = item["param"], item["by"]
+        if not isinstance(param, str) or param not in properties:
+            raise ParamError(f"{where}.param must name a parameter of the schema (got {param!r})")
+        if not isinstance(by, list) or not by:
+            raise ParamError(f"{where}.by must be a non-empty list of names")
+        for name in by:
+            if not isinstance(name, str) or (name not in properties and name not in JOB_QUANTITIES):
+                known = ", ".join(sorted(JOB_QUANTITIES))
+                raise ParamError(f"{where}.by: {name!r} is neither a parameter of the schema nor one of {known}")
+        rules.append(DivisibleRule(param=param, by=tuple(by)))
+    return rules
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def divisibility_violations(rules: Iterable[DivisibleRule], params: Mapping[str, Any],
+                            job: Mapping[str, int]) -> list[Indivisible]:
+    """The rules ``params`` break, given the job quantities in ``job``.
+
+    A rule whose parameters are not positive integers is skipped: the type and bound checks
+    report those. A job quantity missing from ``job`` is left out of the product, which still
+    checks what any job size needs (a multiple of world size x g is a multiple of g).
+    """
+    broken = []
+    for rule in rules:
+        value = _positive_int(params.get(rule.param))
+        factors: list[tuple[str, int]] = []
+        complete = value is not None
+        for name in rule.by:
+            if name in JOB_QUANTITIES:
+                if name in job:
+                    factors.append((name, job[name]))
+                continue
+            factor = _positive_int(params.get(name))
+            if factor is None:
+                complete = False
+                break
+            factors.append((name, factor))
+        if not complete or value is None or not factors:
+            continue
+        if value % math.prod(v for _, v in factors) != 0:
+            broken.append(Indivisible(rule=rule, value=value, factors=tuple(factors)))
+    return broken
+
+
+def check_divisible(schema: Mapping[str, Any], params: Mapping[str, Any], *, world_size: int) -> None:
+    """ParamError unless ``params`` keep every ``x-divisible`` rule of ``schema`` at this world size."""
+    broken = divisibility_violations(divisible_rules(schema), params, {"world_size": world_size})
+    if broken:
+        raise ParamError("; ".join(b.sentence() for b in broken))
+
+
 def check_batch_layout(params: Mapping[str, Any], world_size: int) -> None:
     """The global batch must split evenly over ranks and then over micro-batches."""
-    batch_size, grad_accum = params["batch_size"], params["grad_accum"]
-    if batch_size % (world_size * grad_accum) != 0:
-        raise ParamError(f"batch_size ({batch_size}) must be divisible by world size x grad_accum ({world_size} x {grad_accum})")
+    broken = divisibility_violations([BATCH_LAYOUT], params, {"world_size": world_size})
+    if broken:
+        raise ParamError(broken[0].sentence())
 
 
 def resolve_params(schema: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from jsonschema.exceptions import SchemaError
 from apps.audit.services import audit_record, snapshot
 from apps.core.errors import Conflict, FieldError, ServiceError
 from apps.jobtemplates.models import JobTemplate
+from recipes.schema import ParamError, divisible_rules
 
 # Fields a new version may change; slug and version are the identity.
 EDITABLE_FIELDS = [
@@ -53,6 +54,11 @@ def _check_schema(schema: dict[str, Any]) -> None:
         raise FieldError("param_schema", f"not a valid JSON Schema: {err.message}") from err
     if schema and schema.get("type", "object") != "object":
         raise FieldError("param_schema", "must describe an object")
+    try:
+        # Rules across parameters (x-divisible) are checked at every submission: refuse a malformed one here, once.
+        divisible_rules(schema)
+    except ParamError as err:
+        raise FieldError("param_schema", str(err)) from err
 
 
 @transaction.atomic

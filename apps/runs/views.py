@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -35,11 +36,17 @@ from apps.runs.services.submit import (
     resources_resolve,
     run_submit,
     submission_extras_check,
+    world_size_of,
 )
+from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
 
-KNOWN_INPUTS = {"project", "template", "priority", "name", "init_run", "init_checkpoint", "code_snapshot", "extra_tags"}
+KNOWN_INPUTS = {"project", "template", "priority", "name", "init_run", "init_checkpoint", "code_snapshot", "extra_tags", "secrets"}
+# The vault registers here, in its AppConfig.ready(), a callable (project=...) -> the names of the
+# project's secrets, so the form can offer them without this app importing the vault (which
+# imports runs for its admission check).
+SECRET_NAME_SOURCES: list[Callable[..., list[str]]] = []
 FIELD_PREFIXES = {"params.": "p_", "tags.": "tag_", "resources.": "res_"}
 
 
@@ -91,6 +98,7 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
                     name=request.POST.get("name", "").strip(),
                     init_run=request.POST.get("init_run", "").strip() or None,
                     code_snapshot=snapshot_from_ref(project=project, ref=request.POST.get("code_snapshot", "").strip()),
+                    secrets=request.POST.getlist("secrets"),
                 )
             except ServiceError as err:
                 errors = {key: list(msgs) for key, msgs in err.fields.items()} or {"non_field_errors": [err.message]}
@@ -105,14 +113,16 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
 def _more_errors(request: HttpRequest, *, template: JobTemplate, params: dict[str, Any], tags: dict[str, str],
                  errors: dict[str, list[str]]) -> None:
     more = Errors()
+    resource_errors = Errors()
+    resources = resources_resolve(template=template, resources=resources_from_post(request.POST), errors=resource_errors)
     try:
-        params_resolve(schema=template.param_schema or {}, params=params)
+        params_resolve(schema=template.param_schema or {}, params=params, world_size=world_size_of(resources))
     except ServiceError as err:
         more.merge(err)
     submission_extras_check(user=request.user, template=template, name=request.POST.get("name", "").strip(), tags=tags,
                             init_run=request.POST.get("init_run", "").strip() or None, init_checkpoint=None, errors=more)
     priority_resolve(priority=request.POST.get("priority") or Priority.NORMAL, errors=more)
-    resources_resolve(template=template, resources=resources_from_post(request.POST), errors=more)
+    more.merge_fields(resource_errors)
     for field, messages in more.fields.items():
         known = errors.setdefault(field, [])
         known.extend(m for m in messages if m not in known)
@@ -140,6 +150,8 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
                              max_runtime_s=int(resources["max_runtime_s"] or 0))
     except (TypeError, ValueError):
         cost = None
+    is_sweep = template is not None and template.kind == TemplateKind.SWEEP
+    trials = _sweep_trials(template, post) if template is not None and is_sweep else None
     user = request.user
     family_default = f"{template.slug}-{user.get_username()}" if template else ""
     tag_defaults = {"task": template.kind if template else "", "dataset": "sklearn-digits", "candidate": "candidate",
@@ -169,6 +181,11 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
         "extra_tags": post.get("extra_tags", "") if post is not None else "",
         "pools": pools,
         "cost": cost,
+        "is_sweep": is_sweep,
+        "trials": trials,
+        "sweep_cost": cost * trials if cost is not None and trials is not None else None,
+        "secret_names": _secret_names(project),
+        "secrets_chosen": post.getlist("secrets") if post is not None else [],
         "init_runs": init_runs,
         "init_run": post.get("init_run", "") if post is not None else request.GET.get("init_run", ""),
         "snapshots": snapshots,
@@ -179,3 +196,18 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
         "needs_init": template is not None and template.kind in INIT_KINDS,
         "is_custom": template is not None and template.kind == TemplateKind.CUSTOM,
     }
+
+
+def _sweep_trials(template: JobTemplate, post: Any) -> int | None:
+    """The trials the sweep in the form (posted, or the defaults) would queue; None while it is invalid."""
+    params = params_from_post(template=template, post=post)[0] if post is not None else {}
+    try:
+        return sweep_trial_count(schema=template.param_schema or {}, params=params)
+    except ServiceError:
+        return None
+
+
+def _secret_names(project: Project | None) -> list[str]:
+    if project is None:
+        return []
+    return sorted({name for source in SECRET_NAME_SOURCES for name in source(project=project)})

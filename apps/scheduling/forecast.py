@@ -19,7 +19,14 @@ from apps.core.text import fmt_duration
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
 from apps.runs.services.params import params_resolve
-from apps.runs.services.submit import Errors, priority_resolve, resources_resolve, submission_extras_check, submitter_check
+from apps.runs.services.submit import (
+    Errors,
+    priority_resolve,
+    resources_resolve,
+    submission_extras_check,
+    submitter_check,
+    world_size_of,
+)
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import QueuedJob, WaitCode
@@ -130,15 +137,16 @@ def forecast_for_submission(*, user: AnyUser, project: Project, template: JobTem
     if template.kind == TemplateKind.SWEEP:
         errors.add("template", "a sweep queues one run per point: ask for a forecast of one point's template")
     clean_priority = priority_resolve(priority=priority, errors=errors)
+    # Resources first: the recipe's rules on params (batch_size over the ranks) need the world size.
+    clean = resources_resolve(template=template, resources=resources, errors=errors)
     clean_params: dict[str, Any] = {}
     if not isinstance(params, dict):
         errors.add("params", "must be an object")
     else:
         try:
-            clean_params = params_resolve(schema=template.param_schema or {}, params=params)
+            clean_params = params_resolve(schema=template.param_schema or {}, params=params, world_size=world_size_of(clean))
         except ServiceError as err:
             errors.merge(err)
-    clean = resources_resolve(template=template, resources=resources, errors=errors)
     errors.raise_if_any()
     assert clean is not None
     return start_forecast(project=project, template=template, pool=clean.pool, nodes=clean.nodes,

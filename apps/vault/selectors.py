@@ -15,5 +15,10 @@ def secret_list(*, project: Project) -> QuerySet[Secret]:
         "updated_by").order_by("name")
 
 
+def secret_names(*, project: Project) -> list[str]:
+    """Names only: what the submit form offers a run to ask for."""
+    return list(Secret.objects.filter(project=project).order_by("name").values_list("name", flat=True))
+
+
 def secrets_can_edit(*, user: AnyUser, project: Project) -> bool:
     return has_role(user=user, team_id=project.team_id, at_least="admin")

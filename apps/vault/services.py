@@ -23,6 +23,7 @@ from apps.vault.models import Secret
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+NAME_RULE = "Upper-case letters (A-Z), digits and _, starting with a letter; at most 64 characters, e.g. HF_TOKEN."
 # Names the agent or the runtime sets itself: a secret must not silently replace them.
 RESERVED_NAMES = frozenset({
     "PATH", "HOME", "USER", "SHELL", "PWD", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "LD_PRELOAD", "LD_LIBRARY_PATH",

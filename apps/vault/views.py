@@ -33,6 +33,9 @@ def secrets_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "can_edit": selectors.secrets_can_edit(user=request.user, project=project),
         "min_chars": services.MIN_VALUE_CHARS,
         "max_chars": services.MAX_VALUE_CHARS,
+        # Shown next to the field and as its title, which browsers add to "Please match the requested format."
+        "name_rule": services.NAME_RULE,
+        "reserved_prefixes": ", ".join(services.RESERVED_PREFIXES),
     })
 
 
@@ -66,4 +69,5 @@ def secret_delete_page(request: HttpRequest, project_id: int, name: str) -> Http
 def project_secrets_panel(request: HttpRequest, project: Project) -> dict[str, Any] | None:
     """The secrets card on the project page (registered in PROJECT_PANELS)."""
     names = list(selectors.secret_list(project=project).values_list("name", flat=True))
-    return {"template": "vault/_secrets_panel.html", "data": {"project": project, "names": names}}
+    can_edit = selectors.secrets_can_edit(user=request.user, project=project)
+    return {"template": "vault/_secrets_panel.html", "data": {"project": project, "names": names, "can_edit": can_edit}}

@@ -8,7 +8,11 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.audit.models import AuditEvent
-        from apps.webhooks import signals
+        from apps.tenants.views import PROJECT_PANELS
+        from apps.webhooks import signals, views
+
+        if views.project_webhooks_panel not in PROJECT_PANELS:
+            PROJECT_PANELS.append(views.project_webhooks_panel)
 
         # Every state change is audited; the audit log is the one stream all apps already
         # feed, so listening there needs no hook in their services.

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
-from apps.webhooks.selectors import delivery_list, endpoint_list
+from apps.webhooks.selectors import delivery_list, endpoint_list, webhook_summary, webhooks_visible
 
 
 @login_required
@@ -18,3 +21,10 @@ def delivery_log_page(request: HttpRequest, pk: int) -> HttpResponse:
         "project": project, "endpoints": endpoint_list(project=project), "page": page,
         "is_admin": has_role(user=request.user, team_id=project.team_id, at_least="admin"),
     })
+
+
+def project_webhooks_panel(request: HttpRequest, project: Project) -> dict[str, Any] | None:
+    """The webhooks card on the project page (registered in PROJECT_PANELS): the only way to the delivery log."""
+    if not webhooks_visible(user=request.user, project=project):
+        return None
+    return {"template": "webhooks/_webhooks_panel.html", "data": {"project": project, **webhook_summary(project=project)}}

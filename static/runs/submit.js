@@ -1,5 +1,7 @@
 // Changing project or template reloads the form for it; cost and the expected start follow the
 // resource inputs (the start from the server's forecast: the same scheduler and estimator the queue uses).
+// A sweep costs up to its trial count times one trial; the count comes from the server, which
+// expands the space exactly as the submission will.
 (function () {
   "use strict";
   var form = document.getElementById("submit-form");
@@ -23,14 +25,33 @@
     if (!pool || !out || pool.selectedIndex < 0) { return; }
     var price = parseFloat(pool.options[pool.selectedIndex].dataset.price || "0");
     var nodes = num("res_nodes"), devices = num("res_devices_per_node"), seconds = num("res_max_runtime_s");
+    var breakdown = document.getElementById("cost-breakdown");
     if (nodes < 1 || devices < 1 || seconds < 1) {
       // The server names the bad field on submit; a negative cost would only confuse.
       out.textContent = "?";
+      if (breakdown) { breakdown.textContent = "(" + trialWords() + " × ?)"; }
       return;
     }
     var cost = price * nodes * devices * seconds / 3600;
-    out.textContent = "$" + cost.toFixed(2);
-    showShare(cost);
+    if (!breakdown) {
+      out.textContent = "$" + cost.toFixed(2);
+      showShare(cost);
+      return;
+    }
+    breakdown.textContent = "(" + trialWords() + " × $" + cost.toFixed(2) + ")";
+    if (trials === null) {
+      out.textContent = "?";
+      var share = document.getElementById("budget-share");
+      if (share) { share.hidden = true; }  // a share of an unknown total would be stale
+      return;
+    }
+    out.textContent = "$" + (cost * trials).toFixed(2);
+    showShare(cost * trials);
+  }
+  // A sweep's trial count: null while the sweep's parameters do not make one.
+  var trials = form.dataset.trialsUrl && /^\d+$/.test(form.dataset.trials || "") ? parseInt(form.dataset.trials, 10) : null;
+  function trialWords() {
+    return trials === null ? "? trials" : trials + (trials === 1 ? " trial" : " trials");
   }
   // What share of the project's remaining budget (after what unfinished runs hold) the cost is.
   var budget = null;
@@ -47,7 +68,8 @@
       var left = parseFloat(budget.remaining) - parseFloat(budget.reserved);
       var text = "Budget '" + budget.budget.name + "' has $" + Math.max(left, 0).toFixed(2) + " left";
       if (parseFloat(budget.reserved) > 0) { text += " after $" + parseFloat(budget.reserved).toFixed(2) + " held by unfinished runs"; }
-      text += left > 0 ? ": this run is at most " + percent(cost / left) + " of it." : ": runs are refused until the next period.";
+      var what = form.dataset.trialsUrl ? "this sweep" : "this run";
+      text += left > 0 ? ": " + what + " is at most " + percent(cost / left) + " of it." : ": runs are refused until the next period.";
       share.textContent = text;
       share.classList.toggle("over-budget", cost > left);
     }
@@ -120,5 +142,64 @@
       if (el) { el.addEventListener("input", scheduleForecast); el.addEventListener("change", scheduleForecast); }
     });
     askForecast();
+  }
+
+  // Sweeps: ask the server how many trials the space makes whenever the sweep's parameters change.
+  var trialsUrl = form.dataset.trialsUrl;
+  var trialsAsked = 0;
+  var trialsTimer = null;
+  function sweepParams() {
+    var params = {};
+    var problem = null;
+    ["strategy", "space", "max_runs", "seed", "template"].forEach(function (key) {
+      var el = form.elements["p_" + key];
+      if (!el || el.value.trim() === "") { return; }
+      if (key === "space") {
+        try { params.space = JSON.parse(el.value); } catch (e) { problem = "space is not valid JSON"; }
+      } else if (key === "max_runs" || key === "seed") {
+        params[key] = /^\d+$/.test(el.value.trim()) ? parseInt(el.value, 10) : el.value;
+      } else {
+        params[key] = el.value;
+      }
+    });
+    return { params: params, problem: problem };
+  }
+  function showTrials(count, problem) {
+    trials = count;
+    var countEl = document.getElementById("trial-count");
+    if (countEl) { countEl.textContent = count === null ? "trials" : trialWords(); }
+    var problemEl = document.getElementById("trials-problem");
+    if (problemEl) {
+      problemEl.textContent = problem ? "The number of trials is unknown: " + problem + "." : "";
+      problemEl.hidden = !problem;
+    }
+    updateCost();
+  }
+  function askTrials() {
+    var mine = ++trialsAsked;
+    var asked = sweepParams();
+    if (asked.problem) { showTrials(null, asked.problem); return; }
+    var token = form.elements.csrfmiddlewaretoken ? form.elements.csrfmiddlewaretoken.value : "";
+    fetch(trialsUrl, { method: "POST", credentials: "same-origin",
+                       headers: { "Content-Type": "application/json", "Accept": "application/json", "X-CSRFToken": token },
+                       body: JSON.stringify({ template: form.elements.template.value, params: asked.params }) })
+      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
+      .then(function (res) {
+        if (mine !== trialsAsked) { return; }  // a newer question is on its way
+        if (res.ok) { showTrials(res.data.trials, null); return; }
+        var fields = (res.data.error && res.data.error.fields) || {};
+        var first = Object.keys(fields)[0];
+        showTrials(null, first ? first + ": " + [].concat(fields[first]).join("; ") : "the server could not say");
+      })
+      .catch(function () { if (mine === trialsAsked) { showTrials(null, "the server could not be asked"); } });
+  }
+  if (trialsUrl) {
+    ["p_strategy", "p_space", "p_max_runs", "p_seed"].forEach(function (name) {
+      var el = form.elements[name];
+      if (el) {
+        el.addEventListener("input", function () { window.clearTimeout(trialsTimer); trialsTimer = window.setTimeout(askTrials, 300); });
+        el.addEventListener("change", function () { window.clearTimeout(trialsTimer); askTrials(); });
+      }
+    });
   }
 })();

@@ -91,3 +91,27 @@ def test_seeding_is_idempotent_and_publishes_shipped_templates(cast):
     if JobTemplate.objects.filter(slug="ddp-train").exists():
         ddp = JobTemplate.objects.get(slug="ddp-train")
         assert (ddp.resources["nodes"], ddp.resources["devices_per_node"], ddp.resources["pool"]) == (2, 1, "local")
+
+
+def test_malformed_cross_parameter_rule_refused(cast):
+    schema = {"type": "object", "properties": {"batch_size": {"type": "integer"}},
+              "x-divisible": [{"param": "batch_size", "by": ["gpus"]}]}
+    with pytest.raises(FieldError, match="param_schema.*'gpus' is neither a parameter"):
+        make_template("bad-rule", schema=schema)
+
+
+def test_a_recipe_whose_schema_changed_is_seeded_as_a_new_version(cast):
+    # A database seeded before the recipe declared x-divisible: the next seeding publishes a new
+    # version with the rule, and the old version (which runs point at) stays as it was.
+    from apps.jobtemplates.recipes import recipe_param_schema, seed_templates
+
+    current = recipe_param_schema(module="digits_classifier")
+    assert current is not None and current["x-divisible"] == [{"param": "batch_size", "by": ["world_size", "grad_accum"]}]
+    before = {key: value for key, value in current.items() if key != "x-divisible"}
+    old = make_template(schema=before, source_hash="0" * 64)
+    seed_templates(users={}, teams={}, stdout=io.StringIO())
+    latest = JobTemplate.objects.filter(slug="digits-classifier", published=True).order_by("-version").first()
+    assert latest is not None and latest.version == old.version + 1 and latest.param_schema == current
+    assert "x-divisible" not in JobTemplate.objects.get(pk=old.pk).param_schema
+    seed_templates(users={}, teams={}, stdout=io.StringIO())
+    assert JobTemplate.objects.filter(slug="digits-classifier").count() == 2

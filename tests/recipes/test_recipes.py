@@ -274,6 +274,50 @@ def test_resolve_params_takes_whole_floats_as_integers_like_jsonschema() -> None
     assert resolved["classes"] == [1, 2] and all(type(c) is int for c in resolved["classes"])
 
 
+@pytest.mark.parametrize("recipe", ("digits_classifier", "finetune", "ddp_train"))
+def test_training_recipes_declare_the_batch_layout_the_loop_needs(recipe: str) -> None:
+    # The portal refuses a submission from this rule; the training loop assumes the same split.
+    from recipes.schema import BATCH_LAYOUT, divisible_rules
+
+    schema = importlib.import_module(f"recipes.{recipe}").PARAM_SCHEMA
+    assert divisible_rules(schema) == [BATCH_LAYOUT]
+
+
+def test_divisible_rule_names_the_numbers_and_leaves_out_an_unknown_world_size() -> None:
+    from recipes import schema
+    from recipes.digits_classifier import PARAM_SCHEMA
+
+    params = schema.resolve_params(PARAM_SCHEMA, {"batch_size": 64, "grad_accum": 3})
+    with pytest.raises(schema.ParamError, match=r"^batch_size \(64\) must be divisible by world size x grad_accum \(1 x 3\)$"):
+        schema.check_divisible(PARAM_SCHEMA, params, world_size=1)
+    schema.check_divisible(PARAM_SCHEMA, {**params, "grad_accum": 4}, world_size=1)
+    with pytest.raises(schema.ParamError, match=r"\(2 x 4\)"):
+        schema.check_divisible(PARAM_SCHEMA, {**params, "batch_size": 36, "grad_accum": 4}, world_size=2)
+    rules = schema.divisible_rules(PARAM_SCHEMA)
+    [broken] = schema.divisibility_violations(rules, params, {})
+    assert broken.sentence() == "batch_size (64) must be divisible by grad_accum (3)" and broken.params == ("batch_size", "grad_accum")
+    # A value the type checks refuse is theirs to report.
+    assert schema.divisibility_violations(rules, {**params, "grad_accum": "3"}, {"world_size": 1}) == []
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"param": "batch_size"}, "must be a list"),
+        ([{"param": "batch_size"}], "exactly the keys param and by"),
+        ([{"param": "nope", "by": ["grad_accum"]}], "must name a parameter"),
+        ([{"param": "batch_size", "by": []}], "non-empty list"),
+        ([{"param": "batch_size", "by": ["world_size", "gpus"]}], "'gpus' is neither a parameter"),
+    ],
+)
+def test_malformed_divisible_rules_are_refused(rules: Any, message: str) -> None:
+    from recipes import schema
+    from recipes.digits_classifier import PARAM_SCHEMA
+
+    with pytest.raises(schema.ParamError, match=message):
+        schema.divisible_rules({**PARAM_SCHEMA, schema.DIVISIBLE: rules})
+
+
 def test_reading_a_schema_does_not_load_torch() -> None:
     code = (
         "import sys, recipes.digits_classifier, recipes.finetune, recipes.ddp_train,"
@@ -509,6 +553,7 @@ def test_mixed_precision_grad_accum_and_cnn(workdir: Path) -> None:
     [
         ("digits_classifier", {"steps": 0}, "steps must be >= 1"),
         ("digits_classifier", {"batch_size": 96, "grad_accum": 5}, "divisible"),
+        ("digits_classifier", {"grad_accum": 3}, "batch_size (64) must be divisible by world size x grad_accum (1 x 3)"),
         ("ddp_train", {"batch_size": 63}, "world size x grad_accum (2 x 1)"),
         ("finetune", {}, "TRAINYARD_INIT_CHECKPOINT"),
         ("evaluate", {"split": "train"}, "split must be one of"),

@@ -22,6 +22,7 @@ def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> N
     agent(stack, "node-a")
     login(page, stack, "alice")
     before = stack.query("SELECT COUNT(*) FROM runs_run")[0][0]  # seed_demo may add demo runs
+    check_sweep_cost_follows_the_space(stack, page)
     page.goto(stack.url + "/runs/new/?template=digits-classifier")
     # The form asks the scheduler when the run would start, and asks again when the size changes.
     expected = "document.getElementById('expected-start').textContent"
@@ -32,13 +33,17 @@ def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> N
     assert "resources.devices_per_node must be ≤ 1" in page.inner_text("#expected-start")
     page.fill("#id_res_devices_per_node", "1")
     page.wait_for_function(f"{expected}.includes('Would ')")
-    # A bad value first: the error shows next to the field and nothing is queued.
+    # Bad values first: the errors show next to their fields and nothing is queued. grad_accum 3
+    # does not divide batch_size 64: the recipe would fail on its first line, so the form refuses it.
     page.fill("#id_p_lr", "5")
+    page.fill("#id_p_grad_accum", "3")
     page.click("#submit-run")
     page.wait_for_selector("#submit-errors")
     assert "must be ≤ 1 (got 5)" in page.inner_text("[data-field=p_lr]")
+    assert "batch_size (64) must be divisible by world size × grad_accum (1 × 3 = 3" in page.inner_text("[data-field=p_grad_accum]")
     screenshot(page, "runs-submit-error")
     assert stack.query("SELECT COUNT(*) FROM runs_run")[0][0] == before
+    page.fill("#id_p_grad_accum", "2")
     page.fill("#id_p_lr", "0.01")
     page.fill("#id_p_steps", "30")
     page.fill("#id_p_eval_every", "10")
@@ -73,4 +78,29 @@ def test_submit_form_to_succeeded_run(recipe_stack: Any, browser_page: Any) -> N
     devices = page.eval_on_selector_all("[data-chart=fragmentation] .y2tick text", "els => els.map(e => e.textContent)")
     assert devices and len(devices) == len(set(devices)), devices
     screenshot(page, "queue-after-run")
+    assert not errors, errors
+
+
+def check_sweep_cost_follows_the_space(stack: Any, page: Any) -> None:
+    """A sweep's cost is its trial count (the server's) times one trial's, and follows the space."""
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(stack.url + "/runs/new/?template=sweep")
+    match = re.fullmatch(r"\(4 trials × \$(\d+\.\d\d)\)", page.inner_text("#cost-breakdown").strip())
+    assert match, page.inner_text("#cost-breakdown")
+    per_trial = float(match.group(1))
+    assert page.inner_text("#expected-cost") == f"${4 * per_trial:.2f}"
+    assert "4 trials queue one by one" in page.inner_text("#expected-start")
+    page.fill("#id_p_space", '{"lr": [0.001, 0.003, 0.01], "hidden": [64, 128]}')
+    page.fill("#id_p_max_runs", "6")
+    page.wait_for_function("document.getElementById('cost-breakdown').textContent.startsWith('(6 trials')")
+    assert page.inner_text("#expected-cost") == f"${6 * per_trial:.2f}" and "6 trials" in page.inner_text("#trial-count")
+    page.wait_for_function("!document.getElementById('budget-share').hidden")
+    assert "this sweep is at most" in page.inner_text("#budget-share")
+    # More points than max_runs: the submission would refuse it, so there is no count to multiply.
+    page.fill("#id_p_max_runs", "5")
+    page.wait_for_function("!document.getElementById('trials-problem').hidden")
+    assert "params.max_runs: the grid has 6 points, more than max_runs 5" in page.inner_text("#trials-problem")
+    assert page.inner_text("#expected-cost") == "?" and page.is_hidden("#budget-share")
+    screenshot(page, "runs-submit-sweep-cost")
     assert not errors, errors

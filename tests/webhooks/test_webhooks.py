@@ -15,7 +15,7 @@ from apps.audit.services import audit_record
 from apps.billing.models import Budget
 from apps.runs.models import Run
 from apps.webhooks import services, signals
-from apps.webhooks.models import DeliveryStatus, WebhookDelivery
+from apps.webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from tests.runs.factories import body, local_pool, make_template
 from tests.webhooks.receiver import Receiver
 
@@ -168,3 +168,23 @@ def test_preempted_and_budget_events_come_from_the_audit_log(cast: Any, receiver
     assert sorted(types) == ["budget.threshold", "run.preempted"]
     alert = next(r.json for r in receiver.received if r.json["type"] == "budget.threshold")
     assert alert["data"]["threshold"] == 80 and alert["data"]["budget"]["id"] == budget.pk
+
+
+def test_project_page_links_the_webhook_log_and_the_secrets_page(cast: Any) -> None:
+    # The delivery log had no link anywhere: only a typed URL reached it.
+    endpoint(cast, "https://example.com/hook")
+    endpoint(cast, "https://example.com/other")
+    WebhookEndpoint.objects.filter(url="https://example.com/other").update(active=False)
+    for user, secrets_link in ((cast.alice, "Manage secrets"), (cast.victor, "See secrets")):
+        browser = PageClient()
+        browser.force_login(user)
+        html = browser.get(f"/projects/{cast.digits.pk}/").content.decode()
+        assert f'<a href="/projects/{cast.digits.pk}/webhooks/">Endpoints and delivery log</a>' in html
+        assert "2 endpoints (1 disabled)" in html
+        assert f'<a href="/projects/{cast.digits.pk}/secrets/">{secrets_link}</a>' in html
+        assert browser.get(f"/projects/{cast.digits.pk}/webhooks/").status_code == 200
+    bob = PageClient()
+    bob.force_login(cast.bob)
+    other = bob.get(f"/projects/{cast.tinylm.pk}/").content.decode()
+    assert "No endpoints yet." in other and f"/projects/{cast.digits.pk}/webhooks/" not in other
+    assert bob.get(f"/projects/{cast.digits.pk}/webhooks/").status_code == 404

@@ -32,6 +32,17 @@ class RunCreateSerializer(serializers.Serializer[Run]):
                                     help_text="Names of project secrets the job gets as environment variables.")
 
 
+class TrialsRequestSerializer(serializers.Serializer[Any]):
+    template = serializers.CharField(help_text="Template slug; the latest published version unless template_version is given.")
+    template_version = serializers.IntegerField(required=False, min_value=1)
+    params = serializers.JSONField(required=False, default=dict, help_text="The parameters the submission would send.")
+
+
+class TrialsSerializer(serializers.Serializer[Any]):
+    trials = serializers.IntegerField(help_text="Runs the submission would queue: a sweep's points, else 1.")
+    sweep = serializers.BooleanField()
+
+
 class AttemptSummarySerializer(serializers.Serializer[Any]):
     number = serializers.IntegerField()
     status = serializers.CharField()

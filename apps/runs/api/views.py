@@ -25,12 +25,15 @@ from apps.runs.api.serializers import (
     RunCreateSerializer,
     RunDetailSerializer,
     RunSerializer,
+    TrialsRequestSerializer,
+    TrialsSerializer,
 )
 from apps.runs.models import CodeSnapshot, Run, RunStatus
 from apps.runs.services.family import run_family_cancel, run_family_refresh
 from apps.runs.services.lifecycle import run_cancel
 from apps.runs.services.snapshots import snapshot_create, snapshot_path
 from apps.runs.services.submit import TAG_KEY_RE, run_submit
+from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
 
@@ -165,6 +168,26 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         )
         run = self.get_base_queryset().get(pk=run.pk)
         return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=TrialsRequestSerializer, responses={200: TrialsSerializer})
+    @action(detail=False, methods=["post"])
+    def trials(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """How many runs a submission of `template` with `params` would queue: a sweep's trial
+        count, as the submission counts it (the submit page multiplies a trial's cost by it), else 1.
+        Nothing is written; a bad sweep is a 400 naming the field."""
+        body = TrialsRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
+        except NotFound as err:
+            raise FieldError("template", f"no such template {data['template']!r}") from err
+        if template.kind != TemplateKind.SWEEP:
+            return Response({"trials": 1, "sweep": False})
+        if not isinstance(data["params"], dict):
+            raise FieldError("params", "must be an object")
+        count = sweep_trial_count(schema=template.param_schema or {}, params=data["params"])
+        return Response({"trials": count, "sweep": True})
 
     @extend_schema(request=None, responses={200: RunDetailSerializer})
     @action(detail=True, methods=["post"])

@@ -3,17 +3,25 @@
 Errors name the field as "params.<key>" and the limit with the value that broke it, e.g.
 "params.lr: must be ≤ 1.0 (got 5)". Unknown keys are refused even when the schema forgets
 ``additionalProperties: false``: a typo must not silently run with the default instead.
+
+Rules across parameters that the recipe declares under ``x-divisible`` (see recipes.schema,
+which the job itself checks with on start) are checked here too, so a run that would fail on
+its first line is refused at submission with the numbers instead.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from apps.core.errors import ServiceError
+from recipes.schema import JOB_QUANTITIES, Indivisible, ParamError, divisibility_violations, divisible_rules
+
+log = logging.getLogger(__name__)
 
 
 def _describe(error: ValidationError) -> str:
@@ -50,8 +58,40 @@ def _describe(error: ValidationError) -> str:
     return error.message
 
 
-def params_resolve(*, schema: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with the schema's defaults filled in; ServiceError naming every bad key."""
+def _divisibility_errors(*, schema: dict[str, Any], params: dict[str, Any], world_size: int | None,
+                         fields: dict[str, list[str]]) -> None:
+    """Adds an error to every parameter of each ``x-divisible`` rule ``params`` break: any of them can fix it."""
+    try:
+        rules = divisible_rules(schema)
+    except ParamError as err:
+        # template_create refuses a malformed rule; one stored before that is not the submitter's fault.
+        log.warning("ignoring the parameter schema's malformed rules: %s", err)
+        return
+    job = {"world_size": world_size} if world_size is not None else {}
+    for broken in divisibility_violations(rules, params, job):
+        if any(f"params.{name}" in fields for name in broken.params):
+            continue  # a value already refused would only make this sentence confusing
+        for name in broken.params:
+            fields.setdefault(f"params.{name}", []).append(_indivisible_sentence(broken))
+
+
+def _indivisible_sentence(broken: Indivisible) -> str:
+    """E.g. "batch_size (64) must be divisible by world size × grad_accum (1 × 3 = 3; world size = nodes × devices_per_node)"."""
+    names = " × ".join(JOB_QUANTITIES.get(name, name) for name, _ in broken.factors)
+    numbers = " × ".join(str(value) for _, value in broken.factors)
+    if len(broken.factors) > 1:
+        numbers += f" = {broken.divisor}"
+    if any(name in JOB_QUANTITIES for name, _ in broken.factors):
+        numbers += "; world size = nodes × devices_per_node"
+    return f"{broken.rule.param} ({broken.value}) must be divisible by {names} ({numbers})"
+
+
+def params_resolve(*, schema: dict[str, Any], params: dict[str, Any], world_size: int | None = None) -> dict[str, Any]:
+    """``params`` with the schema's defaults filled in; ServiceError naming every bad key.
+
+    ``world_size`` (nodes × devices per node) is what the submission asks for; without it the
+    recipe's rules are checked for what every world size needs.
+    """
     properties: dict[str, Any] = schema.get("properties", {}) if schema else {}
     fields: dict[str, list[str]] = {}
     for key in params:
@@ -72,6 +112,7 @@ def params_resolve(*, schema: dict[str, Any], params: dict[str, Any]) -> dict[st
                 continue  # reported above, with the allowed names
             path = ".".join(str(part) for part in error.absolute_path)
             fields.setdefault(f"params.{path}" if path else "params", []).append(_describe(error))
+        _divisibility_errors(schema=schema, params=resolved, world_size=world_size, fields=fields)
     if fields:
         summary = "; ".join(f"{field}: {msgs[0]}" for field, msgs in fields.items())
         raise ServiceError(f"Invalid parameters: {summary}", fields=fields)

@@ -63,6 +63,11 @@ class Errors:
             for message in messages:
                 self.add(rename(field), message)
 
+    def merge_fields(self, other: Errors) -> None:
+        for field, messages in other.fields.items():
+            for message in messages:
+                self.add(field, message)
+
     def raise_if_any(self) -> None:
         if self.fields:
             summary = "; ".join(f"{field}: {msgs[0]}" for field, msgs in list(self.fields.items())[:5])
@@ -126,6 +131,11 @@ def resources_resolve(*, template: JobTemplate, resources: dict[str, Any] | None
     if pool is None or nodes is None or devices is None or runtime is None or not isinstance(preemptible, bool):
         return None
     return Resources(pool=pool, nodes=nodes, devices_per_node=devices, max_runtime_s=runtime, preemptible=preemptible)
+
+
+def world_size_of(resources: Resources | None) -> int | None:
+    """How many ranks the run gets (None while its resources are invalid)."""
+    return resources.nodes * resources.devices_per_node if resources is not None else None
 
 
 def tags_resolve(*, tags: dict[str, Any] | None, user: AnyUser, errors: Errors) -> dict[str, str]:
@@ -315,14 +325,18 @@ def run_submit(
                              resources=resources, user=user, name=name, checkpoint=checkpoint, code_snapshot=code_snapshot,
                              errors=errors, secrets=secret_names)
 
+    # Resources first: the recipe's rules (batch_size over world size × grad_accum) need the world size asked for.
+    resource_errors = Errors()
+    clean_resources = resources_resolve(template=template, resources=resources, errors=resource_errors)
     clean_params: dict[str, Any] = {}
     try:
-        clean_params = params_resolve(schema=template.param_schema or {}, params=raw_params)
+        clean_params = params_resolve(schema=template.param_schema or {}, params=raw_params,
+                                      world_size=world_size_of(clean_resources))
     except ServiceError as err:
         errors.merge(err)
     _check_kind_inputs(template=template, checkpoint=checkpoint, init_given=init_run not in (None, "") or
                        init_checkpoint not in (None, ""), code_snapshot=code_snapshot, project=project, errors=errors)
-    clean_resources = resources_resolve(template=template, resources=resources, errors=errors)
+    errors.merge_fields(resource_errors)
     errors.raise_if_any()
     assert clean_resources is not None
     with transaction.atomic():
@@ -385,6 +399,8 @@ def _sweep_submit(*, project: Project, template: JobTemplate, raw_params: dict[s
             points = sweep_points(strategy=sweep["strategy"], space=sweep["space"], max_runs=sweep["max_runs"], seed=sweep["seed"])
         except ServiceError as err:
             errors.merge(err)
+    resource_errors = Errors()
+    clean_resources = resources_resolve(template=child_template, resources=resources, errors=resource_errors) if child_template else None
     child_params: list[dict[str, Any]] = []
     if child_template is not None:
         base = sweep.get("params") or {}
@@ -396,13 +412,14 @@ def _sweep_submit(*, project: Project, template: JobTemplate, raw_params: dict[s
 
         for point in points:
             try:
-                child_params.append(params_resolve(schema=child_template.param_schema or {}, params={**base, **point}))
+                child_params.append(params_resolve(schema=child_template.param_schema or {}, params={**base, **point},
+                                                   world_size=world_size_of(clean_resources)))
             except ServiceError as err:
                 errors.merge(err, rename)
                 break
         _check_kind_inputs(template=child_template, checkpoint=checkpoint, init_given=checkpoint is not None,
                            code_snapshot=code_snapshot, project=project, errors=errors)
-    clean_resources = resources_resolve(template=child_template, resources=resources, errors=errors) if child_template else None
+    errors.merge_fields(resource_errors)
     errors.raise_if_any()
     assert child_template is not None and clean_resources is not None
     with transaction.atomic():

@@ -8,8 +8,25 @@ import random
 from typing import Any
 
 from apps.core.errors import FieldError
+from apps.runs.services.params import params_resolve
 
 MAX_VALUES_PER_KEY = 100
+# Half a float's range, so that max - min is finite too.
+MAX_RANGE = 1e307
+
+
+def _sampleable(low: Any, high: Any) -> bool:
+    """Whether uniform sampling stays finite: a JSON int past a float's range overflows, and a
+    range wider than a float's makes every sample inf."""
+    try:
+        return abs(float(low)) <= MAX_RANGE and abs(float(high)) <= MAX_RANGE
+    except OverflowError:
+        return False
+
+
+def _short(number: Any) -> str:
+    text = repr(number)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
 
 
 def _check_space(space: Any, strategy: str) -> None:
@@ -27,6 +44,8 @@ def _check_space(space: Any, strategy: str) -> None:
             numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
             if not numeric or low > high:  # type: ignore[operator]
                 raise FieldError(f"params.space.{key}", "a range needs numbers min ≤ max")
+            if not _sampleable(low, high):
+                raise FieldError(f"params.space.{key}", f"a range must lie within ±{MAX_RANGE:g} (got {_short(low)} to {_short(high)})")
             if values.get("log") and low <= 0:  # type: ignore[operator]
                 raise FieldError(f"params.space.{key}", "a log range needs min > 0")
             continue
@@ -57,3 +76,12 @@ def sweep_points(*, strategy: str, space: dict[str, Any], max_runs: int, seed: i
         return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(space[key] for key in keys))]
     rng = random.Random(seed)
     return [{key: _sample(rng, space[key]) for key in keys} for _ in range(max_runs)]
+
+
+def sweep_trial_count(*, schema: dict[str, Any], params: dict[str, Any]) -> int:
+    """How many trials (child runs) a sweep with ``params`` queues: what the submission counts,
+    so a cost shown before submitting is the one the budget will see. ServiceError names a bad field."""
+    sweep = params_resolve(schema=schema, params=params)
+    points = sweep_points(strategy=sweep.get("strategy", "grid"), space=sweep.get("space") or {}, max_runs=sweep.get("max_runs", 1),
+                          seed=sweep.get("seed", 0))
+    return len(points)
