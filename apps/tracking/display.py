@@ -4,6 +4,7 @@ page's script reads and the tests all agree on one wording."""
 
 from __future__ import annotations
 
+import colorsys
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -76,3 +77,28 @@ def eta_text(*, status: str) -> str:
     """The ETA as the page first shows it: "done" only for a run that succeeded (a failed or
     cancelled run stopped, it is not done); an active run's is counted by the page's script."""
     return "done" if status == "succeeded" else "–"
+
+
+def run_label(*, pk: int, name: str) -> str:
+    """A run as every page names it: "#41 digits-a", or "#41" alone when it has no name (a
+    made-up "run 41" beside the other pages' "#41" read as a different run)."""
+    return f"#{pk} {name}" if name else f"#{pk}"
+
+
+# The colours of runs (and of a run page's metrics) on the charts: static/tracking/common.js's
+# COLORS is the same list, for the pages that colour in the browser.
+RUN_COLORS = ("#2f5d8a", "#d1495b", "#66a182", "#edae49", "#8d5fd3", "#00798c", "#a0522d", "#3d405b", "#e07a5f", "#4f772d")
+
+
+GOLDEN_ANGLE = 0.381966  # of a turn: successive hues land far from all earlier ones
+
+
+def run_color(index: int) -> str:
+    """The colour of the index-th run of a comparison, the same on each of its charts and tables.
+    A comparison takes up to 50 runs: past the palette, hues step round the wheel rather than
+    repeat, so no two runs share a colour."""
+    if index < len(RUN_COLORS):
+        return RUN_COLORS[index]
+    hue = (index - len(RUN_COLORS)) * GOLDEN_ANGLE % 1.0
+    red, green, blue = colorsys.hls_to_rgb(hue, 0.42, 0.6)
+    return "#" + "".join(f"{round(c * 255):02x}" for c in (red, green, blue))

@@ -20,7 +20,7 @@ from django.utils import timezone
 from apps.runs import selectors as run_selectors
 from apps.runs.detail_selectors import run_energy
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
-from apps.tracking.display import energy_text, energy_unit, value_text
+from apps.tracking.display import energy_text, energy_unit, run_label, value_text
 from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
 
@@ -309,7 +309,8 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
     out_runs = []
     for r in runs:
         out_runs.append({
-            "id": r.pk, "name": r.name or f"run {r.pk}", "status": r.status, "project": r.project.full_slug,
+            "id": r.pk, "name": r.name or f"run {r.pk}", "label": run_label(pk=r.pk, name=r.name), "status": r.status,
+            "project": r.project.full_slug,
             "template": r.template.slug, "template_version": r.template.version,
             "family": r.family, "tags": r.tags, "params": r.params, "lineage": lineages[r.pk],
             "created_at": r.created_at.isoformat(), "url": f"/runs/{r.pk}/",

@@ -18,6 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import floatformat
 from django.utils import timezone
+from django.utils.cache import get_conditional_response, patch_cache_control, set_response_etag
 from django.utils.timesince import timesince
 
 from apps.billing.services import money
@@ -29,13 +30,14 @@ from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
-from apps.tracking.display import energy_text, eta_text, plural, steps_text, value_text
+from apps.tracking.display import energy_text, eta_text, plural, run_color, run_label, steps_text, value_text
 from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary
-from apps.tracking.overview import runs_overview
+from apps.tracking.overview import ACTIVE, runs_overview
 
 TAG_FILTERS = ("owner", "task", "dataset", "candidate")
 PAGE_SIZE = 50
+LIST_COLUMNS = 9  # the list's columns besides the chosen metrics: tick, run, status, ... created
 SORTS = {"created": "created_at", "name": "name", "status": "status", "id": "id"}
 # The columns the list page shows (templates/tracking/runs_list.html).
 LIST_FIELDS = ("id", "name", "status", "status_reason", "family", "tags", "steps_done", "total_steps", "created_at", "project__slug",
@@ -88,7 +90,8 @@ def _list_row(run: Run, metric_values: list[Any], now: datetime) -> dict[str, An
     were most of the page's time under load)."""
     pct = None if run.progress is None else round(run.progress * 100)
     return {
-        "pk": run.pk, "name": run.name, "status": run.status, "status_reason": run.status_reason,
+        "pk": run.pk, "name": run.name, "label": run_label(pk=run.pk, name=run.name), "status": run.status,
+        "status_reason": run.status_reason,
         "project": run.project.full_slug, "template": run.template.slug,
         "version": run.template.version, "family": run.family,
         "tags": [f"{k}={v}" for k, v in (run.tags or {}).items()],
@@ -105,8 +108,8 @@ def _sort_choices(metric_keys: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-@login_required
-def runs_list_page(request: HttpRequest) -> HttpResponse:
+def _list_page(request: HttpRequest) -> dict[str, Any]:
+    """The rows of the runs list's page that the request asks for, and how to page on."""
     qs, metric_cols, sort = runs_filtered(user=request.user, params=request.GET)
     # Only what a row shows: the runs' and templates' other JSON fields (params, schemas) cost
     # more to decode than the rest of the page, and the pool is not shown.
@@ -119,13 +122,35 @@ def runs_list_page(request: HttpRequest) -> HttpResponse:
             values[(s.run_id, s.key)] = selectors.summary_dict(s)["last"]
     now = timezone.now()
     rows = [_list_row(r, [values.get((r.pk, k)) for k in metric_cols], now) for r in runs]
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("partial", None)
+    return {"page": page, "rows": rows, "metric_cols": metric_cols, "sort": sort, "query": query.urlencode(),
+            "columns": len(metric_cols) + LIST_COLUMNS, "active": sum(r["status"] in ACTIVE for r in rows)}
+
+
+def _revalidated(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """A fragment that pages poll, with an ETag: the browser revalidates it (no-cache) and an
+    unchanged one costs a 304 with no body. Only for bodies without a CSRF token, which is new
+    on every response and would never match."""
+    patch_cache_control(response, private=True, no_cache=True)
+    set_response_etag(response)
+    return get_conditional_response(request, etag=response["ETag"], response=response) or response
+
+
+@login_required
+def runs_list_page(request: HttpRequest) -> HttpResponse:
+    listing = _list_page(request)
+    if request.GET.get("partial") == "1":
+        # What static/tracking/runs_list.js swaps in while runs on the page are active: the rows,
+        # the count and the pager, without the filter form's choices (the sort choices' metric
+        # keys of 2,000 runs were most of the page's cost).
+        return _revalidated(request, render(request, "tracking/_runs_rows_partial.html", listing))
     # The metric keys of up to 2,000 visible runs, for the sort choices: their ids go in as a
     # subquery (building the runs, or even shipping 2,000 ids as parameters, cost most of the page).
     visible = run_list(user=request.user).order_by().values("pk")[:2000]
-    query = request.GET.copy()
-    query.pop("page", None)
     return render(request, "tracking/runs_list.html", {
-        "page": page, "rows": rows, "metric_cols": metric_cols, "sort": sort, "query": query.urlencode(),
+        **listing,
         "projects": project_list(user=request.user), "templates": sorted(set(JobTemplate.objects.values_list("slug", flat=True))),
         "statuses": RunStatus.choices, "params": request.GET,
         "tag_filters": [(tag, request.GET.get(tag, "")) for tag in TAG_FILTERS],
@@ -204,16 +229,24 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     elif not selectors.COMPARE_MIN_RUNS <= len(ids) <= selectors.COMPARE_MAX_RUNS:
         problem = f"Pick {selectors.COMPARE_MIN_RUNS} to {selectors.COMPARE_MAX_RUNS} runs to compare (got {len(ids)})."
     else:
-        seen = set(run_list(user=request.user).filter(pk__in=ids).values_list("pk", flat=True))
-        missing = [i for i in ids if i not in seen]
+        names = dict(run_list(user=request.user).filter(pk__in=ids).values_list("pk", "name"))
+        missing = [i for i in ids if i not in names]
         if missing:
             # Say which: one mistyped id used to turn the whole comparison into a bare 404. Not
             # there and another team's read the same, so nothing about other teams leaks.
             problem = (f"No run {', '.join(map(str, missing))} that you can see: it may not exist, or belong to another team."
-                       + (" Compare the others below." if len(seen) >= selectors.COMPARE_MIN_RUNS else ""))
-            context = {"problem": problem, "ids": ids, "runs_param": ",".join(str(i) for i in ids if i in seen)}
+                       + (" Compare the others below." if len(names) >= selectors.COMPARE_MIN_RUNS else ""))
+            context = {"problem": problem, "ids": ids, "runs_param": ",".join(str(i) for i in ids if i in names)}
             return render(request, "tracking/compare.html", context, status=404)
+        return render(request, "tracking/compare.html", {"problem": None, "ids": ids, "runs_param": ",".join(map(str, ids)),
+                                                         "compare_runs": _compare_looks(ids, names)})
     return render(request, "tracking/compare.html", {"problem": problem, "ids": ids or [], "runs_param": ",".join(map(str, ids or []))})
+
+
+def _compare_looks(ids: list[int], names: dict[int, str]) -> list[dict[str, Any]]:
+    """How the comparison shows each run: one label, and one colour on every chart and table of
+    the page (static/tracking/compare.js reads these rather than counting colours of its own)."""
+    return [{"id": pk, "label": run_label(pk=pk, name=names[pk]), "color": run_color(i)} for i, pk in enumerate(ids)]
 
 
 @login_required
@@ -254,10 +287,14 @@ def project_runs_panel(request: HttpRequest, project: Project) -> dict[str, Any]
 
 
 def home_runs_panel(request: HttpRequest) -> dict[str, Any] | None:
-    """Your runs, on the home page (registered in HOME_PANELS); nothing for someone who never submitted one."""
+    """Your runs, on the home page (registered in HOME_PANELS). Someone in a team who never
+    submitted one gets the card hidden and empty, for static/tracking/overview.js to fill when
+    their first run arrives; someone in no team (finance) nothing."""
     runs = run_list(user=request.user).filter(submitted_by=signed_in_user(request))
     if not runs.exists():
-        return None
+        if not project_list(user=request.user).exists():
+            return None
+        return {"template": "tracking/_runs_panel.html", "data": {"src": "/runs/overview/", "waiting_for_first": True}}
     return _runs_panel(runs, title="Your runs", all_url="/runs/", src="/runs/overview/")
 
 
@@ -271,6 +308,6 @@ def runs_overview_fragment(request: HttpRequest) -> HttpResponse:
         panel = project_runs_panel(request, get_object_or_404(project_list(user=request.user), pk=int(project_id)))
     else:
         panel = home_runs_panel(request)
-    if panel is None:
+    if panel is None or panel["data"].get("waiting_for_first"):
         return HttpResponse(status=204)
-    return render(request, panel["template"], {"data": panel["data"], "fragment": True})
+    return _revalidated(request, render(request, panel["template"], {"data": panel["data"], "fragment": True}))

@@ -39,6 +39,7 @@ window.Trainyard = (function () {
     const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
     return h ? `${h}h ${m}m` : m ? `${m}m ${sec}s` : `${sec}s`;
   }
+  // The same list as apps/tracking/display.py's RUN_COLORS (the compare page's run colours).
   const COLORS = ["#2f5d8a", "#d1495b", "#66a182", "#edae49", "#8d5fd3", "#00798c", "#a0522d", "#3d405b", "#e07a5f", "#4f772d"];
   function color(i) { return COLORS[i % COLORS.length]; }
   function rgba(hex, a) {
@@ -51,6 +52,7 @@ window.Trainyard = (function () {
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  const FEW_POINTS = 30;
   // A band (min..max, filled) and a line (mean or value) for one series.
   function bandTraces(series, xs, ys, name, c, showBand) {
     const traces = [];
@@ -59,7 +61,11 @@ window.Trainyard = (function () {
       traces.push({ x: xs, y: series.min.map(plottable), mode: "lines", line: { width: 0 }, fill: "tonexty", fillcolor: rgba(c, 0.18),
                     hoverinfo: "skip", showlegend: false, name: name + " min" });
     }
-    traces.push({ x: xs, y: ys, mode: "lines", line: { width: 1.8, color: c }, name: name });
+    // A line needs two neighbouring points: a metric logged once (or a few times, between gaps)
+    // would draw nothing, so a short series shows its points as well.
+    const few = ys.filter((y) => y !== null && y !== undefined).length <= FEW_POINTS;
+    traces.push({ x: xs, y: ys, mode: few ? "lines+markers" : "lines", line: { width: 1.8, color: c }, marker: { size: 6, color: c },
+                  name: name });
     return traces;
   }
   const CONFIG = { displaylogo: false, responsive: true };

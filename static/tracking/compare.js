@@ -5,6 +5,9 @@
   const root = document.getElementById("compare-page");
   if (!root) return;
   const state = new URLSearchParams(window.location.search);
+  // Each run's label and colour as the server gave them (the page's json_script): the same on
+  // every chart, the legend and the tables, and the same label as the other pages give the run.
+  const looks = Object.fromEntries(JSON.parse(document.getElementById("compare-runs").textContent).map((r) => [r.id, r]));
   let data = null;
 
   function save() {
@@ -24,7 +27,8 @@
       return acc / (1 - Math.pow(w, n));
     });
   }
-  function runLabel(r) { return `#${r.id} ${r.name}`; }
+  function runLabel(r) { return (looks[r.id] && looks[r.id].label) || r.label || `#${r.id}`; }
+  function runColor(i) { const look = looks[data.runs[i].id]; return look ? look.color : T.color(i); }
 
   async function load() {
     const q = new URLSearchParams({ runs: root.dataset.runs, x: state.get("x") || "step", max_points: "400" });
@@ -47,7 +51,7 @@
       const traces = [];
       data.series[key].forEach((s, i) => {
         const xs = byTime ? s.x.map((t) => new Date(t * 1000)) : s.x;
-        traces.push(...T.bandTraces(s, xs, ema(s.mean.map(T.plottable), w), runLabel(data.runs[i]), T.color(i), bands && s.level !== "raw"));
+        traces.push(...T.bandTraces(s, xs, ema(s.mean.map(T.plottable), w), runLabel(data.runs[i]), runColor(i), bands && s.level !== "raw"));
       });
       Plotly.react(div, traces, {
         title: { text: key, font: { size: 13 } }, margin: { l: 50, r: 16, t: 36, b: 36 }, showlegend: false,
@@ -56,7 +60,7 @@
     });
     document.getElementById("legend").replaceChildren(...data.runs.map((r, i) => {
       const span = T.el("span", { style: "margin-right:14px" });
-      span.appendChild(T.el("span", { class: "swatch", style: `background:${T.color(i)}` }));
+      span.appendChild(T.el("span", { class: "swatch", style: `background:${runColor(i)}` }));
       const a = T.el("a", { href: r.url }, runLabel(r));
       span.appendChild(a);
       return span;
@@ -97,8 +101,8 @@
       cols.forEach((c) => {
         const td = T.el("td", c.id.includes(":") ? { class: "mono" } : {});
         if (c.id === "run") {
-          td.appendChild(T.el("span", { class: "swatch", style: `background:${T.color(row._i)}` }));
-          td.appendChild(T.el("a", { href: data.runs[row._i].url }, row.run));
+          td.appendChild(T.el("span", { class: "swatch", style: `background:${runColor(row._i)}` }));
+          td.appendChild(T.el("a", { href: data.runs[row._i].url, title: row.run }, row.run));
         } else if (c.id === "status") {
           td.appendChild(T.el("span", { class: `badge status-${row.status}` }, row.status));
         } else td.textContent = T.fmt(row[c.id]);
@@ -114,7 +118,11 @@
     const table = document.getElementById("diff-table");
     const head = T.el("tr");
     head.appendChild(T.el("th", {}, "Name"));
-    data.runs.forEach((r) => head.appendChild(T.el("th", {}, runLabel(r))));
+    data.runs.forEach((r, i) => {
+      const th = head.appendChild(T.el("th"));
+      th.appendChild(T.el("span", { class: "swatch", style: `background:${runColor(i)}` }));
+      th.appendChild(document.createTextNode(runLabel(r)));
+    });
     table.tHead.replaceChildren(head);
     const rows = [];
     [["param", data.params], ["lineage", data.lineage], ["tag", data.tags]].forEach(([kind, list]) => {
@@ -149,11 +157,13 @@
     });
     const final = data.runs.map((r) => (r.summaries[metric] ? T.plottable(r.summaries[metric].last) : null));
     if (metric) dims.push({ label: `${metric} (final)`, values: final.map((v) => (v === null ? NaN : v)) });
-    const finite = final.filter((v) => v !== null);
+    // Each line in its run's colour, as on the charts above: a colour scale of one band per run,
+    // and each run's value the middle of its band. The final metric is an axis of its own.
+    const n = data.runs.length;
+    const scale = data.runs.flatMap((r, i) => [[i / n, runColor(i)], [(i + 1) / n, runColor(i)]]);
     Plotly.react("parcoords", [{
       type: "parcoords", dimensions: dims,
-      line: { color: final.map((v) => (v === null ? 0 : v)), colorscale: "Viridis", showscale: finite.length > 0,
-              cmin: finite.length ? Math.min(...finite) : 0, cmax: finite.length ? Math.max(...finite) : 1 },
+      line: { color: data.runs.map((r, i) => i + 0.5), colorscale: scale, cmin: 0, cmax: n, showscale: false },
     }], { margin: { l: 60, r: 60, t: 40, b: 20 } }, T.CONFIG);
   }
 

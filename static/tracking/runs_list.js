@@ -1,14 +1,138 @@
-// Runs list: keep the "Compare selected" button honest about how many runs are ticked.
+// Runs list: keep the "Compare selected" button honest about how many runs are ticked, and keep
+// the rows current. The server renders the rows again (the page's own address, so its filters,
+// sort and page, with ?partial=1); this swaps them in and keeps the ticks, the focus and the
+// scroll position. Often while a run on the page is queued or running, now and then when
+// nothing on it moves (a run submitted elsewhere may arrive), never while the tab is hidden.
 (function () {
-  const form = document.getElementById("compare-form");
-  if (!form) return;
-  const button = document.getElementById("compare-selected");
-  const note = document.getElementById("selected-count");
-  function update() {
-    const n = form.querySelectorAll('input[name="runs"]:checked').length;
-    button.disabled = n < 2 || n > 50;
-    note.textContent = n ? `${n} selected` + (n < 2 ? " (pick at least 2)" : n > 50 ? " (at most 50)" : "") : "Select 2–50 runs.";
+  "use strict";
+  var ACTIVE_MS = 5000;
+  var IDLE_MS = 15000;
+  var MAX_WAIT_MS = 120000;  // after failures (server down, signed out) ask ever less often, up to this
+  var PARTS = ["runs-found", "run-rows", "runs-pager"];
+  var form = document.getElementById("compare-form");
+  if (!form) { return; }
+  var button = document.getElementById("compare-selected");
+  var note = document.getElementById("selected-count");
+  var stamp = document.getElementById("runs-updated");
+  var kept = document.getElementById("kept-selection");
+  // The ticks live here, not only in the rows: a ticked run can leave the page (it finished and
+  // the list shows only running ones) and should still go to the comparison.
+  var selected = new Set();
+  var timer = null;
+  var busy = false;
+  var failures = 0;
+  var lastHtml = null;
+  var lastAt = 0;
+
+  function boxes() { return form.querySelectorAll('#run-rows input[name="runs"]'); }
+
+  // Ticked runs no longer in the rows go with the form as hidden fields; returns how many.
+  function keepAway() {
+    var shown = new Set(Array.prototype.map.call(boxes(), function (b) { return b.value; }));
+    var away = Array.from(selected).filter(function (id) { return !shown.has(id); });
+    kept.replaceChildren.apply(kept, away.map(function (id) {
+      var input = document.createElement("input");
+      input.type = "hidden";
+      input.name = "runs";
+      input.value = id;
+      return input;
+    }));
+    return away.length;
   }
-  form.addEventListener("change", update);
+
+  function update() {
+    var n = selected.size;
+    var away = keepAway();
+    button.disabled = n < 2 || n > 50;
+    var text = n ? n + " selected" + (n < 2 ? " (pick at least 2)" : n > 50 ? " (at most 50)" : "") : "Select 2–50 runs.";
+    if (away) { text += " · " + away + " of them no longer listed here"; }
+    note.textContent = text;
+  }
+
+  function two(n) { return String(n).padStart(2, "0"); }
+
+  function stampNow() {
+    var now = new Date();
+    lastAt = now.getTime();
+    stamp.textContent = "updated " + two(now.getHours()) + ":" + two(now.getMinutes()) + ":" + two(now.getSeconds());
+    stamp.dataset.updatedAt = String(lastAt);
+  }
+
+  function active() {
+    var rows = document.getElementById("run-rows");
+    return Boolean(rows) && Number(rows.dataset.active || "0") > 0;
+  }
+
+  function source() {
+    var query = new URLSearchParams(window.location.search);
+    query.set("partial", "1");
+    return window.location.pathname + "?" + query.toString();
+  }
+
+  function swap(html) {
+    var doc = new DOMParser().parseFromString(html, "text/html");
+    if (!PARTS.every(function (id) { return doc.getElementById(id); })) { throw new Error("not the runs list"); }
+    var focused = document.activeElement;
+    var focusRun = focused && focused.name === "runs" && focused.closest("#run-rows") ? focused.value : null;
+    var table = document.getElementById("runs-table");
+    var left = table.scrollLeft, x = window.scrollX, y = window.scrollY;
+    PARTS.forEach(function (id) { document.getElementById(id).replaceWith(document.importNode(doc.getElementById(id), true)); });
+    boxes().forEach(function (b) { b.checked = selected.has(b.value); });
+    if (focusRun) {
+      var again = form.querySelector('#run-rows input[name="runs"][value="' + focusRun + '"]');
+      if (again) { again.focus({ preventScroll: true }); }
+    }
+    table.scrollLeft = left;
+    window.scrollTo(x, y);
+    update();
+  }
+
+  function schedule() {
+    window.clearTimeout(timer);
+    timer = null;
+    if (document.visibilityState === "hidden") { return; }  // nobody is looking: ask when someone is
+    var wait = active() ? ACTIVE_MS : IDLE_MS;
+    if (failures) { wait = Math.min(MAX_WAIT_MS, wait * Math.pow(2, failures)); }
+    timer = window.setTimeout(refresh, wait);
+  }
+
+  function refresh() {
+    window.clearTimeout(timer);
+    timer = null;
+    if (busy || document.visibilityState === "hidden") { return; }
+    busy = true;
+    // The fragment has an ETag and says no-cache: the browser revalidates it, and a list that did
+    // not change costs the server a 304 and this page nothing.
+    fetch(source(), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then(function (resp) {
+        if (!resp.ok || resp.redirected) { throw new Error(String(resp.status)); }  // a redirect: signed out
+        return resp.text();
+      })
+      .then(function (html) {
+        if (html !== lastHtml) { swap(html); }
+        lastHtml = html;
+        failures = 0;
+        stampNow();
+      })
+      .catch(function () { failures += 1; })  // keep the last good view; the next tick retries
+      .finally(function () { busy = false; schedule(); });
+  }
+
+  form.addEventListener("change", function (ev) {
+    var box = ev.target;
+    if (!box.matches('input[type="checkbox"][name="runs"]')) { return; }
+    if (box.checked) { selected.add(box.value); } else { selected.delete(box.value); }
+    update();
+  });
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState === "hidden") { window.clearTimeout(timer); timer = null; return; }
+    // Back in view after a while: what the list shows may be minutes old.
+    if (Date.now() - lastAt >= ACTIVE_MS) { refresh(); } else { schedule(); }
+  });
+
+  // A page restored by the back button comes with its ticks.
+  boxes().forEach(function (b) { if (b.checked) { selected.add(b.value); } });
   update();
+  stampNow();
+  schedule();
 })();

@@ -162,3 +162,116 @@ def test_run_page_words_what_it_knows(live_stack: LiveStack, page: Any) -> None:
     page.screenshot(path=str(ARTIFACTS / "tracking-run-sweep.png"), full_page=True)
     page.click("#compare-trials")
     page.wait_for_url(lambda u: "/compare/" in u)
+
+
+def setup_list(live_stack: Any) -> dict[str, Any]:
+    out = live_stack.manage("shell", "-c", (ROOT / "tests" / "tracking" / "list_setup.py").read_text())
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def row_statuses(page: Any) -> dict[int, str]:
+    rows = page.eval_on_selector_all("#run-rows tr[data-run]", "rs => rs.map(r => [r.dataset.run, r.dataset.status])")
+    return {int(pk): status for pk, status in rows}
+
+
+UPDATED = r"^updated \d{2}:\d{2}:\d{2}$"
+
+
+def test_runs_list_follows_its_runs_in_place(live_stack: LiveStack, page: Any) -> None:
+    """The audit's runs list showed a run "running" at 10% long after it had succeeded: now the
+    rows follow the runs without a reload, keeping the filter, a ticked run and the scroll."""
+    ids = setup_list(live_stack)
+    running, queued = ids["running"], ids["queued"]
+    token = live_stack.token("alice")
+    login(page, live_stack.url)
+    page.set_viewport_size({"width": 1360, "height": 420})  # short, so the page scrolls
+    page.goto(f"{live_stack.url}/runs/?family={ids['family']}")
+    assert row_statuses(page) == {running: "running", queued: "queued"}
+    assert re.match(UPDATED, page.inner_text("#runs-updated"))
+    first_stamp = page.get_attribute("#runs-updated", "data-updated-at")
+    page.check(f'input[name="runs"][value="{running}"]')
+    assert page.inner_text("#selected-count") == "1 selected (pick at least 2)"
+    page.evaluate("window.scrollTo(0, 120)")
+    scrolled = page.evaluate("window.scrollY")
+    assert scrolled > 0
+    page.evaluate("window.__sameDocument = true")
+
+    # The runs move on in the database, and a run is submitted elsewhere in the same family (it
+    # stays queued: no worker runs in this stack), and one in another family, which the filter hides.
+    live_stack.query("UPDATE runs_run SET status = 'succeeded', steps_done = 100 WHERE id = ?", (running,))
+    live_stack.query("UPDATE runs_run SET status = 'running' WHERE id = ?", (queued,))
+    tags = {"task": "digits", "dataset": "sklearn-digits", "candidate": "baseline", "family": ids["family"]}
+    body: dict[str, Any] = {"project": "vision/digits", "template": "digits-classifier", "params": {}, "tags": tags}
+    new = live_stack.api("POST", "/api/v1/runs/", body, token=token, expect=201)["id"]
+    elsewhere = {**body, "tags": {**tags, "family": "elsewhere"}}
+    other = live_stack.api("POST", "/api/v1/runs/", elsewhere, token=token, expect=201)["id"]
+
+    page.wait_for_function(
+        """([done, fresh]) => { const r = document.querySelector(`#run-rows tr[data-run="${done}"]`);
+                                return r && r.dataset.status === 'succeeded'
+                                  && document.querySelector(`#run-rows tr[data-run="${fresh}"]`); }""",
+        arg=[running, new], timeout=20_000)
+    statuses = row_statuses(page)
+    assert statuses[running] == "succeeded" and statuses[queued] == "running" and statuses[new] == "queued" and other not in statuses
+    assert page.evaluate("window.__sameDocument") is True, "the list must refresh in place, not reload the page"
+    assert page.is_checked(f'input[name="runs"][value="{running}"]'), "a ticked run stays ticked"
+    assert not page.is_checked(f'input[name="runs"][value="{queued}"]')
+    assert page.evaluate("window.scrollY") == scrolled
+    assert page.inner_text("#runs-found") == "3 found"
+    assert re.match(UPDATED, page.inner_text("#runs-updated"))
+    assert page.get_attribute("#runs-updated", "data-updated-at") != first_stamp
+    # The finished run's progress bar is full now (it read 10% before).
+    assert "width: 100%" in (page.get_attribute(f'#run-rows tr[data-run="{running}"] .progress span', "style") or "")
+    # And the ticks still go to the comparison.
+    page.check(f'input[name="runs"][value="{new}"]')
+    page.screenshot(path=str(ARTIFACTS / "tracking-runs-list-live.png"), full_page=True)
+    page.click("#compare-selected")
+    page.wait_for_url(lambda u: "/compare/" in u)
+    assert re.search(rf"runs=({running}(%2C|,){new}|{new}(%2C|,){running})", page.url), page.url
+
+
+def test_compare_page_draws_every_run_in_one_colour(live_stack: LiveStack, page: Any) -> None:
+    """A metric logged once is drawn; the wide summary scrolls in its box with names on one
+    line; the parallel coordinates use the runs' colours; an unnamed run is "#41" as elsewhere."""
+    ids = setup_list(live_stack)
+    named, unnamed = ids["compare"]
+    login(page, live_stack.url)
+    page.goto(f"{live_stack.url}/compare/?runs={named},{unnamed}")
+    page.wait_for_function("() => { const d = document.getElementById('parcoords');"
+                           " return d && d.data && d.data[0].type === 'parcoords'; }")
+
+    legend = page.eval_on_selector_all("#legend > span", "ss => ss.map(s => [s.querySelector('a').textContent,"
+                                                          " s.querySelector('.swatch').getAttribute('style')])")
+    labels = [label for label, _ in legend]
+    assert labels == [f"#{named} a run with a rather long descriptive name", f"#{unnamed}"]
+    colors = [re.search(r"#[0-9a-f]{6}", style).group(0) for _, style in legend]  # type: ignore[union-attr]
+    assert len(set(colors)) == 2
+
+    # Every chart draws each run in its legend colour; a series of one point shows as a marker.
+    charts = page.evaluate("""() => [...document.querySelectorAll('.compare-chart')].map(d => [d.dataset.key,
+        d.data.filter(t => t.showlegend !== false).map(t => [t.name, t.line.color, t.mode, t.y.filter(y => y !== null).length])])""")
+    by_key = dict(charts)
+    for key, traces in by_key.items():
+        assert [t[0] for t in traces] == labels and [t[1] for t in traces] == colors, key
+    assert [(t[2], t[3]) for t in by_key["val_accuracy"]] == [("lines+markers", 1)] * 2
+    assert all(t[2] == "lines" for t in by_key["loss"])
+
+    # The parallel coordinates: each run's line in the same colour as everywhere else.
+    line_colors = page.evaluate("""() => { const l = document.getElementById('parcoords').data[0].line;
+        return l.color.map(v => { const at = (v - l.cmin) / (l.cmax - l.cmin);
+                                  return l.colorscale.find(([p]) => p > at)[1]; }); }""")
+    assert line_colors == colors
+    assert not page.evaluate("() => document.getElementById('parcoords').data[0].line.showscale")
+
+    # The summary: 23 columns scroll inside the box; names stay on one line; the run column stays.
+    box = page.locator("#summary-table").locator("xpath=..")
+    assert box.evaluate("b => b.scrollWidth > b.clientWidth + 100 && getComputedStyle(b).overflowX === 'auto'")
+    heights = page.eval_on_selector_all("#summary-table tbody td:first-child", "tds => tds.map(td => td.getBoundingClientRect().height)")
+    line = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#summary-table td')).lineHeight)")
+    assert all(h < 2 * line + 16 for h in heights), (heights, line)
+    assert page.eval_on_selector_all("#summary-table tbody td:first-child a", "as => as.map(a => a.textContent)") == labels
+    before = page.evaluate("() => document.querySelector('#summary-table tbody td:first-child').getBoundingClientRect().left")
+    box.evaluate("b => { b.scrollLeft = 400; }")
+    after = page.evaluate("() => document.querySelector('#summary-table tbody td:first-child').getBoundingClientRect().left")
+    assert after == before, "the run column stays in view while the metrics scroll"
+    page.screenshot(path=str(ARTIFACTS / "tracking-compare-colours.png"), full_page=True)

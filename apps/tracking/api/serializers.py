@@ -191,6 +191,9 @@ class DiffRowSerializer(serializers.Serializer[Any]):
 class CompareRunSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     name = serializers.CharField()
+    # DRF's metaclass takes declared fields out of the class body, so this leaves Field.label alone.
+    label = serializers.CharField(  # type: ignore[assignment]
+        help_text='The run as the pages name it: "#41 name", or "#41" for a run without a name.')
     status = serializers.CharField()
     project = serializers.CharField(help_text="team/project")
     template = serializers.CharField()
