@@ -5,12 +5,9 @@
 // nothing on it moves (a run submitted elsewhere may arrive), never while the tab is hidden.
 (function () {
   "use strict";
-  var ACTIVE_MS = 5000;
-  var IDLE_MS = 15000;
-  var MAX_WAIT_MS = 120000;  // after failures (server down, signed out) ask ever less often, up to this
   var PARTS = ["runs-found", "run-rows", "runs-pager"];
   var form = document.getElementById("compare-form");
-  if (!form) { return; }
+  if (!form || !window.Trainyard) { return; }
   var button = document.getElementById("compare-selected");
   var note = document.getElementById("selected-count");
   var stamp = document.getElementById("runs-updated");
@@ -18,11 +15,7 @@
   // The ticks live here, not only in the rows: a ticked run can leave the page (it finished and
   // the list shows only running ones) and should still go to the comparison.
   var selected = new Set();
-  var timer = null;
-  var busy = false;
-  var failures = 0;
   var lastHtml = null;
-  var lastAt = 0;
 
   function boxes() { return form.querySelectorAll('#run-rows input[name="runs"]'); }
 
@@ -53,9 +46,8 @@
 
   function stampNow() {
     var now = new Date();
-    lastAt = now.getTime();
     stamp.textContent = "updated " + two(now.getHours()) + ":" + two(now.getMinutes()) + ":" + two(now.getSeconds());
-    stamp.dataset.updatedAt = String(lastAt);
+    stamp.dataset.updatedAt = String(now.getTime());
   }
 
   function active() {
@@ -87,52 +79,24 @@
     update();
   }
 
-  function schedule() {
-    window.clearTimeout(timer);
-    timer = null;
-    if (document.visibilityState === "hidden") { return; }  // nobody is looking: ask when someone is
-    var wait = active() ? ACTIVE_MS : IDLE_MS;
-    if (failures) { wait = Math.min(MAX_WAIT_MS, wait * Math.pow(2, failures)); }
-    timer = window.setTimeout(refresh, wait);
-  }
-
-  function refresh() {
-    window.clearTimeout(timer);
-    timer = null;
-    if (busy || document.visibilityState === "hidden") { return; }
-    busy = true;
-    // The fragment has an ETag and says no-cache: the browser revalidates it, and a list that did
-    // not change costs the server a 304 and this page nothing.
-    fetch(source(), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then(function (resp) {
-        if (!resp.ok || resp.redirected) { throw new Error(String(resp.status)); }  // a redirect: signed out
-        return resp.text();
-      })
-      .then(function (html) {
-        if (html !== lastHtml) { swap(html); }
-        lastHtml = html;
-        failures = 0;
-        stampNow();
-      })
-      .catch(function () { failures += 1; })  // keep the last good view; the next tick retries
-      .finally(function () { busy = false; schedule(); });
-  }
-
   form.addEventListener("change", function (ev) {
     var box = ev.target;
     if (!box.matches('input[type="checkbox"][name="runs"]')) { return; }
     if (box.checked) { selected.add(box.value); } else { selected.delete(box.value); }
     update();
   });
-  document.addEventListener("visibilitychange", function () {
-    if (document.visibilityState === "hidden") { window.clearTimeout(timer); timer = null; return; }
-    // Back in view after a while: what the list shows may be minutes old.
-    if (Date.now() - lastAt >= ACTIVE_MS) { refresh(); } else { schedule(); }
-  });
 
   // A page restored by the back button comes with its ticks.
   boxes().forEach(function (b) { if (b.checked) { selected.add(b.value); } });
   update();
   stampNow();
-  schedule();
+  window.Trainyard.poll({
+    url: source,
+    active: active,
+    onText: function (html) {
+      if (html !== lastHtml) { swap(html); }
+      lastHtml = html;
+      stampNow();
+    }
+  });
 })();

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -59,3 +60,21 @@ def body(cast: Any, **changes: Any) -> dict[str, Any]:
                             "priority": "normal", "resources": {}}
     data.update(changes)
     return data
+
+
+def form_data(cast: Any, **changes: str) -> dict[str, Any]:
+    """The submit form's fields for a small digits run, as the page posts them."""
+    data: dict[str, Any] = {
+        "project": str(cast.digits.pk), "template": "digits-classifier", "priority": "normal", "p_steps": "25",
+        "tag_task": "classification", "tag_dataset": "digits", "tag_candidate": "baseline", "tag_family": "ux",
+        "res_pool": "local", "res_nodes": "1", "res_devices_per_node": "1", "res_max_runtime_s": "1800",
+    }
+    data.update(changes)
+    return data
+
+
+def field_block(html: str, name: str) -> str:
+    """The submit page's block for one field (its input and its errors)."""
+    match = re.search(rf'<div class="[^"]*" data-field="{name}">(.*?)</div>\s*(?=<div|</div>)', html, re.S)
+    assert match, f"no block for {name}"
+    return match.group(0)

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.test import Client
 
 from apps.runs.models import Run
-from tests.runs.factories import local_pool, make_template
+from tests.runs.factories import field_block, local_pool, make_template
+from tests.runs.factories import form_data as base_form_data
 
 
 @pytest.fixture
@@ -19,19 +18,9 @@ def page(cast):
 
 
 def form_data(cast, **changes):
-    data = {"project": str(cast.digits.pk), "template": "digits-classifier", "name": "from the form", "priority": "normal",
-            "p_steps": "25", "p_lr": "0.01", "p_hidden": "64", "p_arch": "mlp", "p_classes": "[0, 1]",
-            "tag_task": "classification", "tag_dataset": "digits", "tag_candidate": "baseline", "tag_family": "digits-form",
-            "extra_tags": "note=first try", "res_pool": "local", "res_nodes": "1", "res_devices_per_node": "1",
-            "res_max_runtime_s": "1800"}
-    data.update(changes)
-    return data
-
-
-def field_block(html: str, name: str) -> str:
-    match = re.search(rf'<div class="[^"]*" data-field="{name}">(.*?)</div>\s*(?=<div|</div>)', html, re.S)
-    assert match, f"no block for {name}"
-    return match.group(0)
+    return base_form_data(cast, **{"name": "from the form", "p_lr": "0.01", "p_hidden": "64", "p_arch": "mlp",
+                                   "p_classes": "[0, 1]", "tag_family": "digits-form", "extra_tags": "note=first try",
+                                   **changes})
 
 
 def test_form_is_generated_from_the_schema(cast, page):

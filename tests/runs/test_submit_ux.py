@@ -16,7 +16,7 @@ from apps.jobtemplates.models import JobTemplate
 from apps.jobtemplates.recipes import recipe_param_schema
 from apps.runs.models import Run
 from apps.vault.services import secret_set
-from tests.runs.factories import GOOD_TAGS, body, local_pool, make_sweep_template, make_template
+from tests.runs.factories import GOOD_TAGS, body, field_block, form_data, local_pool, make_sweep_template, make_template
 
 SECRET_VALUE = "value-that-must-never-show-7Qz"
 
@@ -40,22 +40,6 @@ def page_client(user: Any) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def form_data(cast: Any, **changes: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "project": str(cast.digits.pk), "template": "digits-classifier", "priority": "normal", "p_steps": "25",
-        "tag_task": "classification", "tag_dataset": "digits", "tag_candidate": "baseline", "tag_family": "ux",
-        "res_pool": "local", "res_nodes": "1", "res_devices_per_node": "1", "res_max_runtime_s": "1800",
-    }
-    data.update(changes)
-    return data
-
-
-def block(html: str, name: str) -> str:
-    match = re.search(rf'<div class="[^"]*" data-field="{name}">(.*?)</div>\s*(?=<div|</div>)', html, re.S)
-    assert match, f"no block for {name}"
-    return match.group(0)
 
 
 # --- 1. batch_size must split over world size × grad_accum ----------------------------------------
@@ -97,16 +81,16 @@ def test_form_refuses_it_inline_and_keeps_what_was_typed(cast: Any, digits: JobT
     assert response.status_code == 400
     html = response.content.decode()
     assert "Nothing was queued." in html
-    assert "batch_size (64) must be divisible by world size × grad_accum (1 × 3 = 3" in block(html, "p_grad_accum")
-    assert 'value="3"' in block(html, "p_grad_accum") and 'value="keep me"' in html
+    assert "batch_size (64) must be divisible by world size × grad_accum (1 × 3 = 3" in field_block(html, "p_grad_accum")
+    assert 'value="3"' in field_block(html, "p_grad_accum") and 'value="keep me"' in html
     assert Run.objects.count() == 0
 
 
 def test_form_with_another_bad_field_still_names_the_rule(cast: Any, digits: JobTemplate) -> None:
     response = page_client(cast.alice).post("/runs/new/", form_data(cast, p_grad_accum="3", p_steps="lots"))
     html = response.content.decode()
-    assert "must be of type integer" in block(html, "p_steps")
-    assert "must be divisible by world size × grad_accum (1 × 3 = 3" in block(html, "p_grad_accum")
+    assert "must be of type integer" in field_block(html, "p_steps")
+    assert "must be divisible by world size × grad_accum (1 × 3 = 3" in field_block(html, "p_grad_accum")
 
 
 def test_sweep_trial_that_breaks_the_rule_is_named_in_the_space(cast: Any, digits: JobTemplate) -> None:

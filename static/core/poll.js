@@ -1,0 +1,55 @@
+// Keeping part of a page current: fetch it again every few seconds while something on it moves
+// (`active`), now and then when nothing does (something may arrive from another tab or a script),
+// never while the tab is hidden (it catches up when shown again), and ever less often after
+// failures (server down, signed out). The home card and the runs list share it.
+(function () {
+  "use strict";
+  window.Trainyard = window.Trainyard || {};
+  window.Trainyard.poll = function (options) {
+    var activeMs = options.activeMs || 5000;
+    var idleMs = options.idleMs || 15000;
+    var maxWaitMs = options.maxWaitMs || 120000;
+    var timer = null;
+    var busy = false;
+    var failures = 0;
+    var lastAt = Date.now();
+
+    function schedule() {
+      window.clearTimeout(timer);
+      timer = null;
+      if (document.visibilityState === "hidden") { return; }  // nobody is looking: ask when someone is
+      var wait = options.active() ? activeMs : idleMs;
+      if (failures) { wait = Math.min(maxWaitMs, wait * Math.pow(2, failures)); }
+      timer = window.setTimeout(refresh, wait);
+    }
+
+    function refresh() {
+      window.clearTimeout(timer);
+      timer = null;
+      if (busy || document.visibilityState === "hidden") { return; }
+      busy = true;
+      // The fragments carry an ETag and say no-cache: the browser revalidates, and an unchanged
+      // one costs the server a 304.
+      fetch(options.url(), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then(function (resp) {
+          if (!resp.ok || resp.redirected) { throw new Error(String(resp.status)); }  // a redirect: signed out
+          return resp.status === 204 ? "" : resp.text();
+        })
+        .then(function (text) {
+          options.onText(text);
+          failures = 0;
+          lastAt = Date.now();
+        })
+        .catch(function () { failures += 1; })  // keep the last good view; the next tick retries
+        .finally(function () { busy = false; schedule(); });
+    }
+
+    document.addEventListener("visibilitychange", function () {
+      if (document.visibilityState === "hidden") { window.clearTimeout(timer); timer = null; return; }
+      // Back in view after a while: what the page shows may be minutes old.
+      if (Date.now() - lastAt >= activeMs) { refresh(); } else { schedule(); }
+    });
+    schedule();
+    return { refresh: refresh };
+  };
+})();
