@@ -38,6 +38,11 @@ class ParamField:
         return f"p_{self.name}"
 
     @property
+    def default_text(self) -> str:
+        """The default as people type it into the form: JSON (false, [0, 1], {"lr": ...}), not Python."""
+        return self.default if isinstance(self.default, str) else json.dumps(self.default)
+
+    @property
     def step(self) -> str:
         return "1" if self.kind == "integer" else "any"
 

@@ -27,6 +27,8 @@ def test_form_is_generated_from_the_schema(cast, page):
     html = page.get("/runs/new/").content.decode()
     assert 'name="p_steps"' in html and 'min="1"' in html and 'max="100000"' in html and 'value="300"' in html
     assert "Optimizer steps." in html and "[1 – 100000]" in html
+    # Defaults read as JSON, the way the fields take them: false and [0, 1], not False.
+    assert "default false" in html and "default False" not in html
     assert '<option value="cnn">' in html and 'name="p_amp"' in html
     assert "Expected cost: at most <strong id=\"expected-cost\">$1.00</strong>" in html and "this run's max runtime" in html
     assert 'href="/queue/"' in html

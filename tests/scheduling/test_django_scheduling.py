@@ -356,7 +356,7 @@ def test_queue_says_when_a_pool_has_no_node_online(cast: Any, pool: NodePool) ->
     web.force_login(cast.alice)
     html = web.get("/queue/?partial=1").content.decode()
     local, retired_html = html.split('data-pool="v100-retired"', 1)
-    assert "No node is taking new runs" not in local
+    assert "No node is taking new runs" not in local and "nobody waiting" in retired_html and "0 waiting runs" not in html
     assert "No node is taking new runs (none online, or all draining): nothing in this pool can start." in retired_html
     assert 'data-nodes-ready="0"' in retired_html
 
