@@ -27,17 +27,7 @@ from apps.runs.forms import (
 )
 from apps.runs.models import Checkpoint, CodeSnapshot, Priority
 from apps.runs.selectors import run_list
-from apps.runs.services.params import params_resolve
-from apps.runs.services.submit import (
-    CANDIDATE_VALUES,
-    INIT_KINDS,
-    Errors,
-    priority_resolve,
-    resources_resolve,
-    run_submit,
-    submission_extras_check,
-    world_size_of,
-)
+from apps.runs.services.submit import CANDIDATE_VALUES, INIT_KINDS, Errors, run_submit, submission_check
 from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
@@ -113,16 +103,11 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
 def _more_errors(request: HttpRequest, *, template: JobTemplate, params: dict[str, Any], tags: dict[str, str],
                  errors: dict[str, list[str]]) -> None:
     more = Errors()
-    resource_errors = Errors()
-    resources = resources_resolve(template=template, resources=resources_from_post(request.POST), errors=resource_errors)
-    try:
-        params_resolve(schema=template.param_schema or {}, params=params, world_size=world_size_of(resources))
-    except ServiceError as err:
-        more.merge(err)
-    submission_extras_check(user=request.user, template=template, name=request.POST.get("name", "").strip(), tags=tags,
-                            init_run=request.POST.get("init_run", "").strip() or None, init_checkpoint=None, errors=more)
-    priority_resolve(priority=request.POST.get("priority") or Priority.NORMAL, errors=more)
-    more.merge_fields(resource_errors)
+    extras = {"name": request.POST.get("name", "").strip(), "tags": tags,
+              "init_run": request.POST.get("init_run", "").strip() or None, "init_checkpoint": None}
+    submission_check(user=request.user, template=template, params=params,
+                     priority=request.POST.get("priority") or Priority.NORMAL, resources=resources_from_post(request.POST),
+                     errors=more, extras=extras)
     for field, messages in more.fields.items():
         known = errors.setdefault(field, [])
         known.extend(m for m in messages if m not in known)

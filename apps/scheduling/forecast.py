@@ -14,19 +14,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from apps.core.errors import ServiceError
 from apps.core.text import fmt_duration
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
-from apps.runs.services.params import params_resolve
-from apps.runs.services.submit import (
-    Errors,
-    priority_resolve,
-    resources_resolve,
-    submission_extras_check,
-    submitter_check,
-    world_size_of,
-)
+from apps.runs.services.submit import Errors, submission_check, submitter_check
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import QueuedJob, WaitCode
@@ -131,23 +122,12 @@ def forecast_for_submission(*, user: AnyUser, project: Project, template: JobTem
     as the form changes, leaves them out."""
     submitter_check(user=user, project=project)
     errors = Errors()
-    if extras is not None:
-        submission_extras_check(user=user, template=template, name=extras.get("name", ""), tags=extras.get("tags"),
-                                init_run=extras.get("init_run"), init_checkpoint=extras.get("init_checkpoint"), errors=errors)
     if template.kind == TemplateKind.SWEEP:
         errors.add("template", "a sweep queues one run per point: ask for a forecast of one point's template")
-    clean_priority = priority_resolve(priority=priority, errors=errors)
-    # Resources first: the recipe's rules on params (batch_size over the ranks) need the world size.
-    clean = resources_resolve(template=template, resources=resources, errors=errors)
-    clean_params: dict[str, Any] = {}
-    if not isinstance(params, dict):
-        errors.add("params", "must be an object")
-    else:
-        try:
-            clean_params = params_resolve(schema=template.param_schema or {}, params=params, world_size=world_size_of(clean))
-        except ServiceError as err:
-            errors.merge(err)
+    checked = submission_check(user=user, template=template, params=params, priority=priority, resources=resources,
+                               errors=errors, extras=extras)
     errors.raise_if_any()
+    clean, clean_params, clean_priority = checked.resources, checked.params, checked.priority
     assert clean is not None
     return start_forecast(project=project, template=template, pool=clean.pool, nodes=clean.nodes,
                           devices_per_node=clean.devices_per_node, priority=clean_priority, preemptible=clean.preemptible,

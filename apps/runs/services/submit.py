@@ -349,6 +349,38 @@ def run_submit(
     return run
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A submission's priority, resources and params as checked without queuing anything."""
+
+    priority: str
+    resources: Resources | None
+    params: dict[str, Any]
+
+
+def submission_check(*, user: AnyUser, template: JobTemplate, params: Any, priority: Any, resources: Any, errors: Errors,
+                     extras: dict[str, Any] | None = None) -> Checked:
+    """What a submission checks of its priority, resources and params (at the world size it asks
+    for), and of `extras` (name, tags, init_run, init_checkpoint) when given, adding to `errors`
+    and saving nothing: for the forecast, and for the form when its own errors stop the submission."""
+    if extras is not None:
+        submission_extras_check(user=user, template=template, name=extras.get("name", ""), tags=extras.get("tags"),
+                                init_run=extras.get("init_run"), init_checkpoint=extras.get("init_checkpoint"), errors=errors)
+    clean_priority = priority_resolve(priority=priority, errors=errors)
+    # Resources first: the recipe's rules on params (batch_size over the ranks) need the world size.
+    clean_resources = resources_resolve(template=template, resources=resources, errors=errors)
+    clean_params: dict[str, Any] = {}
+    if not isinstance(params, dict):
+        errors.add("params", "must be an object")
+    else:
+        try:
+            clean_params = params_resolve(schema=template.param_schema or {}, params=params,
+                                          world_size=world_size_of(clean_resources))
+        except ServiceError as err:
+            errors.merge(err)
+    return Checked(priority=clean_priority, resources=clean_resources, params=clean_params)
+
+
 def submission_extras_check(*, user: AnyUser, template: JobTemplate, name: Any, tags: Any, init_run: Any,
                             init_checkpoint: Any, errors: Errors) -> None:
     """What a submission checks besides what decides its place in line (name, tags, where a
