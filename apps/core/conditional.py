@@ -5,7 +5,8 @@ Every successful, non-streaming GET under /api/ gets an ETag (a hash of the body
 revalidate each time); a request whose If-None-Match matches gets a 304 with no body. Browsers
 do this by themselves, so the pages' polling (fetch) keeps working and saves the transfer.
 Errors, streams and file downloads pass through untouched. HTML pages are left alone: their
-bodies carry a per-request CSRF token, an ETag would never match.
+bodies carry a per-request CSRF token, an ETag would never match; fragments without one that
+pages poll call `revalidated` themselves.
 """
 
 from __future__ import annotations
@@ -32,9 +33,18 @@ class ApiConditionalGetMiddleware:
         patch_vary_headers(response, ["Authorization"])
         if "no-store" in response.get("Cache-Control", ""):
             return response
-        if not response.has_header("ETag"):
-            set_response_etag(response)
-        etag = response.get("ETag")
-        if not etag:
-            return response
-        return get_conditional_response(request, etag=etag, response=response) or response
+        return revalidated(request, response)
+
+
+def revalidated(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """`response` with an ETag (a hash of its body) and, unless it says otherwise, `private,
+    no-cache`; a 304 without a body when the request's If-None-Match matches. Also for HTML
+    fragments that pages poll, when they carry no CSRF token (new on every response)."""
+    if not response.has_header("Cache-Control"):
+        patch_cache_control(response, private=True, no_cache=True)
+    if not response.has_header("ETag"):
+        set_response_etag(response)
+    etag = response.get("ETag")
+    if not etag:
+        return response
+    return get_conditional_response(request, etag=etag, response=response) or response

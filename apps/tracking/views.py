@@ -18,10 +18,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import floatformat
 from django.utils import timezone
-from django.utils.cache import get_conditional_response, patch_cache_control, set_response_etag
 from django.utils.timesince import timesince
 
 from apps.billing.services import money
+from apps.core.conditional import revalidated
 from apps.core.users import signed_in_user
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.runs.detail_selectors import run_energy
@@ -129,15 +129,6 @@ def _list_page(request: HttpRequest) -> dict[str, Any]:
             "columns": len(metric_cols) + LIST_COLUMNS, "active": sum(r["status"] in ACTIVE for r in rows)}
 
 
-def _revalidated(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    """A fragment that pages poll, with an ETag: the browser revalidates it (no-cache) and an
-    unchanged one costs a 304 with no body. Only for bodies without a CSRF token, which is new
-    on every response and would never match."""
-    patch_cache_control(response, private=True, no_cache=True)
-    set_response_etag(response)
-    return get_conditional_response(request, etag=response["ETag"], response=response) or response
-
-
 @login_required
 def runs_list_page(request: HttpRequest) -> HttpResponse:
     listing = _list_page(request)
@@ -145,7 +136,7 @@ def runs_list_page(request: HttpRequest) -> HttpResponse:
         # What static/tracking/runs_list.js swaps in while runs on the page are active: the rows,
         # the count and the pager, without the filter form's choices (the sort choices' metric
         # keys of 2,000 runs were most of the page's cost).
-        return _revalidated(request, render(request, "tracking/_runs_rows_partial.html", listing))
+        return revalidated(request, render(request, "tracking/_runs_rows_partial.html", listing))
     # The metric keys of up to 2,000 visible runs, for the sort choices: their ids go in as a
     # subquery (building the runs, or even shipping 2,000 ids as parameters, cost most of the page).
     visible = run_list(user=request.user).order_by().values("pk")[:2000]
@@ -310,4 +301,4 @@ def runs_overview_fragment(request: HttpRequest) -> HttpResponse:
         panel = home_runs_panel(request)
     if panel is None or panel["data"].get("waiting_for_first"):
         return HttpResponse(status=204)
-    return _revalidated(request, render(request, panel["template"], {"data": panel["data"], "fragment": True}))
+    return revalidated(request, render(request, panel["template"], {"data": panel["data"], "fragment": True}))
