@@ -16,6 +16,7 @@ from django.utils import timezone
 from apps.billing import costmodel
 from apps.billing.costmodel import ZERO, PricePoint
 from apps.billing.models import Budget, BudgetAlert, EntryKind, PoolPrice, Quota, UsageEntry
+from apps.core.text import plural
 from apps.nodes.models import Device, NodePool
 from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
 from apps.runs.selectors import run_list
@@ -434,10 +435,6 @@ def runs_visible_to(*, user: AnyUser, run_ids: Iterable[int]) -> set[int]:
     return set(run_list(user=user).filter(pk__in=ids).values_list("pk", flat=True))
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 @dataclass(frozen=True)
 class PoolCommitment:
     """Devices guaranteed to teams in a pool against the devices the pool has."""
@@ -452,7 +449,7 @@ class PoolCommitment:
 
     @property
     def note(self) -> str:
-        return f"guarantees in {self.pool} total {_plural(self.guaranteed, 'device')}; the pool has {self.devices}"
+        return f"guarantees in {self.pool} total {plural(self.guaranteed, 'device')}; the pool has {self.devices}"
 
 
 def pool_commitments(*, pool_ids: Iterable[int] | None = None) -> dict[int, PoolCommitment]:

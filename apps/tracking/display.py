@@ -53,10 +53,6 @@ def energy_text(joules: float) -> str:
     return text
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def value_text(value: Any) -> str:
     """A parameter's value as JSON writes it (true, null, [1, 2]), strings as they are: people
     type JSON into the submit form, not Python."""

@@ -22,6 +22,7 @@ from django.utils.timesince import timesince
 
 from apps.billing.services import money
 from apps.core.conditional import revalidated
+from apps.core.text import plural
 from apps.core.users import signed_in_user
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.runs.detail_selectors import run_energy
@@ -30,7 +31,7 @@ from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
-from apps.tracking.display import energy_text, eta_text, plural, run_color, run_label, steps_text, value_text
+from apps.tracking.display import energy_text, eta_text, run_color, run_label, steps_text, value_text
 from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary
 from apps.tracking.overview import ACTIVE, runs_overview
