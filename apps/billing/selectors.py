@@ -16,7 +16,7 @@ from django.utils import timezone
 from apps.billing import costmodel
 from apps.billing.costmodel import ZERO, PricePoint
 from apps.billing.models import Budget, BudgetAlert, EntryKind, PoolPrice, Quota, UsageEntry
-from apps.core.text import plural
+from apps.core.text import is_id, plural
 from apps.nodes.models import Device, NodePool
 from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
 from apps.runs.selectors import run_list
@@ -240,7 +240,7 @@ def ledger_filter(*, params: dict[str, str]) -> tuple[QuerySet[UsageEntry], dict
             qs = qs.filter(**{lookup: params[name]})
     if params.get("project"):
         value = params["project"]
-        if value.isdigit():
+        if is_id(value):
             qs = qs.filter(project_id=int(value))
         elif "/" in value:
             team, slug = value.split("/", 1)
@@ -249,7 +249,7 @@ def ledger_filter(*, params: dict[str, str]) -> tuple[QuerySet[UsageEntry], dict
             errors["project"] = ["use a project id or team/project slug"]
     for name, lookup in [("run", "run_id"), ("attempt", "attempt_id")]:
         if params.get(name):
-            if not params[name].isdigit():
+            if not is_id(params[name]):
                 errors[name] = ["must be an integer id"]
             else:
                 qs = qs.filter(**{lookup: int(params[name])})

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from apps.billing import costmodel, selectors, services
 from apps.billing.models import Budget, BudgetAction, Quota, UsageEntry
 from apps.core.errors import FieldError, ServiceError
+from apps.core.text import is_id
 from apps.nodes.models import NodePool
 from apps.tenants.models import Project, Team
 from apps.tenants.selectors import project_list, user_is_finance
@@ -245,11 +246,11 @@ def finance_budget_save(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _budget_scope(target: str) -> tuple[Team, Project | None]:
     """'team:<id>' for a whole team's budget, else a project id; a FieldError for anything else."""
-    if target.startswith("team:") and target[5:].isdigit():
+    if target.startswith("team:") and is_id(target[5:]):
         team = Team.objects.filter(pk=int(target[5:])).first()
         if team is not None:
             return team, None
-    elif target.isdigit():
+    elif is_id(target):
         project = Project.objects.select_related("team").filter(pk=int(target)).first()
         if project is not None:
             return project.team, project
@@ -305,7 +306,7 @@ def finance_quota_save(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _pick(model: type[Team] | type[NodePool], field: str, value: str) -> Any:
-    found = model.objects.filter(pk=int(value)).first() if value.isdigit() else None
+    found = model.objects.filter(pk=int(value)).first() if is_id(value) else None
     if found is None:
         raise FieldError(field, f"choose a {field}")
     return found

@@ -18,3 +18,12 @@ def fmt_duration(seconds: float) -> str:
 def plural(count: int, noun: str) -> str:
     """ "1 device", "2 devices", "0 devices"."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def is_id(text: str) -> bool:
+    """Whether text is a plain decimal number such as an id ("41").
+
+    ASCII only: str.isdigit() also accepts "³", which int() refuses (a 500 where a 400 or 404 was
+    due), and str.isdecimal() accepts "٣", which would quietly read as run 3.
+    """
+    return text.isascii() and text.isdecimal()

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
+from apps.core.text import is_id
 from apps.tenants.models import ROLE_RANK, Membership, Project, Role, Team
 
 FINANCE_GROUP = "finance"
@@ -43,7 +44,7 @@ def project_by_ref(*, user: AnyUser, ref: Any) -> Project | None:
     """One of the user's projects by id or 'team/slug'; None for anything else (another team's reads as absent)."""
     text = str(ref if ref is not None else "").strip()
     projects = project_list(user=user)
-    if text.isdigit():
+    if is_id(text):
         return projects.filter(pk=int(text)).first()
     if text.count("/") == 1:
         team, slug = text.split("/")

@@ -28,6 +28,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.core.errors import FieldError
 from apps.core.queueing import enqueue
+from apps.core.text import is_id
 from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.tenants.models import Project
 from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
@@ -71,7 +72,7 @@ def webhook_sign(*, secret: str, timestamp: int, body: bytes) -> str:
 def webhook_verify(*, secret: str, timestamp: str, body: bytes, signature: str, tolerance_s: int = 300,
                    now: float | None = None) -> bool:
     """What a receiver does (documented for users; used by the tests): constant-time compare, recent timestamp."""
-    if not timestamp.isdigit() or abs((now or time.time()) - int(timestamp)) > tolerance_s:
+    if not is_id(timestamp) or abs((now or time.time()) - int(timestamp)) > tolerance_s:
         return False
     return hmac.compare_digest(webhook_sign(secret=secret, timestamp=int(timestamp), body=body), signature)
 

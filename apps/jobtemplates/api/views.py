@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS
 from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
+from apps.core.text import is_id
 from apps.jobtemplates.api.serializers import JobTemplateSerializer
 from apps.jobtemplates.selectors import template_get, template_list
 
@@ -38,7 +39,7 @@ class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):  # type: ig
         raw = request.query_params.get("version")
         version = None
         if raw:
-            if not raw.isdigit():
+            if not is_id(raw):
                 raise FieldError("version", f"must be a positive integer (got {raw!r})")
             version = int(raw)
         return Response(JobTemplateSerializer(template_get(user=request.user, slug=slug, version=version)).data)

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError, Forbidden, NotFound
+from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.auth import AgentAPIView
@@ -68,7 +69,7 @@ def snapshot_from_ref(*, project: Project, ref: str) -> CodeSnapshot | None:
         return None
     snapshots = CodeSnapshot.objects.filter(project=project)
     found = snapshots.filter(sha256=ref.lower()).first() if SHA256_RE.match(ref.lower()) else None
-    if found is None and ref.isdigit():
+    if found is None and is_id(ref):
         found = snapshots.filter(pk=int(ref)).first()
     if found is None:
         raise FieldError("code_snapshot", "no such snapshot in this project")
@@ -124,13 +125,13 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         if params.get("family"):
             queryset = queryset.filter(family=params["family"])
         if params.get("parent"):
-            if not params["parent"].isdigit():
+            if not is_id(params["parent"]):
                 raise FieldError("parent", f"must be a run id (got {params['parent']!r})")
             queryset = queryset.filter(parent_id=int(params["parent"]))
         if params.get("search"):
             term = params["search"].strip()
             match = Q(name__icontains=term) | Q(family__icontains=term)
-            if term.isdigit():
+            if is_id(term):
                 match |= Q(pk=int(term))
             queryset = queryset.filter(match)
         # ?ordering= and ?updated_after= (apps.core.api.listing)

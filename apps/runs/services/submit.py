@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record, snapshot
 from apps.core.errors import Forbidden, ServiceError
+from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.models import NodePool, NodeState
@@ -181,7 +182,7 @@ def init_checkpoint_resolve(*, user: AnyUser, init_run: Any, init_checkpoint: An
     """The checkpoint a fine-tune or evaluation starts from: a given one, or a run's latest."""
     source = None
     if init_run not in (None, ""):
-        if isinstance(init_run, bool) or not str(init_run).isdigit():
+        if isinstance(init_run, bool) or not is_id(str(init_run)):
             errors.add("init_run", f"must be a run id (got {init_run!r})")
             return None
         source = run_list(user=user).filter(pk=int(init_run)).first()
@@ -190,7 +191,7 @@ def init_checkpoint_resolve(*, user: AnyUser, init_run: Any, init_checkpoint: An
             return None
     visible = Checkpoint.objects.filter(run__in=run_list(user=user), deleted_at__isnull=True).select_related("run")
     if init_checkpoint not in (None, ""):
-        if isinstance(init_checkpoint, bool) or not str(init_checkpoint).isdigit():
+        if isinstance(init_checkpoint, bool) or not is_id(str(init_checkpoint)):
             errors.add("init_checkpoint", f"must be a checkpoint id (got {init_checkpoint!r})")
             return None
         checkpoint = visible.filter(pk=int(init_checkpoint)).first()

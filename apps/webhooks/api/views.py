@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.core.errors import FieldError, Forbidden
+from apps.core.text import is_id
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_by_ref, project_ref_problem
 from apps.webhooks import services
@@ -119,7 +120,7 @@ class WebhookDeliveryViewSet(ScopedReadOnlyViewSet):
                 raise FieldError("status", f"one of {', '.join(DeliveryStatus.values)}")
             queryset = queryset.filter(status=params["status"])
         if params.get("endpoint"):
-            if not params["endpoint"].isdigit():
+            if not is_id(params["endpoint"]):
                 raise FieldError("endpoint", "must be an endpoint id")
             queryset = queryset.filter(endpoint_id=int(params["endpoint"]))
         if params.get("event_type"):
