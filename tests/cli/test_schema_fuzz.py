@@ -22,9 +22,8 @@ SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 MAX_EXAMPLES = int(os.environ.get("TRAINYARD_FUZZ_EXAMPLES", "5"))
 BUDGET_S = int(os.environ.get("TRAINYARD_FUZZ_SECONDS", "60"))
 # Known server bugs this test found, reported to the owners; each entry leaves one operation out
-# until it is fixed (delete the entry then):
-# - GET /api/v1/projects/{project_id}/secrets/ answers a bare list while its schema says paginated.
-KNOWN_ISSUES = ["^/api/v1/projects/\\{project_id\\}/secrets/$"]
+# until it is fixed (delete the entry then). None open.
+KNOWN_ISSUES: list[str] = []
 
 
 @pytest.mark.skipif(not SCHEMATHESIS.exists(), reason="schemathesis is not installed (requirements.txt)")

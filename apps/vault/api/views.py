@@ -26,6 +26,9 @@ class _ProjectSecretsBase(ScopedMixin, generics.GenericAPIView):  # type: ignore
     lookup_url_kwarg = "project_id"
     renderer_classes = [JSONRenderer]
     serializer_class = SecretSerializer
+    # A project has a handful of secrets: the list is one bare array, and the schema must say so
+    # (with the default pagination class drf-spectacular documents a paginated envelope).
+    pagination_class = None
 
 
 class ProjectSecretListView(_ProjectSecretsBase):
