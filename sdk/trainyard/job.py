@@ -80,26 +80,35 @@ the main thread; call ``trainyard.init()`` early if your first SDK call happens 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import copy
-import dataclasses
-import datetime
-import hashlib
-import json
 import os
-import re
-import secrets
-import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
+from typing import Any
 
-from trainyard._encoding import as_step, decode_number, dumps, encode_json, encode_metrics, metrics_line
+# The mechanics live in private modules, one concern each: _job_context (the environment,
+# directories and SIGTERM), _job_sink (metrics.jsonl and events.jsonl) and _job_checkpoints (the
+# checkpoint directory). This module is the public API; `NAME as NAME` re-exports the protocol's
+# names that scripts and tests have always read from trainyard.job.
+from trainyard._encoding import as_step, encode_json, encode_metrics, metrics_line
+from trainyard._job_checkpoints import CHECKPOINTS_FILE as CHECKPOINTS_FILE
+from trainyard._job_checkpoints import Checkpoint, commit, enforce_keep, file_name, find_latest
+from trainyard._job_context import ENV_ATTEMPT as ENV_ATTEMPT
+from trainyard._job_context import ENV_CHECKPOINT_DIR as ENV_CHECKPOINT_DIR
+from trainyard._job_context import ENV_CHECKPOINT_EVERY_SECONDS as ENV_CHECKPOINT_EVERY_SECONDS
+from trainyard._job_context import ENV_CHECKPOINT_EVERY_STEPS as ENV_CHECKPOINT_EVERY_STEPS
+from trainyard._job_context import ENV_CHECKPOINT_KEEP as ENV_CHECKPOINT_KEEP
+from trainyard._job_context import ENV_INIT_CHECKPOINT, forget_session
+from trainyard._job_context import ENV_PARAMS as ENV_PARAMS
+from trainyard._job_context import ENV_RUN_DIR as ENV_RUN_DIR
+from trainyard._job_context import ENV_RUN_ID as ENV_RUN_ID
+from trainyard._job_context import LOCAL_ROOT as LOCAL_ROOT
+from trainyard._job_context import Current as _Current
+from trainyard._job_context import get_session as _session
+from trainyard._job_sink import EVENTS_FILE as EVENTS_FILE
+from trainyard._job_sink import METRICS_FILE as METRICS_FILE
 
 __all__ = [
     "Checkpoint",
@@ -124,245 +133,6 @@ __all__ = [
     "world_size",
 ]
 
-ENV_RUN_ID = "TRAINYARD_RUN_ID"
-ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
-ENV_RUN_DIR = "TRAINYARD_RUN_DIR"
-ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"
-ENV_PARAMS = "TRAINYARD_PARAMS"
-ENV_CHECKPOINT_EVERY_STEPS = "TRAINYARD_CHECKPOINT_EVERY_STEPS"
-ENV_CHECKPOINT_EVERY_SECONDS = "TRAINYARD_CHECKPOINT_EVERY_SECONDS"
-ENV_CHECKPOINT_KEEP = "TRAINYARD_CHECKPOINT_KEEP"
-ENV_INIT_CHECKPOINT = "TRAINYARD_INIT_CHECKPOINT"
-
-METRICS_FILE = "metrics.jsonl"
-EVENTS_FILE = "events.jsonl"
-CHECKPOINTS_FILE = "checkpoints.jsonl"
-LOCAL_ROOT = "trainyard-local"
-
-_CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{10})\.pt$")
-_TEMP_NAME = re.compile(r"^\.ckpt-\d{10}\.a(\d+)\.[0-9a-f]+\.tmp$")
-_HASH_CHUNK = 1 << 20
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """A verified checkpoint: its file exists and its sha256 matches its record."""
-
-    path: str
-    step: int
-    sha256: str
-    size: int
-    metrics: dict[str, float | int]
-    attempt: int | None = None
-    time: float | None = None
-
-
-# --- environment --------------------------------------------------------------------------
-
-
-def _env_int(name: str, default: int, minimum: int = 0) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _env_path(name: str) -> Path | None:
-    raw = os.environ.get(name, "")
-    return Path(raw) if raw else None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256_of(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-_SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
-
-
-class _Session:
-    """Everything the SDK knows about this process; built once from the environment."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.run_dir_env = _env_path(ENV_RUN_DIR)
-        self.inside_portal = self.run_dir_env is not None
-        self.rank = _env_int("RANK", 0)
-        self.world_size = _env_int("WORLD_SIZE", 1, minimum=1)
-        self.local_rank = _env_int("LOCAL_RANK", 0)
-        self.attempt = _env_int(ENV_ATTEMPT, 1, minimum=1)
-        self.every_steps = _env_int(ENV_CHECKPOINT_EVERY_STEPS, 0)
-        self.every_seconds = _env_int(ENV_CHECKPOINT_EVERY_SECONDS, 0)
-        self.keep = _env_int(ENV_CHECKPOINT_KEEP, 0)
-        self.params = self._read_params()
-        self.started = datetime.datetime.now()
-        local_id = "local-" + self.started.strftime("%Y%m%d-%H%M%S-%f")
-        self.run_id = os.environ.get(ENV_RUN_ID) or local_id
-        self._run_dir: Path | None = self.run_dir_env
-        self._checkpoint_dir = _env_path(ENV_CHECKPOINT_DIR)
-        self.metrics_fh: IO[str] | None = None
-        self.metric_keys: dict[str, str] = {}
-        self.events_fh: IO[str] | None = None
-        self.last_checkpoint_time = time.monotonic()
-        self.stop_requested = False
-        self.previous_sigterm: _SignalHandler = None
-        self.handler_installed = False
-        self._install_sigterm()
-        if self.rank == 0 and self._checkpoint_dir is not None:
-            self._remove_stale_temps(self._checkpoint_dir)
-
-    # -- set-up ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _read_params() -> dict[str, Any]:
-        raw = os.environ.get(ENV_PARAMS, "").strip()
-        if not raw:
-            return {}
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{ENV_PARAMS} is not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"{ENV_PARAMS} must be a JSON object, got {type(value).__name__}")
-        return value
-
-    def _install_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            print(
-                "trainyard: first used outside the main thread; SIGTERM handler not installed,"
-                " call trainyard.init() from the main thread so should_stop() works",
-                file=sys.stderr,
-            )
-            return
-        self.previous_sigterm = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        self.handler_installed = True
-
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self.stop_requested = True
-        previous = self.previous_sigterm
-        # Only Python-level handlers are chained: SIG_DFL would kill the process, which is
-        # exactly what the handler exists to prevent.
-        if callable(previous):
-            previous(signum, frame)
-
-    def restore_sigterm(self) -> None:
-        if self.handler_installed and threading.current_thread() is threading.main_thread():
-            previous = self.previous_sigterm
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-            self.handler_installed = False
-
-    def _remove_stale_temps(self, directory: Path) -> None:
-        # A temp file left by an earlier attempt of this run was killed mid-save: nobody will
-        # ever finish it. Temps of this attempt (or a later one) are left alone.
-        try:
-            entries = list(os.scandir(directory))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            match = _TEMP_NAME.match(entry.name)
-            if match and int(match.group(1)) < self.attempt:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-
-    # -- directories ----------------------------------------------------------------------
-
-    def run_dir(self) -> Path:
-        if self._run_dir is None:
-            root = Path.cwd() / LOCAL_ROOT
-            root.mkdir(parents=True, exist_ok=True)
-            stamp = self.started.strftime("%Y%m%d-%H%M%S-%f")
-            candidate = root / stamp
-            suffix = 1
-            while True:
-                try:
-                    candidate.mkdir()
-                    break
-                except FileExistsError:
-                    suffix += 1
-                    candidate = root / f"{stamp}-{suffix}"
-            self._run_dir = candidate
-        else:
-            self._run_dir.mkdir(parents=True, exist_ok=True)
-        return self._run_dir
-
-    def checkpoint_dir(self) -> Path:
-        if self._checkpoint_dir is None:
-            self._checkpoint_dir = self.run_dir() / "checkpoints"
-        self._checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        return self._checkpoint_dir
-
-    def existing_checkpoint_dir(self) -> Path | None:
-        """The checkpoint dir if one is configured or already made; never creates anything."""
-        if self._checkpoint_dir is not None:
-            return self._checkpoint_dir
-        if self._run_dir is not None:
-            return self._run_dir / "checkpoints"
-        return None
-
-    # -- writing --------------------------------------------------------------------------
-
-    def _open_append(self, name: str) -> IO[str]:
-        # buffering=1 is line buffering: each line reaches the OS in one write() as soon as
-        # its newline is written, without an fsync per line.
-        return open(self.run_dir() / name, "a", buffering=1, encoding="utf-8")
-
-    def write_metrics(self, line: str) -> None:
-        with self.lock:
-            if self.metrics_fh is None:
-                self.metrics_fh = self._open_append(METRICS_FILE)
-            self.metrics_fh.write(line)
-
-    def write_event(self, event: dict[str, Any]) -> None:
-        line = dumps(event) + "\n"
-        with self.lock:
-            if self.events_fh is None:
-                self.events_fh = self._open_append(EVENTS_FILE)
-            self.events_fh.write(line)
-
-    def close(self) -> None:
-        with self.lock:
-            for fh in (self.metrics_fh, self.events_fh):
-                if fh is not None:
-                    fh.close()
-            self.metrics_fh = None
-            self.events_fh = None
-
-
-class _Current:
-    """The process's one session, built lazily under a lock."""
-
-    lock = threading.Lock()
-    session: _Session | None = None
-
-
-def _session() -> _Session:
-    session = _Current.session
-    if session is None:
-        with _Current.lock:
-            if _Current.session is None:
-                _Current.session = _Session()
-            session = _Current.session
-    return session
-
 
 # --- public API: identity and environment ---------------------------------------------------
 
@@ -377,12 +147,7 @@ def close() -> None:
 
     Also restores the SIGTERM handler found at start-up. Called automatically at exit.
     """
-    with _Current.lock:
-        session = _Current.session
-        _Current.session = None
-    if session is not None:
-        session.close()
-        session.restore_sigterm()
+    forget_session()
 
 
 def in_portal() -> bool:
@@ -452,10 +217,11 @@ def log(step: int, **metrics: object) -> None:
     step_value = step if type(step) is int and step >= 0 else as_step(step)
     if not metrics:
         raise ValueError("log() needs at least one metric")
-    line = metrics_line(step_value, metrics, session.metric_keys)
+    sink = session.sink
+    line = metrics_line(step_value, metrics, sink.metric_keys)
     if session.rank != 0:
         return
-    session.write_metrics(line)
+    sink.write_metrics(line)
 
 
 def set_total_steps(total_steps: int) -> None:
@@ -464,7 +230,7 @@ def set_total_steps(total_steps: int) -> None:
     total = as_step(total_steps, "total_steps")
     if session.rank != 0:
         return
-    session.write_event({"type": "progress", "total_steps": total, "time": time.time()})
+    session.sink.write_event({"type": "progress", "total_steps": total, "time": time.time()})
 
 
 def record_lineage(**data: object) -> None:
@@ -475,7 +241,7 @@ def record_lineage(**data: object) -> None:
     encoded = encode_json(data, "lineage")
     if session.rank != 0:
         return
-    session.write_event({"type": "lineage", "data": encoded, "time": time.time()})
+    session.sink.write_event({"type": "lineage", "data": encoded, "time": time.time()})
 
 
 # --- public API: checkpoints ----------------------------------------------------------------
@@ -518,101 +284,15 @@ def checkpoint(step: int, metrics: Mapping[str, object] | None = None) -> Iterat
         return
 
     directory = session.checkpoint_dir()
-    final_name = f"ckpt-{step_value:010d}.pt"
-    temp = directory / f".ckpt-{step_value:010d}.a{session.attempt}.{secrets.token_hex(6)}.tmp"
-    temp.touch(exist_ok=False)
-    try:
-        yield str(temp)
-        if not temp.is_file():
-            raise RuntimeError(f"checkpoint {final_name}: nothing was written to {temp}")
-        size = temp.stat().st_size
-        if size == 0:
-            raise RuntimeError(f"checkpoint {final_name}: the file written is empty")
-        fd = os.open(temp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, directory / final_name)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-        raise
-    _fsync_dir(directory)
-    sha256, size = _sha256_of(directory / final_name)
-    record = {
-        "step": step_value,
-        "file": final_name,
-        "size": size,
-        "sha256": sha256,
-        "metrics": encoded_metrics,
-        "time": time.time(),
-        "attempt": session.attempt,
-    }
-    index = directory / CHECKPOINTS_FILE
-    with open(index, "a", encoding="utf-8") as fh:
-        fh.write(dumps(record) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    _fsync_dir(directory)
+    with commit(directory, step_value, attempt=session.attempt, metrics=encoded_metrics) as path:
+        yield path
     session.last_checkpoint_time = time.monotonic()
     if session.keep > 0:
-        _enforce_keep(session, directory, keep=session.keep, just_written=final_name)
 
+        def say_deleted(name: str, deleted_step: int) -> None:
+            session.sink.write_event({"type": "checkpoint_deleted", "file": name, "step": deleted_step, "time": time.time()})
 
-def _read_records(directory: Path) -> list[dict[str, Any]]:
-    """Well-formed records of ``checkpoints.jsonl``, oldest first; torn or bad lines skipped."""
-    try:
-        text = (directory / CHECKPOINTS_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    records: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(record, dict):
-            continue
-        name = record.get("file")
-        if not isinstance(name, str) or not _CHECKPOINT_NAME.match(name):
-            continue
-        if not isinstance(record.get("sha256"), str):
-            continue
-        if not all(isinstance(record.get(k), int) and not isinstance(record.get(k), bool) for k in ("step", "size")):
-            continue
-        records.append(record)
-    return records
-
-
-def _enforce_keep(session: _Session, directory: Path, *, keep: int, just_written: str) -> None:
-    records = _read_records(directory)
-    # The K most recently recorded files that still exist; record order, not step order, so a
-    # step rewritten by a later attempt counts as new.
-    kept: list[str] = [just_written]
-    for record in reversed(records):
-        if len(kept) >= keep:
-            break
-        name = record["file"]
-        if name not in kept and (directory / name).is_file():
-            kept.append(name)
-    keep_set = set(kept)
-    for entry in os.scandir(directory):
-        match = _CHECKPOINT_NAME.match(entry.name)
-        if not match or entry.name in keep_set:
-            continue
-        try:
-            os.unlink(entry.path)
-        except FileNotFoundError:
-            continue
-        session.write_event(
-            {
-                "type": "checkpoint_deleted",
-                "file": entry.name,
-                "step": int(match.group(1)),
-                "time": time.time(),
-            }
-        )
+        enforce_keep(directory, keep=session.keep, just_written=file_name(step_value), on_deleted=say_deleted)
 
 
 def latest_checkpoint() -> Checkpoint | None:
@@ -624,41 +304,4 @@ def latest_checkpoint() -> Checkpoint | None:
     directory = _session().existing_checkpoint_dir()
     if directory is None:
         return None
-    for record in reversed(_read_records(directory)):
-        path = directory / record["file"]
-        try:
-            if path.stat().st_size != record["size"]:
-                continue
-            sha256, _ = _sha256_of(path)
-        except FileNotFoundError:
-            continue
-        if sha256 != record["sha256"]:
-            continue
-        raw_metrics = record.get("metrics")
-        metrics: dict[str, float | int] = {}
-        if isinstance(raw_metrics, dict):
-            for key, value in raw_metrics.items():
-                number = decode_number(value)
-                if number is not None:
-                    metrics[key] = number
-        raw_attempt = record.get("attempt")
-        raw_time = record.get("time")
-        return Checkpoint(
-            path=str(path),
-            step=record["step"],
-            sha256=sha256,
-            size=record["size"],
-            metrics=metrics,
-            attempt=raw_attempt if isinstance(raw_attempt, int) else None,
-            time=float(raw_time) if isinstance(raw_time, int | float) else None,
-        )
-    return None
-
-
-def _close_at_exit() -> None:
-    session = _Current.session
-    if session is not None:
-        session.close()
-
-
-atexit.register(_close_at_exit)
+    return find_latest(directory)
