@@ -28,7 +28,7 @@ from trainyard._clibase import (
     _table,
     is_sweep,
 )
-from trainyard.client import Client, NotFoundError, PermissionDenied
+from trainyard.client import Client, NotFoundError, PermissionDenied, is_id
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -37,7 +37,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     client = _client(args)
     url = f"{client.url}/compare/?runs={','.join(str(r) for r in args.runs)}"
     if args.open:
-        print(url)
+        if args.json:
+            _out({"url": url})
+        else:
+            print(url)
         return EXIT_OK
     data = client.compare(args.runs, keys=args.keys.split(",") if args.keys else None, max_points=1)
     _check_compare_keys(data)
@@ -185,36 +188,56 @@ def _print_budget(data: Mapping[str, Any]) -> None:
 
 
 def _finance_budget(client: Client, ref: str) -> dict[str, Any] | None:
-    """The budget of project `ref` ('team/project') as the finance API lists it, with this
-    period's spend; None when that API is refused or lists none for it."""
-    team, _, slug = ref.partition("/")
-    if not slug:
-        return None  # the finance API names projects by team/project, not by id
+    """The budget of project `ref` (an id or 'team/project') as the finance API lists it, with
+    this period's spend; None when that API is refused or knows nothing of the project."""
+    project_id = int(ref) if is_id(ref) else None
     try:
+        if project_id is not None:
+            name = _ledger_name(client, project_id)
+            if name is None:
+                raise CliError(f"project {project_id} not found: the finance API knows a project's id only once it has spent "
+                               "something", EXIT_NOT_FOUND, "give it as team/project, e.g. vision/digits")
+            ref = name
+        team, _, slug = ref.partition("/")
+        if not slug:
+            return None  # neither an id nor team/project: the lookup's answer stands
         budgets = client.finance_budgets()
         own = [b for b in budgets if b.get("project") == ref]
         teams = [b for b in budgets if not b.get("project") and b.get("team") == team]
-        if not (own or teams):
-            return None
-        budget = (own or teams)[0]
-        scope = "project" if own else "team"
-        spend = client.finance_spend(group_by=scope, **({"project": ref} if own else {"team": team}))
+        budget = own[0] if own else teams[0] if teams else None
+        if budget is None and project_id is None and _ledger_name(client, ref) is None:
+            return None  # no budget names it and it has never spent: nothing says it exists
+        scope = "team" if teams and not own else "project"
+        spend = client.finance_spend(group_by=scope, **({"team": team} if scope == "team" else {"project": ref}))
     except (PermissionDenied, NotFoundError):
         return None
     rows = spend.get("rows") or []
     spent = Decimal(str(rows[0]["cost"])) if rows else Decimal("0.00")
-    amount = Decimal(str(budget["amount"]))
-    return {
+    data: dict[str, Any] = {
         "source": "finance",
-        "project": {"id": None, "full_slug": ref},
+        "project": {"id": project_id, "full_slug": ref},
         "period": {"key": spend.get("period")},
+        "budget": None,
+        "currency": None,
+        "spent": str(spent),
+    }
+    if budget is None:
+        return data  # a project that has spent but has no budget, neither its own nor its team's
+    amount = Decimal(str(budget["amount"]))
+    return data | {
         "budget": {"id": budget.get("id"), "name": ref if own else f"{team} (team)", "scope": scope, "team": team,
                    "amount": budget.get("amount"), "thresholds": budget.get("thresholds"), "action": budget.get("action")},
         "currency": budget.get("currency"),
-        "spent": str(spent),
         "remaining": str(amount - spent),
         "percent": round(float(spent / amount * 100), 2) if amount else None,
     }
+
+
+def _ledger_name(client: Client, project: int | str) -> str | None:
+    """'team/project' of `project` (an id or team/project) as the finance API's ledger names it;
+    None when it has no entry for it. The ledger is the only place that API pairs ids with names."""
+    rows = client.finance_spend(group_by="project", period="all", project=project).get("rows") or []
+    return str(rows[0]["label"]) if rows and rows[0].get("label") else None
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ from trainyard._clibase import (
 )
 from trainyard.client import (
     ApiError,
+    AuthError,
     Client,
     ConnectionFailed,
     ServerError,
@@ -126,6 +127,12 @@ def cmd_login(args: argparse.Namespace) -> int:
 
 def cmd_logout(args: argparse.Namespace) -> int:
     saved = _config.config_load(env=False)
+    asked = (args.server or "").rstrip("/")
+    if asked and saved.server and asked != saved.server.rstrip("/"):
+        # The stored token is the only one logout knows, and it belongs to another server:
+        # sending it there would hand the key to the wrong host.
+        raise CliError(f"logged in to {saved.server}, not {asked}", EXIT_USAGE,
+                       f"`trainyard logout` revokes and forgets the token for {saved.server}")
     if saved.server and saved.token:
         # Forgetting the key locally is not enough: a copy of the file would still work. Revoke it.
         try:
@@ -135,6 +142,9 @@ def cmd_logout(args: argparse.Namespace) -> int:
             for token in mine:
                 client.request("DELETE", f"/api/v1/auth/tokens/{token['id']}/")
             print(f"revoked the token on {saved.server}" if mine else "the token was already revoked", file=sys.stderr)
+        except AuthError:
+            # The server no longer takes it (revoked in the browser, or the user is gone): nothing left to revoke.
+            print(f"the token no longer works on {saved.server} (already revoked); nothing to revoke", file=sys.stderr)
         except ApiError as err:
             print(f"warning: could not revoke the token on {saved.server} ({err}); revoke it at {saved.server}/account/tokens/",
                   file=sys.stderr)
@@ -412,9 +422,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    def add_timeout(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)")
+        return p
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", help="portal URL (default: from `trainyard login` or TRAINYARD_SERVER)")
-    common.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)")
+    common.add_argument("--server", help="portal URL (default: TRAINYARD_SERVER, else the one `trainyard login` stored)")
+    add_timeout(common)
     reader = argparse.ArgumentParser(add_help=False)
     reader.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
@@ -427,10 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version="trainyard 0.1.0")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str, read: bool = True) -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str, read: bool = True,
+            parents: list[argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
-            parents=[common, reader] if read else [common],
+            parents=parents if parents is not None else [common, reader] if read else [common],
             help=help_text,
             description=help_text,
             epilog=EPILOG,
@@ -442,7 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("login", cmd_login, "get an API token and store it (config file, mode 600)", read=False)
     p.add_argument("--username", "-u", help="your username (prompted if missing)")
     p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
-    add("logout", cmd_logout, "revoke the stored token on the server and forget it", read=False)
+    # Not `common`: logout acts on the stored login alone; TRAINYARD_SERVER and TRAINYARD_TOKEN do not apply.
+    p = add("logout", cmd_logout, "revoke the token `trainyard login` stored, on its server, and delete it here",
+            parents=[add_timeout(argparse.ArgumentParser(add_help=False))])
+    p.add_argument("--server", help="only a check: refuse unless this is the server logged in to")
 
     add("templates", cmd_templates, "list the published job templates")
 
@@ -455,11 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag (repeat); task, dataset, candidate and family are required"
     )
-    p.add_argument("--priority", default="normal", choices=["urgent", "normal", "low"])
+    p.add_argument("--priority", default="normal", choices=["urgent", "normal", "low"], help="queue class (default normal)")
     p.add_argument("--name", default="", help="a display name")
     p.add_argument("--template-version", type=int, help="a specific published template version")
     p.add_argument("--init-run", help="fine-tune/evaluate: the run whose latest checkpoint to start from")
-    p.add_argument("--code", metavar="DIR", help="tar DIR (without .git, __pycache__, .venv), upload it and run it")
+    p.add_argument("--code", metavar="DIR", help="tar DIR (leaving out VCS folders, caches, virtualenvs, *.pyc and links), "
+                                                 "upload it and run it")
     p.add_argument("--command", help="the command the custom template runs in DIR, e.g. 'python train.py'")
     p.add_argument("--dry-run", action="store_true", help="queue nothing: say where the run would stand and when it would start")
     p.add_argument("--wait", action="store_true", help="show progress until the run ends; exit 0 if it succeeded, 1 if not")

@@ -36,6 +36,12 @@ SNAPSHOT_SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".mypy_c
                                 "node_modules", "trainyard-local"})
 
 
+def is_id(text: str) -> bool:
+    """A plain number such as a run or project id: ASCII digits only (str.isdigit() takes "³",
+    which int() refuses)."""
+    return text.isascii() and text.isdecimal()
+
+
 class ApiError(Exception):
     """An error answered by the API (or 0 when the server could not be reached)."""
 
@@ -264,7 +270,7 @@ class Client:
     def project(self, ref: int | str) -> JSON:
         """A project by id or 'team/slug' (NotFoundError if it is not one of your teams')."""
         text = str(ref).strip()
-        if text.isdigit():
+        if is_id(text):
             return dict(self.request("GET", f"/api/v1/projects/{int(text)}/"))
         for project in self.projects():
             if project.get("full_slug") == text or f"{project.get('team')}/{project.get('slug')}" == text:
@@ -363,7 +369,8 @@ class Client:
         return dict(self.request("POST", "/api/v1/queue/forecast/", body=body))
 
     def budget(self, project: int | str) -> JSON:
-        project_id = self.project(project)["id"] if not str(project).strip().isdigit() else int(str(project).strip())
+        text = str(project).strip()
+        project_id = int(text) if is_id(text) else self.project(text)["id"]
         return dict(self.request("GET", f"/api/v1/projects/{project_id}/budget/"))
 
     def finance_budgets(self) -> list[JSON]:

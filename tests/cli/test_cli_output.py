@@ -4,6 +4,7 @@ reads is what the server answers today, and the CLI cannot drift from the API un
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +16,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
-from trainyard import _cli_reports, cli
+from trainyard import _cli_reports, _config, cli
 from trainyard.client import Client
 
+from apps.accounts.services import api_token_create
 from apps.billing.models import Budget, BudgetAlert, UsageEntry
 from apps.billing.selectors import period_for
 from apps.runs.models import Attempt, Checkpoint, Run
@@ -44,6 +46,18 @@ class DjangoTransport(Client):
         # Django sends bytes as they are (its stubs say str): multipart uploads must not be re-encoded.
         response = self.api.generic(method, path, data or b"",  # type: ignore[arg-type]
                                     content_type=headers.get("Content-Type", "application/octet-stream"), HTTP_ACCEPT=headers["Accept"])
+        return response.status_code, response.content
+
+
+class TokenTransport(Client):
+    """The SDK's client over Django's test client, authenticated only by the token it sends, as a
+    stored login is: for the commands that build their own client from the config file."""
+
+    def _send(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> tuple[int, bytes]:
+        auth = {"HTTP_AUTHORIZATION": headers["Authorization"]} if "Authorization" in headers else {}
+        response = APIClient().generic(method, url.removeprefix("http://testserver"), data or b"",  # type: ignore[arg-type]
+                                       content_type=headers.get("Content-Type", "application/octet-stream"),
+                                       HTTP_ACCEPT=headers["Accept"], **auth)
         return response.status_code, response.content
 
 
@@ -308,6 +322,15 @@ def test_compare_shows_both_ends_json_values_and_refuses_unknown_keys(cast: Any,
     assert code == 2 and "give at least two different runs" in err
 
 
+def test_compare_open_prints_the_url_and_json_when_asked(cast: Any, as_user: Any) -> None:
+    trainyard = as_user(cast.alice)
+    code, out, _ = trainyard("compare", "3", "5", "--open")
+    assert code == 0 and out == "http://testserver/compare/?runs=3,5\n"
+    # --json promises one JSON document on stdout, --open included.
+    code, out, _ = trainyard("compare", "3", "5", "--open", "--json")
+    assert code == 0 and json.loads(out) == {"url": "http://testserver/compare/?runs=3,5"}
+
+
 # --- budget -------------------------------------------------------------------------------------
 
 
@@ -317,12 +340,17 @@ def budgets(cast: Any) -> Budget:
                                amount=budget.amount)
     BudgetAlert.objects.filter(budget=budget).update(created_at=AT_UTC)
     Budget.objects.create(team=cast.nlp, amount=Decimal("40.00"), action="stop_running")
+    spend(cast)
+    return budget
+
+
+def spend(cast: Any) -> None:
+    """vision/digits spends 12.50 this period; nlp/tiny-lm has never spent anything."""
     spender = make_reporting(cast.digits, name="spender")
     now = timezone.now()
     UsageEntry.objects.create(attempt=spender.attempt, run=spender.run, project=cast.digits, team=cast.vision, pool=spender.run.pool,
                               template=spender.run.template, period_start=now - timedelta(minutes=1), period_end=now,
                               cost=Decimal("12.5"))
-    return budget
 
 
 def test_budget_reads_well(cast: Any, as_user: Any, india: None) -> None:
@@ -353,6 +381,77 @@ def test_budget_for_finance_comes_from_the_finance_api(cast: Any, as_user: Any) 
     # Neither a member nor finance: the finance API refuses, and the answer is the lookup's.
     code, _, err = as_user(cast.outsider)("budget", "vision/digits")
     assert code == 4 and "project vision/digits not found" in err
+
+
+def test_budget_takes_a_project_id_for_finance_as_for_members(cast: Any, as_user: Any) -> None:
+    budgets(cast)
+    digits, tinylm = str(cast.digits.pk), str(cast.tinylm.pk)
+    code, out, err = as_user(cast.alice)("budget", digits)
+    assert code == 0 and "budget     100.00 USD (the project's own)" in out and "finance" not in out, err
+    carol = as_user(cast.carol)
+    code, out, err = carol("budget", f" {digits} ")
+    assert code == 0, err
+    assert "project    vision/digits" in out and "source     the finance API" in out
+    assert "budget     100.00 (the project's own)" in out and "spent      12.50\n" in out and "remaining  87.50\n" in out
+    code, out, err = carol("budget", digits, "--json")
+    assert code == 0 and json.loads(out)["project"] == {"id": cast.digits.pk, "full_slug": "vision/digits"}, err
+    # The finance API pairs ids with names only in its ledger: a project that never spent is
+    # not found by id there (by name it is), and an id of no project is not found either.
+    code, out, err = carol("budget", tinylm)
+    assert code == 4 and out == "", err
+    assert f"project {tinylm} not found: the finance API knows a project's id only once it has spent something" in err
+    assert "give it as team/project, e.g. vision/digits" in err
+    code, out, err = carol("budget", "nlp/tiny-lm")
+    assert code == 0 and "budget     40.00 (team nlp's, shared by its projects)" in out, err
+    code, _, err = carol("budget", "99999")
+    assert code == 4 and "project 99999 not found" in err, err
+    # Neither a member nor finance: the finance API refuses, and the answer is the lookup's.
+    code, _, err = as_user(cast.outsider)("budget", digits)
+    assert code == 4 and f"project {digits} not found (or it belongs to another team)" in err, err
+
+
+def test_budget_for_finance_of_a_project_that_spends_without_a_budget(cast: Any, as_user: Any) -> None:
+    spend(cast)
+    member = as_user(cast.alice)("budget", "vision/digits")
+    assert member[0] == 0 and re.search(r"^budget +none set$", member[1], re.M), member
+    for ref in ("vision/digits", str(cast.digits.pk)):
+        code, out, err = as_user(cast.carol)("budget", ref)
+        assert code == 0, (ref, err)
+        assert re.search(r"^budget +none set$", out, re.M) and re.search(r"^spent +12\.50$", out, re.M), out
+        assert "remaining" not in out and "used" not in out
+
+
+# --- logout -------------------------------------------------------------------------------------
+
+
+def test_logout_revokes_the_stored_token_and_only_on_its_server(cast: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setattr(cli, "Client", TokenTransport)
+    token, key = api_token_create(user=cast.alice, name="cli")
+    path = _config.config_save(server="http://testserver", token=key, username="alice")
+
+    def logout(*argv: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = cli.main(["logout", *argv])
+        return code, capsys.readouterr().err
+
+    # --server is a check: the stored token is never sent to another server.
+    code, err = logout("--server", "http://elsewhere:8000")
+    assert code == 2 and "logged in to http://testserver, not http://elsewhere:8000" in err, err
+    token.refresh_from_db()
+    assert token.revoked_at is None and path.exists()
+
+    code, err = logout("--server", "http://testserver/")
+    assert code == 0 and "revoked the token on http://testserver" in err, err
+    token.refresh_from_db()
+    assert token.revoked_at is not None and not path.exists()
+
+    # A copy of the file whose token was revoked meanwhile: nothing to do on the server, no warning.
+    _config.config_save(server="http://testserver", token=key, username="alice")
+    code, err = logout()
+    assert code == 0 and "the token no longer works on http://testserver (already revoked)" in err, err
+    assert "warning" not in err and not path.exists()
 
 
 # --- progress -----------------------------------------------------------------------------------

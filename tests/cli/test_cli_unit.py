@@ -124,3 +124,9 @@ def test_error_pages_are_not_api_answers() -> None:
     # The API's own 404 stays not found, named by what was asked for.
     api_404 = error_from_response(404, b'{"error": {"status": 404, "code": "not_found", "message": "Not found.", "fields": {}}}')
     assert _clibase.api_error_exit(api_404, args)[:2] == (4, "run 4 not found (or it belongs to another team)")
+
+
+def test_is_id_takes_ascii_digits_only_so_odd_digits_are_names_not_a_crash() -> None:
+    from trainyard.client import is_id
+
+    assert is_id("41") and not is_id("³") and not is_id("٣") and not is_id("")
