@@ -46,8 +46,9 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from apps.core.text import fmt_duration, plural  # plain Python, no Django
+from apps.core.text import plural  # plain Python, no Django
 from apps.scheduling.model import (
     ClusterState,
     Decision,
@@ -113,8 +114,17 @@ __all__ = [
 UNLIMITED = 1 << 62
 
 
-def _fmt_wait(seconds: float) -> str:
-    return "about " + fmt_duration(max(0.0, seconds))
+def _fmt_clock(at: float, now: float) -> str:
+    """An epoch time as a UTC clock time to the minute ("14:05 UTC"), dated when not `now`'s day.
+
+    Reasons are stored at the pass and read minutes or hours later (the run page, the API, the
+    CLI), so a time in them is named, never counted from the pass: "in about 40 seconds" would
+    still say so long after those seconds are gone."""
+    when = datetime.fromtimestamp(round(at / 60) * 60, tz=UTC)
+    clock = f"{when:%H:%M} UTC"
+    if when.date() == datetime.fromtimestamp(now, tz=UTC).date():
+        return clock
+    return f"{clock} on {when.day} {when:%b %Y}"
 
 
 @dataclass(slots=True)
@@ -401,7 +411,7 @@ class _PoolPass:
         self._entry(job, position, WaitCode.NO_HARDWARE, msg)
 
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
-        when = "" if start is None else f" Reserved to start in {_fmt_wait(start - self.now)}."
+        when = "" if start is None else f" Reserved to start at about {_fmt_clock(start, self.now)}."
         if job.nodes > 1:
             ready = cap.count_free_at_least(job.devices_per_node)
             msg = (

@@ -127,11 +127,22 @@ def _queued(pools: list[NodePool]) -> QuerySet[Run]:
     )
 
 
+# Passes run every 10 s (portal/settings/celery.py) and rewrite an estimate once it moves 20 s, so
+# the scheduler's current estimate for a run waiting on late runs lags the clock by up to half a
+# minute: within this it is due now; further back, no pass has looked since it fell due.
+DUE_NOW_S = 60.0
+# A last pass older than this many seconds (six missed beats) makes the page's reasons and
+# estimates old news, and it says so.
+STALE_PASS_S = 60.0
+
+
 def _until(at: datetime | None, now: datetime) -> str:
     if at is None:
         return ""
     ahead = (at - now).total_seconds()
-    return f"in {fmt_duration(ahead)}" if ahead >= 1 else "due now"
+    if ahead >= 1:
+        return f"in {fmt_duration(ahead)}"
+    return "due now" if ahead > -DUE_NOW_S else f"was due {fmt_duration(ahead)} ago"
 
 
 def _entry(run: Run, *, position: int, mine: bool, predicted: float, now: datetime) -> dict[str, Any]:
@@ -223,7 +234,8 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
 def scheduler_status() -> dict[str, Any]:
     row = SchedulerState.objects.filter(pk=SchedulerState.SINGLETON).first()
     if row is None:
-        return {"last_pass_at": None, "passes": 0, "last_duration_ms": None, "last_placed": 0}
+        return {"last_pass_at": None, "passes": 0, "last_duration_ms": None, "last_placed": 0, "stale": False}
     ago = (timezone.now() - row.pass_started_at).total_seconds() if row.pass_started_at else None
     return {"last_pass_at": row.pass_started_at, "passes": row.passes, "last_duration_ms": round(row.last_duration_ms, 1),
-            "last_placed": row.last_placed, "last_pass_ago": "" if ago is None else f"{fmt_duration(max(0.0, ago))} ago"}
+            "last_placed": row.last_placed, "last_pass_ago": "" if ago is None else f"{fmt_duration(max(0.0, ago))} ago",
+            "stale": ago is not None and ago > STALE_PASS_S}

@@ -73,19 +73,40 @@
     });
   }
 
+  // What the page says about refreshing, and when it last did: a failed refresh keeps the last
+  // good view, whose "in 40 seconds" and "last pass 5 seconds ago" were true only back then.
+  var note = document.getElementById("queue-refresh");
+  var noteText = note ? note.textContent : "";
+  var refreshedAt = Date.now();
+
+  function clock(ms) { return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
+
   function refresh() {
     fetch(root.dataset.src, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then(function (resp) { if (!resp.ok) { throw new Error(resp.status); } return resp.text(); })
+      .then(function (resp) {
+        // Followed to the sign-in page (signed out): that page is no queue to show.
+        if (!resp.ok || resp.redirected) { throw new Error(String(resp.status)); }
+        return resp.text();
+      })
       .then(function (html) {
         // Keep an open "rules" section open across refreshes.
         var open = {};
         root.querySelectorAll("section[data-pool] details[open]").forEach(function (d) { open[d.closest("section").dataset.pool] = true; });
         root.innerHTML = html;
         root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
-        root.dataset.refreshedAt = String(Date.now());
+        refreshedAt = Date.now();
+        root.dataset.refreshedAt = String(refreshedAt);
+        if (note) { note.textContent = noteText; note.classList.remove("refresh-failed"); }
         draw();
       })
-      .catch(function () { /* keep the last good view; the next tick retries */ });
+      .catch(function () {
+        // Keep the last good view (the next tick retries), and say how old it is.
+        if (note) {
+          note.textContent = "Not refreshed since " + clock(refreshedAt) + " (signed out, or the portal cannot be reached): " +
+            "what is shown is from then. Retrying every " + REFRESH_MS / 1000 + " seconds.";
+          note.classList.add("refresh-failed");
+        }
+      });
   }
 
   draw();

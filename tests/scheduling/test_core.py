@@ -301,6 +301,17 @@ def test_easy_backfill_never_delays_the_reserved_head() -> None:
     assert entry(d, "long").code == WaitCode.BACKFILL_TOO_LONG
 
 
+def test_a_reserved_start_is_named_by_the_clock_not_counted_from_the_pass() -> None:
+    # The message is stored and read long after the pass: "in about 15 minutes" would go stale.
+    head = entry(backfill_cluster(Policy(ordering=Ordering.FIFO, preemption=False, guarantee_first=False)), "head")
+    assert head.message.endswith(" Reserved to start at about 00:17 UTC."), head.message  # t=1000 s, to the minute
+    assert "in about" not in head.message
+    # A reservation on another day than the pass's says which day.
+    nodes = [node("n1", 0)]
+    late = schedule(state(nodes, [job("head", devices=8)], [run("r1", (("n1", 8),), end=2 * 86400 + 3600)], now=100))
+    assert entry(late, "head").message.endswith(" Reserved to start at about 01:00 UTC on 3 Jan 1970."), entry(late, "head").message
+
+
 def test_backfill_may_use_devices_the_reservation_does_not_need() -> None:
     nodes = [node("n1", 6), node("n2", 3)]
     running = [run("r1", (("n1", 2),), end=1000), run("r2", (("n2", 5),), end=9000)]

@@ -270,6 +270,55 @@ def test_a_young_runs_rate_waits_until_measured_over_a_tenth_of_its_history(cast
     assert predicted_end() == pytest.approx(480.0, abs=2.0), "12 s measured (over a tenth of 100 s): the live rate counts"
 
 
+def test_a_running_runs_rate_is_read_once_with_the_answers_of_three_reads(cast: Any, pool: NodePool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The settled rate used to ask run_live_rate up to three times (over a minute, at all, over
+    # the history's tenth); one read with its span must give the same rate in every case.
+    from apps.runs.selectors import run_live_rate
+    from apps.scheduling import snapshot
+
+    now = timezone.now()
+    for seconds in (90, 100, 110):  # history: about 100 s, so a young run's rate needs 10 s
+        make(cast, pool, status=RunStatus.SUCCEEDED, started_at=now - timedelta(seconds=seconds + 10),
+             finished_at=now - timedelta(seconds=10))
+    run = make(cast, pool, total_steps=10_000)
+    predictor = snapshot.predictor_load(now=now)
+    started = now - timedelta(seconds=100)
+
+    def three_reads(resumed: int | None) -> float | None:
+        def rate(span: float) -> float | None:
+            return run_live_rate(run=run, started_at=started, resumed_from_step=resumed, min_span_s=span)
+
+        measured_long = rate(snapshot.RATE_SPAN_MAX_S)
+        if measured_long is not None or rate(0.0) is None:
+            return measured_long
+        query = snapshot.run_query(run, elapsed_s=100.0)
+        return rate(snapshot.rate_span_needed(predictor.predict(query)))
+
+    calls: list[int] = []
+
+    def counted(**kwargs: Any) -> float | None:
+        calls.append(1)
+        return run_live_rate(**kwargs)
+
+    monkeypatch.setattr(snapshot, "run_live_rate", counted)
+    anchors = [None, started - timedelta(seconds=5), *(now - timedelta(seconds=s) for s in (0.5, 1, 5, 10, 12, 59.9, 60, 61, 99))]
+    seen: set[str] = set()
+    for progress_at in (None, started - timedelta(seconds=1), started, now):
+        for anchor in anchors:
+            for steps_done, from_step in ((400, 340), (400, 400), (0, 0)):
+                for resumed in (None, 100):
+                    run.progress_at, run.progress_from_at, run.progress_from_step = progress_at, anchor, from_step
+                    run.steps_done = steps_done
+                    calls.clear()
+                    got = snapshot._settled_rate(predictor, run, started=started, elapsed=100.0, resumed_from_step=resumed)
+                    case = f"progress_at={progress_at} anchor={anchor} steps={steps_done}/{from_step} resumed={resumed}"
+                    assert got == three_reads(resumed), case
+                    assert len(calls) == 1, case
+                    seen.add("none" if got is None else "rate")
+    assert seen == {"none", "rate"}
+
+
 def test_predicted_runtime_follows_the_runs_pool(cast: Any, pool: NodePool) -> None:
     # A faster pool joins after plenty of history on the old one: once three runs have finished
     # there, its runs are predicted at its own pace, not at the old pool's.
