@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import colorsys
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,41 @@ def eta_text(*, status: str) -> str:
     """The ETA as the page first shows it: "done" only for a run that succeeded (a failed or
     cancelled run stopped, it is not done); an active run's is counted by the page's script."""
     return "done" if status == "succeeded" else "–"
+
+
+def metric_text(value: Any) -> str:
+    """A metric's value as common.js's fmt() writes it on the charts' pages: four decimals at
+    most, exponents for the very large and very small (a loss of 2e-5 is not "0"), NaN and the
+    infinities as the API spells them."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value_text(value)
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    size = abs(value)
+    if size >= 1e5 or (size < 1e-3 and value != 0):
+        mantissa, exponent = f"{value:.3e}".split("e")
+        return f"{mantissa}e{int(exponent):+d}"
+    return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
+
+
+BYTE_UNITS = ("B", "KB", "MB", "GB", "TB")
+
+
+def size_text(size: float) -> str:
+    """A file's size as common.js's bytes() writes it: "512 B", "1.5 KB", "44.7 MB"."""
+    unit = 0
+    while size >= 1024 and unit < len(BYTE_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    return f"{size:.1f} {BYTE_UNITS[unit]}" if unit else f"{size:.0f} {BYTE_UNITS[unit]}"
+
+
+def deleted_checkpoints_text(*, count: int, first_step: int, last_step: int) -> str:
+    """The one line that stands for the checkpoints retention deleted, folded on the run page."""
+    steps = f"step {first_step}" if first_step == last_step else f"steps {first_step}–{last_step}"
+    return f"{count} deleted by retention ({steps})"
 
 
 def run_label(*, pk: int, name: str) -> str:

@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Count, Max, Min, QuerySet
 from django.utils import timezone
 
 from apps.runs import selectors as run_selectors
@@ -297,13 +297,31 @@ def _latest_attempts(run_ids: Sequence[int]) -> dict[int, Attempt]:
     return latest
 
 
+def metric_coverage(*, run_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The metrics these runs logged, those logged by the most of them first (ties by name), each
+    with the runs that logged it (in run_ids' order). The comparison's parallel coordinates start
+    on the first: a run without the chosen metric has no value on its axis, and so no line."""
+    runs_of: dict[str, set[int]] = {}
+    for run_id, key in MetricSummary.objects.filter(run_id__in=run_ids).values_list("run_id", "key"):
+        runs_of.setdefault(key, set()).add(run_id)
+    return _by_coverage(runs_of, run_ids)
+
+
+def _by_coverage(runs_of: dict[str, set[int]], run_ids: Sequence[int]) -> list[dict[str, Any]]:
+    order = sorted(runs_of, key=lambda key: (-len(runs_of[key]), key))
+    return [{"key": key, "runs": [rid for rid in run_ids if rid in runs_of[key]]} for key in order]
+
+
 def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQuery) -> dict[str, Any]:
     """Runs side by side: a fixed number of queries whatever the number of runs and keys
     (runs come with template, project, checkpoint and snapshot already joined)."""
     run_ids = [r.pk for r in runs]
     summaries = metric_summaries(run_ids=run_ids)
     all_keys = sorted({k for per in summaries.values() for k in per})
-    chosen = list(keys) if keys else all_keys[:COMPARE_MAX_KEYS]
+    # Past the limit, the keys most of the runs logged rather than the alphabetically first: a
+    # run whose metrics all sort late would be on none of the charts. Shown in name order.
+    widest = _by_coverage({k: {rid for rid, per in summaries.items() if k in per} for k in all_keys}, run_ids)
+    chosen = list(keys) if keys else sorted(m["key"] for m in widest[:COMPARE_MAX_KEYS])
     attempts = _latest_attempts(run_ids)
     lineages = {r.pk: _lineage(r, attempts.get(r.pk)) for r in runs}
     out_runs = []
@@ -331,8 +349,18 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
 
 # --- checkpoints, logs, energy, progress ---------------------------------------------------------
 
-def checkpoint_list(*, run: Run) -> list[dict[str, Any]]:
-    return checkpoint_rows(run=run, checkpoints=Checkpoint.objects.filter(run=run).select_related("attempt").order_by("step", "id"))
+def checkpoint_overview(*, run: Run, with_deleted: bool = False) -> dict[str, Any]:
+    """The run page's checkpoints: the kept ones as rows, and those retention deleted as how many
+    and from which step to which, their rows only `with_deleted` (someone unfolded them). A long
+    run keeps a few of its hundreds: listed whole, they made its page 16,000 px tall."""
+    ordered = Checkpoint.objects.filter(run=run).select_related("attempt").order_by("step", "id")
+    deleted = Checkpoint.objects.filter(run=run, deleted_at__isnull=False).aggregate(
+        count=Count("id"), first_step=Min("step"), last_step=Max("step"))
+    rows = None
+    if with_deleted and deleted["count"]:
+        rows = checkpoint_rows(run=run, checkpoints=ordered.filter(deleted_at__isnull=False))
+    return {"kept": checkpoint_rows(run=run, checkpoints=ordered.filter(deleted_at__isnull=True)),
+            "deleted": deleted if deleted["count"] else None, "deleted_rows": rows}
 
 
 def checkpoint_rows(*, run: Run, checkpoints: Iterable[Checkpoint]) -> list[dict[str, Any]]:
@@ -432,18 +460,24 @@ def run_cost(*, run: Run, now: datetime | None = None) -> Decimal:
     return (device_seconds * run.pool.price_per_device_hour / 3600).quantize(Decimal("0.01"))
 
 
-def attempt_timeline(*, run: Run, attempts: Iterable[Attempt] | None = None) -> list[dict[str, Any]]:
-    """The run's attempts in order; `attempts` when the caller already read them (by number, with
-    their assignments and nodes)."""
+def attempt_rows(*, run: Run, attempts: Iterable[Attempt] | None = None) -> list[dict[str, Any]]:
+    """The run's attempts in order, times as datetimes (the page's `when` filter writes them);
+    `attempts` when the caller already read them (by number, with their assignments and nodes)."""
     if attempts is None:
         attempts = Attempt.objects.filter(run=run).prefetch_related("assignments__node").order_by("number")
-    out = []
-    for a in attempts:
-        nodes = sorted({asg.node.hostname for asg in a.assignments.all()})
-        out.append({"number": a.number, "status": a.status, "reason": a.reason, "nodes": nodes,
-                    "start": (a.started_at or a.created_at).isoformat(), "end": a.ended_at.isoformat() if a.ended_at else None,
-                    "exit_code": a.exit_code, "resumed_from_step": a.resumed_from_step})
-    return out
+    return [{"number": a.number, "status": a.status, "reason": a.reason,
+             "nodes": sorted({asg.node.hostname for asg in a.assignments.all()}), "start": a.started_at or a.created_at,
+             "end": a.ended_at, "exit_code": a.exit_code, "resumed_from_step": a.resumed_from_step}
+            for a in attempts]
+
+
+def attempt_timeline(*, run: Run, attempts: Iterable[Attempt] | None = None,
+                     rows: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """attempt_rows() with ISO times, as the run page's script and the history API read them;
+    from `rows` when the caller built them already."""
+    if rows is None:
+        rows = attempt_rows(run=run, attempts=attempts)
+    return [{**row, "start": row["start"].isoformat(), "end": row["end"].isoformat() if row["end"] else None} for row in rows]
 
 
 def metric_keys_for_runs(*, run_ids: Iterable[int] | QuerySet[Any]) -> list[str]:
@@ -476,7 +510,7 @@ def sweep_trials(*, parent: Run, runs: QuerySet[Run]) -> dict[str, Any]:
     rows = []
     for trial, params in zip(trials, flat, strict=True):
         summary = summaries[trial.pk].get(metric) if metric else None
-        rows.append({"id": trial.pk, "name": trial.name or f"run {trial.pk}", "status": trial.status,
+        rows.append({"id": trial.pk, "label": run_label(pk=trial.pk, name=trial.name), "status": trial.status,
                      "params": [value_text(params[name]) if name in params else "–" for name in varying],
                      "metric": summary_dict(summary)["last"] if summary is not None else None})
     ids = [t.pk for t in trials][:COMPARE_MAX_RUNS]

@@ -31,7 +31,17 @@ from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import selectors
-from apps.tracking.display import energy_text, eta_text, run_color, run_label, steps_text, value_text
+from apps.tracking.display import (
+    deleted_checkpoints_text,
+    energy_text,
+    eta_text,
+    metric_text,
+    run_color,
+    run_label,
+    size_text,
+    steps_text,
+    value_text,
+)
 from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary
 from apps.tracking.overview import ACTIVE, runs_overview
@@ -159,29 +169,53 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     with_nodes = Prefetch("assignments", queryset=Assignment.objects.select_related("node"))
     attempts_read = Prefetch("attempts", queryset=Attempt.objects.order_by("number").prefetch_related(with_nodes))
     visible = run_list(user=request.user)
+    if request.GET.get("partial") == "checkpoints":
+        return _checkpoints_fragment(request, get_object_or_404(visible, pk=pk))
     run = get_object_or_404(visible.prefetch_related(attempts_read), pk=pk)
     history = list(run.attempts.all())
-    attempts = selectors.attempt_timeline(run=run, attempts=history)
+    attempt_rows = selectors.attempt_rows(run=run, attempts=history)
     events, older_events = run_history(run=run, attempts=history)
     lineage = selectors.run_lineage(run=run, attempt=history[-1] if history else None)
     sweep = selectors.sweep_trials(parent=run, runs=visible) if run.template.kind == TemplateKind.SWEEP else None
     return render(request, "tracking/run_detail.html", {
         "run": run, "progress": selectors.run_progress(run=run), "events": events, "older_events": older_events,
         "lineage": lineage, "reported": _value_rows(lineage["reported"]), "params": _value_rows(run.params),
-        "attempt_rows": _attempt_rows(history), "sweep": sweep, "summary": _run_summary(run, sweep),
-        "page_data": {"run": run.pk, "finished": run.is_finished, "attempts": attempts, "sweep": sweep is not None},
+        "attempt_rows": attempt_rows, "sweep": sweep, "summary": _run_summary(run, sweep),
+        "checkpoints": None if sweep is not None else _checkpoint_card(run),
+        "page_data": {"run": run.pk, "finished": run.is_finished, "sweep": sweep is not None,
+                      "attempts": selectors.attempt_timeline(run=run, rows=attempt_rows)},
     })
+
+
+def _checkpoints_fragment(request: HttpRequest, run: Run) -> HttpResponse:
+    """The run page's Checkpoints card alone (?partial=checkpoints): static/tracking/run.js reads
+    it again while the run is active, and with the deleted ones' rows (&deleted=1) while someone
+    has them unfolded. It carries no CSRF token, so an unchanged card costs a 304."""
+    card = _checkpoint_card(run, with_deleted=request.GET.get("deleted") == "1")
+    return revalidated(request, render(request, "tracking/_checkpoints.html", {"run": run, "checkpoints": card}))
+
+
+def _checkpoint_card(run: Run, *, with_deleted: bool = False) -> dict[str, Any]:
+    overview = selectors.checkpoint_overview(run=run, with_deleted=with_deleted)
+    deleted = overview["deleted"]
+    return {"kept": [_checkpoint_row(c) for c in overview["kept"]],
+            "deleted": deleted["count"] if deleted else 0,
+            "deleted_text": deleted_checkpoints_text(**deleted) if deleted else "",
+            "deleted_rows": None if overview["deleted_rows"] is None else [_checkpoint_row(c) for c in overview["deleted_rows"]]}
+
+
+def _checkpoint_row(c: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint as the card shows it, in the words the charts' pages use (common.js); its
+    metrics by name, as PostgreSQL's jsonb keeps no order of its own."""
+    state = "" if c["download_url"] else "removed" if c["deleted"] else "not uploaded"
+    return {"step": c["step"], "attempt": c["attempt"], "size": size_text(c["size"]), "sha256": c["sha256"],
+            "sha_short": c["sha256"][:16] + "…", "metrics": "  ".join(f"{k}={metric_text(v)}" for k, v in sorted(c["metrics"].items())),
+            "download_url": c["download_url"], "state": state}
 
 
 def _value_rows(data: Any) -> list[tuple[str, str]]:
     """A dict's items as the page lists them: values as JSON writes them, not Python's repr."""
     return [(str(k), value_text(v)) for k, v in data.items()] if isinstance(data, dict) else []
-
-
-def _attempt_rows(attempts: list[Attempt]) -> list[dict[str, Any]]:
-    # The times stay datetimes, for the page's one time format (its `when` filter).
-    return [{"number": a.number, "status": a.status, "reason": a.reason, "start": a.started_at or a.created_at, "end": a.ended_at,
-             "nodes": ", ".join(sorted({asg.node.hostname for asg in a.assignments.all()}))} for a in attempts]
 
 
 def _run_summary(run: Run, sweep: dict[str, Any] | None) -> dict[str, str]:
@@ -231,7 +265,8 @@ def compare_page(request: HttpRequest) -> HttpResponse:
             context = {"problem": problem, "ids": ids, "runs_param": ",".join(str(i) for i in ids if i in names)}
             return render(request, "tracking/compare.html", context, status=404)
         return render(request, "tracking/compare.html", {"problem": None, "ids": ids, "runs_param": ",".join(map(str, ids)),
-                                                         "compare_runs": _compare_looks(ids, names)})
+                                                         "compare_runs": _compare_looks(ids, names),
+                                                         "compare_metrics": selectors.metric_coverage(run_ids=ids)})
     return render(request, "tracking/compare.html", {"problem": problem, "ids": ids or [], "runs_param": ",".join(map(str, ids or []))})
 
 

@@ -8,6 +8,9 @@
   // Each run's label and colour as the server gave them (the page's json_script): the same on
   // every chart, the legend and the tables, and the same label as the other pages give the run.
   const looks = Object.fromEntries(JSON.parse(document.getElementById("compare-runs").textContent).map((r) => [r.id, r]));
+  // The metrics with the runs that logged each, those the most runs logged first (ties by name):
+  // the parallel coordinates start on the first, so that as many runs as can be have a line.
+  const coverage = JSON.parse(document.getElementById("compare-metrics").textContent);
   let data = null;
 
   function save() {
@@ -142,8 +145,15 @@
 
   function renderParcoords() {
     const select = document.getElementById("pc-metric");
-    const metric = state.get("metric") || data.keys[0] || "";
-    select.replaceChildren(...data.keys.map((k) => { const o = T.el("option", { value: k }, k); if (k === metric) o.selected = true; return o; }));
+    const n = data.runs.length;
+    const offered = coverage.filter((m) => data.keys.includes(m.key));
+    const asked = state.get("metric");
+    const metric = offered.some((m) => m.key === asked) ? asked : (offered.length ? offered[0].key : "");
+    select.replaceChildren(...offered.map((m) => {
+      const o = T.el("option", { value: m.key }, m.runs.length < n ? `${m.key} (${m.runs.length} of ${n} runs)` : m.key);
+      if (m.key === metric) o.selected = true;
+      return o;
+    }));
     const dims = [];
     const params = data.params.filter((p) => p.differs || data.params.length <= 8);
     params.forEach((p) => {
@@ -159,12 +169,33 @@
     if (metric) dims.push({ label: `${metric} (final)`, values: final.map((v) => (v === null ? NaN : v)) });
     // Each line in its run's colour, as on the charts above: a colour scale of one band per run,
     // and each run's value the middle of its band. The final metric is an axis of its own.
-    const n = data.runs.length;
     const scale = data.runs.flatMap((r, i) => [[i / n, runColor(i)], [(i + 1) / n, runColor(i)]]);
     Plotly.react("parcoords", [{
       type: "parcoords", dimensions: dims,
       line: { color: data.runs.map((r, i) => i + 0.5), colorscale: scale, cmin: 0, cmax: n, showscale: false },
     }], { margin: { l: 60, r: 60, t: 40, b: 20 } }, T.CONFIG);
+    parcoordsNote(metric, final, offered);
+  }
+
+  // Plotly draws no line for a run with no value on an axis (NaN): say whose are missing and why,
+  // and which metrics are not offered at all.
+  function parcoordsNote(metric, final, offered) {
+    const lines = [];
+    const labels = (runs) => runs.map(runLabel).join(", ");
+    const never = data.runs.filter((r) => !r.summaries[metric]);
+    const unplottable = data.runs.filter((r, i) => r.summaries[metric] && final[i] === null);
+    if (metric && never.length) {
+      lines.push(`No line for ${labels(never)}: ${never.length === 1 ? "it" : "they"} logged no ${metric}.`);
+    }
+    if (unplottable.length) {
+      lines.push(`No line for ${unplottable.map((r) => `${runLabel(r)} (last ${metric} ${r.summaries[metric].last})`).join(", ")}: `
+                 + "a value that is not a finite number cannot be drawn.");
+    }
+    const left = coverage.length - offered.length;
+    if (left) lines.push(`${left} more metric${left === 1 ? " is" : "s are"} not offered: the comparison shows ${offered.length}.`);
+    const note = document.getElementById("parcoords-note");
+    note.textContent = lines.join(" ");
+    note.hidden = !lines.length;
   }
 
   function render() {

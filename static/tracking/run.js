@@ -222,24 +222,37 @@
     }
   }
 
-  async function refreshCheckpoints() {
-    const resp = await T.getJSON(`${api}/checkpoints/?page_size=500`);
-    const body = document.querySelector("#checkpoints tbody");
-    if (!resp.checkpoints.length) return;
-    body.replaceChildren(...resp.checkpoints.map((c) => {
-      const tr = T.el("tr");
-      tr.appendChild(T.el("td", {}, c.step));
-      tr.appendChild(T.el("td", {}, c.attempt));
-      tr.appendChild(T.el("td", {}, T.bytes(c.size)));
-      tr.appendChild(T.el("td", { class: "mono", title: c.sha256 }, c.sha256.slice(0, 16) + "…"));
-      tr.appendChild(T.el("td", { class: "mono" }, Object.entries(c.metrics).map(([k, v]) => `${k}=${T.fmt(v)}`).join("  ")));
-      const td = T.el("td");
-      if (c.download_url) td.appendChild(T.el("a", { href: c.download_url }, "download"));
-      else td.appendChild(T.el("span", { class: "muted" }, c.deleted ? "removed" : "not uploaded"));
-      tr.appendChild(td);
-      return tr;
-    }));
+  // The Checkpoints card is the server's (templates/tracking/_checkpoints.html): the kept ones as
+  // rows, the ones retention deleted folded into one line. It is read again while the run is
+  // active, and with the deleted ones' rows while they are unfolded (only then: a long run has
+  // hundreds of them).
+  let checkpointsHtml = null;
+  function unfolded() {
+    const folded = document.getElementById("deleted-checkpoints");
+    return Boolean(folded && folded.open);
   }
+  async function refreshCheckpoints() {
+    const open = unfolded();
+    const url = `${window.location.pathname}?partial=checkpoints${open ? "&deleted=1" : ""}`;
+    const resp = await fetch(url, { credentials: "same-origin" });
+    if (!resp.ok || resp.redirected) throw new Error(`${url}: ${resp.status}`);
+    const html = await resp.text();
+    // Folded or unfolded while this was on its way: the card that reads follows that toggle.
+    if (unfolded() !== open || html === checkpointsHtml) return;
+    checkpointsHtml = html;
+    const next = document.createElement("template");
+    next.innerHTML = html.trim();
+    document.getElementById("checkpoints-card").replaceWith(next.content.firstElementChild);
+  }
+  // Toggle events do not bubble: caught on the way down, whichever card is in place.
+  root.addEventListener("toggle", (ev) => {
+    if (ev.target.id !== "deleted-checkpoints" || !ev.target.open) return;
+    refreshCheckpoints().catch((err) => {
+      console.warn(err);
+      const rows = document.getElementById("deleted-checkpoint-rows");
+      if (rows) rows.replaceChildren(note(6, "Could not read them; fold and unfold to try again."));
+    });
+  }, true);
 
   function drawAttempts() {
     const attempts = data.attempts;
@@ -318,7 +331,8 @@
 
   async function tick() {
     const jobs = sweep ? [refreshMetrics().then(() => (lastRun ? refreshTrials(lastRun) : null))]
-      : [refreshMetrics(), refreshLogs(), refreshCheckpoints(), refreshEnergy()];
+      : [refreshMetrics(), refreshLogs(), refreshEnergy()];
+    if (!sweep && !data.finished) jobs.push(refreshCheckpoints());  // a page that came finished has its final card
     const results = await Promise.allSettled(jobs);
     if (statusKey !== historyKey || polls % HISTORY_EVERY === 0) {
       results.push(...await Promise.allSettled([refreshHistory()]));

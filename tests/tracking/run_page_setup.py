@@ -1,7 +1,8 @@
 """Run inside the live stack with `manage.py shell -c`: finished runs of the kinds the run page
 must word right (tests/tracking/test_browser.py): one written like the demo history (energy
 recorded, no samples, no steps), a CPU run whose samples carry no watts or utilization, a
-cancelled one, and a sweep with two trials. Prints their ids as JSON."""
+cancelled one, a sweep with two trials, a long run that kept 3 of its 303 checkpoints, and three
+runs to compare of which only one logged the alphabetically first metric. Prints their ids as JSON."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from django.utils import timezone
 
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import Node, NodePool
-from apps.runs.models import Assignment, Attempt, EnergySample, Run, RunStatus
+from apps.runs.models import Assignment, Attempt, Checkpoint, EnergySample, Run, RunStatus
 from apps.tenants.models import Project
+from apps.tracking.services import metric_points_store
 
 
 def main() -> None:
@@ -50,6 +52,18 @@ def main() -> None:
                                     steps_done=2, status_reason="2 of 2 runs succeeded", params={"space": {"lr": [0.1, 0.01]}})
         ids["sweep"] = parent.pk
         ids["trials"] = [finished(f"page sweep #{i + 1}", parent=parent, params={"lr": lr})[0].pk for i, lr in enumerate((0.1, 0.01))]
+        long, attempt = finished("page checkpoints", total_steps=3030, steps_done=3030)
+        Checkpoint.objects.bulk_create([
+            Checkpoint(run=long, attempt=attempt, step=step, file_name=f"step-{step}.pt", size=1 << 20, sha256=f"{step:064x}",
+                       metrics={"loss": 1.0 / step}, deleted_at=None if step > 3000 else end)
+            for step in range(10, 3040, 10)])
+        ids["checkpoints"] = long.pk
+        partial = []
+        for i, keys in enumerate((("acc", "loss"), ("loss",), ("loss",))):
+            run = finished(f"page partial {i}", params={"lr": 0.1 / (i + 1)})[0]
+            metric_points_store(run_id=run.pk, attempt=1, rows=[(key, 99, 0.5 + i / 10, 0, 1_700_000_099.0) for key in keys])
+            partial.append(run.pk)
+        ids["partial"] = partial
     print(json.dumps(ids))
 
 

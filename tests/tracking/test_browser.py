@@ -80,6 +80,20 @@ def test_run_chart_updates_live_and_compare_view(live_stack: LiveStack, page: An
     page.wait_for_selector('.metric-chart[data-key="accuracy"] .main-svg', timeout=10_000)
     assert page.evaluate("window.__sameDocument") is True
     assert chart_points(page, "loss") == 150 and chart_points(page, "accuracy") == 15
+    # Checkpoints arrive, and retention deletes the older one: the card follows in place.
+    assert page.inner_text("#checkpoint-rows") == "None yet."
+    live_stack.manage("shell", "-c", (
+        "from django.utils import timezone; from apps.runs.models import Attempt, Checkpoint\n"
+        f"a = Attempt.objects.get(pk={ids['attempt']})\n"
+        "for step in (50, 100):\n"
+        "    Checkpoint.objects.create(run_id=a.run_id, attempt=a, step=step, file_name=f'{step}.pt', size=2048, sha256=f'{step:064x}',"
+        " deleted_at=timezone.now() if step == 50 else None)\n"))
+    page.wait_for_selector("#deleted-checkpoints", timeout=10_000)
+    assert page.eval_on_selector_all("#checkpoint-rows tr", "rs => rs.map(r => r.dataset.step)") == ["100"]
+    assert page.inner_text("#deleted-checkpoints summary") == "1 deleted by retention (step 50)"
+    page.click("#deleted-checkpoints summary")
+    page.wait_for_selector('#deleted-checkpoint-rows tr[data-step="50"]')
+    assert page.evaluate("window.__sameDocument") is True
     assert page.inner_text("#run-status") == "running"
     assert page.inner_text("#run-cost-label") == "Cost so far"
     page.screenshot(path=str(ARTIFACTS / "tracking-run-page.png"), full_page=True)
@@ -162,6 +176,57 @@ def test_run_page_words_what_it_knows(live_stack: LiveStack, page: Any) -> None:
     page.screenshot(path=str(ARTIFACTS / "tracking-run-sweep.png"), full_page=True)
     page.click("#compare-trials")
     page.wait_for_url(lambda u: "/compare/" in u)
+
+
+def test_run_page_folds_the_checkpoints_retention_deleted(live_stack: LiveStack, page: Any) -> None:
+    """300 of 303 checkpoints deleted by retention: the 3 kept are rows, the rest one line that
+    unfolds into theirs. Listed whole they made the demo runs' pages about 16,000 px tall."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    out = live_stack.manage("shell", "-c", (ROOT / "tests" / "tracking" / "run_page_setup.py").read_text())
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    login(page, live_stack.url)
+    page.goto(f"{live_stack.url}/runs/{ids['checkpoints']}/")
+    page.wait_for_load_state("networkidle")
+    kept = page.eval_on_selector_all("#checkpoint-rows tr", "rs => rs.map(r => r.dataset.step)")
+    assert kept == ["3010", "3020", "3030"]
+    assert page.inner_text("#deleted-checkpoints summary") == "300 deleted by retention (steps 10–3000)"
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height < 3500, f"the page is {height}px tall"
+    page.screenshot(path=str(ARTIFACTS / "tracking-run-checkpoints.png"), full_page=True)
+
+    page.click("#deleted-checkpoints summary")
+    page.wait_for_function("() => document.querySelectorAll('#deleted-checkpoint-rows tr[data-step]').length === 300")
+    assert page.evaluate("document.getElementById('deleted-checkpoints').open")
+    first = page.eval_on_selector("#deleted-checkpoint-rows tr", "r => [...r.cells].map(c => c.textContent)")
+    assert first == ["10", "1", "1.0 MB", f"{10:064x}"[:16] + "…", "loss=0.1", "removed"]
+    assert page.evaluate("document.documentElement.scrollHeight") > height + 5000
+    page.click("#deleted-checkpoints summary")  # folds away again
+    assert page.evaluate("document.documentElement.scrollHeight") == height
+
+
+def test_parallel_coordinates_start_on_the_metric_most_runs_logged(live_stack: LiveStack, page: Any) -> None:
+    """Only the first run logged "acc": starting on it (the alphabetically first) drew one line
+    of three. The chart starts on "loss", which all three logged, and says whose line is missing
+    when a metric some runs lack is picked."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    out = live_stack.manage("shell", "-c", (ROOT / "tests" / "tracking" / "run_page_setup.py").read_text())
+    a, b, c = json.loads(out.stdout.strip().splitlines()[-1])["partial"]
+    login(page, live_stack.url)
+    page.goto(f"{live_stack.url}/compare/?runs={a},{b},{c}")
+    page.wait_for_function("() => { const d = document.getElementById('parcoords');"
+                           " return d && d.data && d.data[0].type === 'parcoords'; }")
+    options = page.eval_on_selector_all("#pc-metric option", "os => os.map(o => [o.value, o.textContent, o.selected])")
+    assert options == [["loss", "loss", True], ["acc", "acc (1 of 3 runs)", False]]
+    final = page.evaluate("() => { const d = document.getElementById('parcoords').data[0].dimensions.at(-1);"
+                          " return [d.label, d.values.filter(Number.isFinite).length]; }")
+    assert final == ["loss (final)", 3], "a value on the metric's axis for each run: three lines"
+    assert page.is_hidden("#parcoords-note")
+
+    page.select_option("#pc-metric", "acc")
+    assert "metric=acc" in page.url
+    note = page.inner_text("#parcoords-note")
+    assert note == f"No line for #{b} page partial 1, #{c} page partial 2: they logged no acc."
+    page.screenshot(path=str(ARTIFACTS / "tracking-compare-partial.png"), full_page=True)
 
 
 def setup_list(live_stack: Any) -> dict[str, Any]:

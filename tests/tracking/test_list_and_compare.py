@@ -159,3 +159,50 @@ def test_compare_data_keeps_a_metric_logged_once(cast: Any) -> None:
                             + [("val_accuracy", 49, 0.9, 0, 1_700_000_049.0)])
     data = cast.client(cast.alice).get(f"/api/v1/compare/?runs={runs[0].pk},{runs[1].pk}").json()
     assert [len(s["x"]) for s in data["series"]["val_accuracy"]] == [1, 1]
+
+
+# --- 3. the parallel coordinates start on the metric most of the runs logged -----------------------
+
+def _log(run: Any, keys: list[str]) -> None:
+    metric_points_store(run_id=run.pk, attempt=1, rows=[(key, 10, 0.5, 0, 1_700_000_010.0) for key in keys])
+
+
+def _compare_metrics(html: str) -> list[dict[str, Any]]:
+    match = re.search(r'<script id="compare-metrics" type="application/json">(.*?)</script>', html, re.S)
+    assert match, "the page carries its metrics in the order the parallel coordinates offer them"
+    return list(json.loads(match.group(1)))
+
+
+def test_compare_page_orders_metrics_by_how_many_runs_logged_them(cast: Any) -> None:
+    """compare.js offers the metrics in this order and starts on the first: the alphabetically
+    first ("acc", logged by one run) left the other runs without a line."""
+    a, b, c = (make_run(cast.digits, name=f"r{i}", status=RunStatus.SUCCEEDED) for i in range(3))
+    _log(a, ["acc", "loss", "beta"])
+    _log(b, ["loss", "zeta"])
+    _log(c, ["loss", "zeta"])
+    silent = make_run(cast.digits, name="silent", status=RunStatus.SUCCEEDED)  # logged nothing
+    html = _client(cast.alice).get(f"/compare/?runs={a.pk},{b.pk},{c.pk},{silent.pk}").content.decode()
+    assert _compare_metrics(html) == [
+        {"key": "loss", "runs": [a.pk, b.pk, c.pk]},
+        {"key": "zeta", "runs": [b.pk, c.pk]},
+        {"key": "acc", "runs": [a.pk]},  # ties by name
+        {"key": "beta", "runs": [a.pk]},
+    ]
+    assert 'id="parcoords-note"' in html  # where the script says whose line is missing and why
+    # The runs' order is the comparison's, not the ids': the same metrics, each run list reordered.
+    again = _compare_metrics(_client(cast.alice).get(f"/compare/?runs={c.pk},{silent.pk},{a.pk},{b.pk}").content.decode())
+    assert [m["key"] for m in again] == ["loss", "zeta", "acc", "beta"] and again[0]["runs"] == [c.pk, a.pk, b.pk]
+
+
+def test_a_comparison_past_the_key_limit_keeps_the_metrics_most_runs_logged(cast: Any) -> None:
+    """Past 20 keys the comparison keeps those logged by the most runs, not the alphabetically
+    first: here the only metric two of the runs have sorts last."""
+    many, few, other = (make_run(cast.digits, name=f"r{i}", status=RunStatus.SUCCEEDED) for i in range(3))
+    _log(many, [f"a{i:02d}" for i in range(21)] + ["zz"])
+    _log(few, ["zz"])
+    _log(other, ["zz"])
+    data = cast.client(cast.alice).get(f"/api/v1/compare/?runs={many.pk},{few.pk},{other.pk}").json()
+    assert data["keys"] == [f"a{i:02d}" for i in range(19)] + ["zz"]
+    assert len(data["available_keys"]) == 22 and "zz" in data["runs"][1]["summaries"]
+    html = _client(cast.alice).get(f"/compare/?runs={many.pk},{few.pk},{other.pk}").content.decode()
+    assert [m["key"] for m in _compare_metrics(html)][:20] == ["zz", *(f"a{i:02d}" for i in range(19))]

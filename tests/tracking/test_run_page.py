@@ -1,11 +1,13 @@
 """The run page says what the run did in plain, consistent words: its recorded energy in a unit
 that fits, no charts of readings nobody sent, a sweep's trials, parameters as JSON, no ETA for a
-run that stopped, one time format and money as money. Django's test client reads the page as
+run that stopped, one time format and money as money, and the checkpoints retention deleted
+folded into one line. Django's test client reads the page as
 served and the JSON its script (static/tracking/run.js) reads; tests/tracking/test_browser.py
 checks what the script makes of it in Chromium."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -16,8 +18,8 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.jobtemplates.models import JobTemplate
-from apps.runs.models import Assignment, Attempt, EnergySample, Run, RunStatus
-from apps.tracking import display
+from apps.runs.models import Assignment, Attempt, Checkpoint, EnergySample, Run, RunStatus
+from apps.tracking import display, selectors
 from apps.tracking.services import metric_points_store
 from tests.tracking.conftest import make_node, make_run
 
@@ -152,6 +154,18 @@ def test_a_sweep_parent_lists_its_trials_with_links_and_a_comparison(cast: Any) 
     assert "No metrics reported yet." not in html and "A sweep reports no metrics of its own" in html
 
 
+def test_an_unnamed_trial_is_labelled_as_on_every_other_page(cast: Any) -> None:
+    parent, trials = _sweep(cast)
+    Run.objects.filter(pk=trials[1].pk).update(name="")
+    html = _page(cast.alice, parent)
+    section = html[html.index('id="sweep-trials"'):]
+    section = section[:section.index("</section>")]
+    named, unnamed = trials[0].pk, trials[1].pk
+    assert f'<a href="/runs/{named}/">#{named} sweep s #1</a>' in section
+    assert f'<a href="/runs/{unnamed}/">#{unnamed}</a>' in section and f"run {unnamed}" not in section
+    assert f'<a href="/runs/{unnamed}/">{display.run_label(pk=unnamed, name="")}</a>' in section
+
+
 def test_a_trial_links_back_and_an_ordinary_run_has_no_trials(cast: Any) -> None:
     parent, trials = _sweep(cast)
     html = _page(cast.alice, trials[0])
@@ -211,3 +225,100 @@ def test_times_share_one_format_and_money_has_its_currency(cast: Any) -> None:
     assert "1 node × 2 devices" in html and "node(s)" not in html
     keys = cast.client(cast.alice).get(f"/api/v1/runs/{run.pk}/metrics/keys/").json()["run"]
     assert keys["cost"] == "2.00" and keys["cost_text"] == "$2.00"
+
+
+# --- 7. checkpoints: the kept ones listed, the ones retention deleted folded --------------------
+
+def _checkpoints(run: Run, attempt: Attempt, steps: Any, *, deleted: bool) -> None:
+    now = timezone.now()
+    Checkpoint.objects.bulk_create([
+        Checkpoint(run=run, attempt=attempt, step=step, file_name=f"step-{step}.pt", size=1536 * 1024, sha256=f"{step:064x}",
+                   metrics={"loss": 2.0 / step, "acc": 0.5}, stored_path=f"checkpoints/{run.pk}/step-{step}.pt",
+                   deleted_at=now if deleted else None)
+        for step in steps])
+
+
+def _card(html: str) -> str:
+    card = html[html.index('id="checkpoints-card"'):]
+    return card[:card.index("</details>") + 10 if "</details>" in card else card.index("</table>")]
+
+
+def test_checkpoints_deleted_by_retention_fold_into_one_line(cast: Any) -> None:
+    run, attempt = _finished(cast.digits, name="long")
+    _checkpoints(run, attempt, [3010, 3020, 3030], deleted=False)
+    kept_only = _page(cast.alice, run)
+    _checkpoints(run, attempt, range(10, 3010, 10), deleted=True)  # keep-last-3 removed 300 before them
+    html = _page(cast.alice, run)
+
+    # The kept ones are rows, as before, with their download links.
+    card = _card(html)
+    kept = card[:card.index("</table>")]
+    assert re.findall(r'<tr data-step="(\d+)">', kept) == ["3010", "3020", "3030"]
+    assert kept.count(">download</a>") == 3 and "<td>1.5 MB</td>" in kept
+    assert "acc=0.5  loss=6.645e-4" in kept and f'title="{3010:064x}"' in kept
+    # The deleted ones are one line that says how many and which, folded, their rows not sent.
+    summary = re.search(r'<details id="deleted-checkpoints" data-count="300">\s*<summary>(.*?)</summary>', card)
+    assert summary and summary.group(1) == "300 deleted by retention (steps 10–3000)"
+    assert len(re.findall(r"<tr data-step=", html)) == 3
+    # So the page is as long as it was with only the three: it does not grow with what was deleted.
+    assert len(html) - len(kept_only) < 600, len(html) - len(kept_only)
+
+    # Unfolded, the card comes again with their rows (static/tracking/run.js swaps it in).
+    client = Client()
+    client.force_login(cast.alice)
+    folded = client.get(f"/runs/{run.pk}/?partial=checkpoints").content.decode()
+    assert _card(folded) == card
+    response = client.get(f"/runs/{run.pk}/?partial=checkpoints&deleted=1")
+    unfolded = response.content.decode()
+    assert response.status_code == 200 and '<details id="deleted-checkpoints" data-count="300" open>' in unfolded
+    gone = unfolded[unfolded.index('id="deleted-checkpoint-rows"'):]
+    assert re.findall(r'<tr data-step="(\d+)">', gone) == [str(step) for step in range(10, 3010, 10)]
+    assert gone.count('<span class="muted">removed</span>') == 300 and "download" not in gone
+    # Polled while the run is active: an unchanged card costs a 304.
+    etag = client.get(f"/runs/{run.pk}/?partial=checkpoints")["ETag"]
+    again = client.get(f"/runs/{run.pk}/?partial=checkpoints", HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304
+
+
+def test_the_checkpoints_card_says_when_none_was_kept_and_is_scoped(cast: Any) -> None:
+    run, attempt = _finished(cast.digits)
+    assert "None: this run saved no checkpoint." in _card(_page(cast.alice, run))
+    _checkpoints(run, attempt, [500], deleted=True)
+    card = _card(_page(cast.alice, run))
+    assert "None kept: retention deleted every one." in card and "<summary>1 deleted by retention (step 500)</summary>" in card
+    outsider = Client()
+    outsider.force_login(cast.bob)
+    assert outsider.get(f"/runs/{run.pk}/?partial=checkpoints").status_code == 404
+    assert Client().get(f"/runs/{run.pk}/?partial=checkpoints").status_code == 302  # to the login page
+
+
+def test_checkpoint_figures_read_as_the_charts_pages_write_them() -> None:
+    # As common.js's fmt() and bytes() write them.
+    assert [display.metric_text(v) for v in (0.5, 2.0, 0.12345678, -3.25, 2e-5, 123456.0, 0, "NaN", None)] == [
+        "0.5", "2", "0.1235", "-3.25", "2.000e-5", "1.235e+5", "0", "NaN", "–"]
+    assert [display.size_text(n) for n in (512, 1536, 1536 * 1024, 3 * 1024**4)] == ["512 B", "1.5 KB", "1.5 MB", "3.0 TB"]
+    assert display.deleted_checkpoints_text(count=2, first_step=10, last_step=20) == "2 deleted by retention (steps 10–20)"
+
+
+# --- 8. the attempts: one selector for the table and the script -----------------------------------
+
+def test_the_attempt_table_and_the_pages_script_read_the_same_attempts(cast: Any) -> None:
+    run, first = _finished(cast.digits, status=RunStatus.FAILED)
+    node, _ = make_node()
+    second = Attempt.objects.create(run=run, number=2, status="failed", reason="lost its node", exit_code=137,
+                                    resumed_from_step=40, started_at=first.ended_at)
+    Assignment.objects.create(attempt=second, node=node, devices=[0], state="exited")
+    html = _page(cast.alice, run)
+    page_data = json.loads(re.search(r'<script id="run-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    rows = selectors.attempt_rows(run=run)
+    timeline = selectors.attempt_timeline(run=run)
+    # The script's copy is the table's rows with ISO times, as the history API also sends them.
+    assert page_data["attempts"] == timeline == selectors.attempt_timeline(run=run, rows=rows)
+    assert timeline == cast.client(cast.alice).get(f"/api/v1/runs/{run.pk}/history/").json()["attempts"]
+    assert [a["start"] for a in timeline] == [r["start"].isoformat() for r in rows]
+    assert timeline[1] == {"number": 2, "status": "failed", "reason": "lost its node", "nodes": [node.hostname],
+                           "start": first.ended_at.isoformat(), "end": None, "exit_code": 137, "resumed_from_step": 40}
+    table = html[html.index('id="attempt-rows"'):html.index('id="run-history"')]
+    starts = re.findall(r'<time datetime="([^"]+)"', table)
+    assert starts[0] == timeline[0]["start"] and starts[2] == timeline[1]["start"]
+    assert f"<td>{node.hostname}</td>" in table and "lost its node" in table
