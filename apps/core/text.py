@@ -21,9 +21,14 @@ def plural(count: int, noun: str) -> str:
 
 
 def is_id(text: str) -> bool:
-    """Whether text is a plain decimal number such as an id ("41").
+    """Whether text is a plain decimal number that can be a row's id ("41").
 
     ASCII only: str.isdigit() also accepts "³", which int() refuses (a 500 where a 400 or 404 was
-    due), and str.isdecimal() accepts "٣", which would quietly read as run 3.
+    due), and str.isdecimal() accepts "٣", which would quietly read as run 3. And no larger than a
+    64-bit primary key: a foreign-key filter with a bigger number overflows the database driver.
     """
-    return text.isascii() and text.isdecimal()
+    return text.isascii() and text.isdecimal() and len(text) <= MAX_ID_DIGITS and int(text) <= MAX_ID
+
+
+MAX_ID = 2**63 - 1  # the largest BigAutoField value, on PostgreSQL and SQLite alike
+MAX_ID_DIGITS = len(str(MAX_ID))

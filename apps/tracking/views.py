@@ -22,7 +22,7 @@ from django.utils.timesince import timesince
 
 from apps.billing.services import money
 from apps.core.conditional import revalidated
-from apps.core.text import plural
+from apps.core.text import is_id, plural
 from apps.core.users import signed_in_user
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.runs.detail_selectors import run_energy
@@ -62,7 +62,7 @@ def _metric_annotation(key: str) -> Subquery:
 def runs_filtered(*, user: Any, params: Any) -> tuple[QuerySet[Run], list[str], str]:
     """Runs visible to the user, filtered and sorted by the list page's query parameters."""
     qs = run_list(user=user)
-    if params.get("project", "").isdigit():
+    if is_id(params.get("project", "")):
         qs = qs.filter(project_id=int(params["project"]))
     if params.get("template"):
         qs = qs.filter(template__slug=params["template"])
@@ -76,7 +76,7 @@ def runs_filtered(*, user: Any, params: Any) -> tuple[QuerySet[Run], list[str], 
     text = params.get("q", "").strip()
     if text:
         cond = Q(name__icontains=text) | Q(family__icontains=text) | Q(template__slug__icontains=text)
-        if text.isdigit():
+        if is_id(text):
             cond |= Q(pk=int(text))
         qs = qs.filter(cond)
     sort = params.get("sort", "-created")
@@ -330,7 +330,7 @@ def runs_overview_fragment(request: HttpRequest) -> HttpResponse:
     """The runs card alone, which the home and project pages fetch to keep it current."""
     project_id = request.GET.get("project", "")
     if project_id:
-        if not project_id.isdigit():
+        if not is_id(project_id):
             raise Http404("No such project.")
         panel = project_runs_panel(request, get_object_or_404(project_list(user=request.user), pk=int(project_id)))
     else:

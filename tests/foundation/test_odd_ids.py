@@ -1,7 +1,8 @@
-"""Ids typed with characters that str.isdigit() accepts but int() refuses ("³"), or that int()
-reads as another number ("٣" is 3): every place that takes an id answers 400 or 404 naming the
+"""Ids typed with characters that str.isdigit() accepts but int() refuses ("³"), that int()
+reads as another number ("٣" is 3), or past the largest 64-bit key: every place that takes an id answers 400 or 404 naming the
 field, never a 500 and never another object. Schemathesis found the first as a 500 on
-/api/v1/webhooks/?project=³ and on POST /api/v1/code-snapshots/.
+/api/v1/webhooks/?project=³, on POST /api/v1/code-snapshots/, and (with more examples)
+on /api/v1/webhook-deliveries/?endpoint=535947406157218709504.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from apps.core.text import is_id
 from apps.webhooks.services import webhook_sign, webhook_verify
 from tests.runs.factories import body, local_pool, make_template
 
-ODD = ["³", "٣", "1²"]
+ODD = ["³", "٣", "1²", "535947406157218709504"]  # the last: past a 64-bit key (an overflow in FK filters)
 
 
 @pytest.mark.parametrize("text,expected", [("41", True), ("0", True), ("³", False), ("٣", False), ("", False),
-                                           ("-1", False), ("4 1", False), ("1e3", False)])
+                                           ("-1", False), ("4 1", False), ("1e3", False),
+                                           (str(2**63 - 1), True), (str(2**63), False), ("9" * 5000, False)])
 def test_is_id_takes_ascii_digits_only(text: str, expected: bool) -> None:
     assert is_id(text) is expected
 
@@ -69,3 +71,10 @@ def test_a_webhook_timestamp_of_odd_digits_fails_verification_without_a_crash(od
     signed = webhook_sign(secret="s", timestamp=3, body=b"{}")
     assert webhook_verify(secret="s", timestamp=odd, body=b"{}", signature=signed, now=3.0) is False
     assert webhook_verify(secret="s", timestamp="3", body=b"{}", signature=signed, now=3.0) is True
+
+
+@pytest.mark.parametrize("odd", ODD)
+def test_odd_ids_on_the_runs_pages_are_a_4xx_or_no_match(cast: Any, client: Any, odd: str) -> None:
+    client.force_login(cast.alice)
+    assert client.get(f"/runs/?project={odd}&q={odd}").status_code == 200
+    assert client.get(f"/runs/overview/?project={odd}").status_code == 404

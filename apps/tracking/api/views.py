@@ -95,7 +95,7 @@ class MetricIngestView(AgentAPIView):
     )
     def post(self, request: Request) -> Response:
         declared = request.META.get("CONTENT_LENGTH") or ""
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        if declared.isascii() and declared.isdecimal() and int(declared) > MAX_BODY_BYTES:
             raise PayloadTooLarge(f"body of {declared} bytes is larger than the limit of {MAX_BODY_BYTES} bytes")
         # Read past the limit by one byte, from the raw stream: Django's own body size check
         # would answer a bigger body with a 400 that does not say what the limit is.
