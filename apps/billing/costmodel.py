@@ -72,6 +72,11 @@ def to_cents(amount: Decimal) -> Decimal:
     return amount.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
+def money(amount: Decimal) -> str:
+    """An amount as people read it: "$1,234.50"."""
+    return f"${to_cents(amount):,.2f}"
+
+
 def month_start(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record, snapshot
 from apps.billing import costmodel
-from apps.billing.costmodel import ZERO
+from apps.billing.costmodel import ZERO, money
 from apps.billing.models import (
     Budget,
     BudgetAction,
@@ -59,10 +59,6 @@ MAX_DEVICES = 100_000
 KWH_PER_J = Decimal(1) / Decimal(3_600_000)
 # Energy reported after an attempt closed is booked as a correction for this long.
 LATE_ENERGY_WINDOW = timedelta(hours=1)
-
-
-def money(amount: Decimal) -> str:
-    return f"${costmodel.to_cents(amount):,.2f}"
 
 
 def _price_text(price: Decimal) -> str:

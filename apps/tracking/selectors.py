@@ -18,7 +18,7 @@ from django.db.models import Count, Max, Min, QuerySet
 from django.utils import timezone
 
 from apps.runs import selectors as run_selectors
-from apps.runs.detail_selectors import run_energy
+from apps.runs.detail_selectors import run_cost, run_energy
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
 from apps.tracking.display import energy_text, energy_unit, run_label, value_text
 from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
@@ -444,20 +444,6 @@ def run_progress(*, run: Run, now: datetime | None = None) -> dict[str, Any]:
         eta_s = (run.total_steps - run.steps_done) / rate
     return {"steps_done": run.steps_done, "total_steps": run.total_steps, "fraction": run.progress, "steps_per_s": shown,
             "eta_s": eta_s}
-
-
-def run_cost(*, run: Run, now: datetime | None = None) -> Decimal:
-    """The runs app's cost when it provides one, else device-seconds x the pool's list price."""
-    provided = getattr(run_selectors, "run_cost", None)
-    if provided is not None:
-        return Decimal(provided(run=run))
-    now = now or timezone.now()
-    seconds = 0.0
-    for a in run.attempts.all():
-        if a.started_at:
-            seconds += ((a.ended_at or now) - a.started_at).total_seconds()
-    device_seconds = Decimal(seconds) * run.nodes * run.devices_per_node
-    return (device_seconds * run.pool.price_per_device_hour / 3600).quantize(Decimal("0.01"))
 
 
 def attempt_rows(*, run: Run, attempts: Iterable[Attempt] | None = None) -> list[dict[str, Any]]:

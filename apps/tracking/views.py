@@ -20,7 +20,7 @@ from django.template.defaultfilters import floatformat
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from apps.billing.services import money
+from apps.billing.costmodel import money
 from apps.core.conditional import revalidated
 from apps.core.text import is_id, plural
 from apps.core.users import signed_in_user

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -209,7 +210,8 @@ WHEN = r"[A-Z][a-z]{2} \d{1,2}, \d{4}, \d{1,2}:\d{2}:\d{2} [AP]M UTC"
 
 
 def test_times_share_one_format_and_money_has_its_currency(cast: Any) -> None:
-    run, _ = _finished(cast.digits, devices_per_node=2, submitted_by=cast.alice)
+    run, attempt = _finished(cast.digits, devices_per_node=2, submitted_by=cast.alice)
+    attempt.assignments.update(devices=[0, 1])
     audit_record(action="run.submit", target=run, team_id=cast.vision.pk, actor=cast.alice, after={"status": "queued"})
     html = _page(cast.alice, run)
     # Every time is a <time> the page's script puts in the viewer's zone, written alike.
@@ -224,7 +226,18 @@ def test_times_share_one_format_and_money_has_its_currency(cast: Any) -> None:
     assert _dd(html, "run-cost") == "$2.00"
     assert "1 node × 2 devices" in html and "node(s)" not in html
     keys = cast.client(cast.alice).get(f"/api/v1/runs/{run.pk}/metrics/keys/").json()["run"]
-    assert keys["cost"] == "2.00" and keys["cost_text"] == "$2.00"
+    assert Decimal(keys["cost"]) == Decimal("2.00") and keys["cost_text"] == "$2.00"
+    # One cost for the run everywhere: the page's, the run API's (and the ledger's device count).
+    assert Decimal(cast.client(cast.alice).get(f"/api/v1/runs/{run.pk}/").json()["cost"]["amount"]) == Decimal("2.00")
+
+
+def test_the_page_charges_the_devices_the_run_was_given_as_the_run_api_does(cast: Any) -> None:
+    # Asked for 2 devices, placed on 1 (the ledger charges what an attempt was given): the page
+    # used to multiply the wall time by the devices asked for, and said $2.00 beside the API's $1.00.
+    run, _ = _finished(cast.digits, devices_per_node=2)
+    api = cast.client(cast.alice).get(f"/api/v1/runs/{run.pk}/").json()["cost"]["amount"]
+    assert Decimal(api) == Decimal("1.00")
+    assert _dd(_page(cast.alice, run), "run-cost") == "$1.00"
 
 
 # --- 7. checkpoints: the kept ones listed, the ones retention deleted folded --------------------

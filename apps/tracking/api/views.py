@@ -13,7 +13,7 @@ from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.billing.services import money
+from apps.billing.costmodel import money
 from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
