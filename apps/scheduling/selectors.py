@@ -22,6 +22,7 @@ from apps.runs.models import Run, RunStatus
 from apps.scheduling.model import WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.policies import explain_policy
+from apps.scheduling.predict import RuntimePrediction
 from apps.scheduling.snapshot import policy_from_json, predict_queued, predictor_load, run_query
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
@@ -145,7 +146,23 @@ def _until(at: datetime | None, now: datetime) -> str:
     return "due now" if ahead > -DUE_NOW_S else f"was due {fmt_duration(ahead)} ago"
 
 
-def _entry(run: Run, *, position: int, mine: bool, predicted: float, now: datetime) -> dict[str, Any]:
+# Runs the scheduler skips until something else changes (money, a quota, a new node): they are
+# ahead of a run in the list but not in its way.
+HELD = frozenset({WaitCode.BUDGET, WaitCode.QUOTA, WaitCode.NO_HARDWARE, WaitCode.NO_POLICY})
+# Predictions made without any finished peer: the figure is the run's time limit or a default.
+UNINFORMED = ("template maximum", "no history")
+
+
+def _runtime_text(prediction: RuntimePrediction) -> str:
+    """The predicted runtime in words, saying when it is only the run's limit ("at most 2.0 hours")."""
+    if prediction.basis == "template maximum":
+        return f"at most {fmt_duration(prediction.runtime_s)} (its limit; no similar run has finished yet)"
+    if prediction.basis == "no history":
+        return f"about {fmt_duration(prediction.runtime_s)} (a guess; no similar run has finished yet)"
+    return f"about {fmt_duration(prediction.runtime_s)}"
+
+
+def _entry(run: Run, *, position: int, mine: bool, predicted: RuntimePrediction, now: datetime) -> dict[str, Any]:
     return {
         "position": position,
         "priority": run.priority,
@@ -153,7 +170,9 @@ def _entry(run: Run, *, position: int, mine: bool, predicted: float, now: dateti
         "nodes": run.nodes,
         "devices_per_node": run.devices_per_node,
         "devices": run.nodes * run.devices_per_node,
-        "predicted_runtime_s": round(predicted, 1),
+        "predicted_runtime_s": round(predicted.runtime_s, 1),
+        "predicted_runtime_text": _runtime_text(predicted),
+        "predicted_from_history": predicted.basis not in UNINFORMED,
         "preemptible": run.preemptible,
         "reason": {
             "code": run.reason_code,
@@ -198,18 +217,22 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
     out: list[dict[str, Any]] = []
     for p in pools:
         entries: list[dict[str, Any]] = []
-        ahead_runs, ahead_devices = 0, 0
+        ahead_runs, ahead_devices, held = 0, 0, 0
         ahead_by_team: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for position, run in enumerate(by_pool.get(p.pk, []), start=1):
             mine = run.project.team_id in my_teams
-            entry = _entry(run, position=position, mine=mine, predicted=predict_queued(predictor, run).runtime_s, now=now)
+            entry = _entry(run, position=position, mine=mine, predicted=predict_queued(predictor, run), now=now)
             if mine:
                 entry["ahead"] = {
                     "runs": ahead_runs,
                     "devices": ahead_devices,
                     "by_team": [{"team": t, "runs": v[0], "devices": v[1]} for t, v in sorted(ahead_by_team.items())],
+                    "held": held,
                 }
             entries.append(entry)
+            if run.reason_code in HELD:
+                held += 1
+                continue
             ahead_runs += 1
             ahead_devices += entry["devices"]
             ahead_by_team[entry["team"]][0] += 1

@@ -81,13 +81,19 @@ def _check_compare_keys(data: Mapping[str, Any]) -> None:
         raise CliError(f"runs {runs} have no metric {', '.join(repr(k) for k in unknown)} ({found})", EXIT_NOT_FOUND)
 
 
+DUE_NOW_S = 60.0  # as the queue page (apps.scheduling.selectors)
+
+
 def _when(at: str | None, now: datetime) -> str:
     """An ISO time in local time with how far off it is, as the queue page shows it."""
     when = _parse_time(at) if at else None
     if when is None:
         return "not estimated"
     ahead = (when - now).total_seconds()
-    return f"{_local_time(at)} (in {_duration(ahead)})" if ahead > 0 else f"{_local_time(at)} (due now)"
+    if ahead > 0:
+        return f"{_local_time(at)} (in {_duration(ahead)})"
+    # Within a minute it is due now (passes run every 10 s); further back, no pass has looked since.
+    return f"{_local_time(at)} (due now)" if ahead > -DUE_NOW_S else f"{_local_time(at)} (was due {_duration(-ahead)} ago)"
 
 
 def _queue_rows(pool: dict[str, Any], now: datetime) -> list[list[Any]]:

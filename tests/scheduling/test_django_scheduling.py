@@ -361,7 +361,7 @@ def test_queue_api_hides_other_teams_details(cast: Any, pool: NodePool) -> None:
     assert other["reason"]["message"] == other["reason"]["label"]
     assert theirs.name not in str(other) and "secret_param" not in str(data) and "tiny-lm" not in str(other)
     assert own["run"]["id"] == mine.pk and own["mine"] and own["reason"]["message"]
-    assert own["ahead"] == {"runs": 1, "devices": 1, "by_team": [{"team": "nlp", "runs": 1, "devices": 1}]}
+    assert own["ahead"] == {"runs": 1, "devices": 1, "by_team": [{"team": "nlp", "runs": 1, "devices": 1}], "held": 0}
     assert f"#{hog.pk}" not in own["reason"]["message"]
     assert local["rules"] and "Urgent jobs go before normal ones" in local["rules"][0]
     assert "summary" in local["accuracy"] and local["utilization"]["total_devices"] == 1

@@ -157,3 +157,51 @@ def test_a_refresh_that_lands_on_sign_in_keeps_the_queue_and_says_it_is_old(cast
         page.wait_for_function("() => document.getElementById('queue-refresh').textContent.startsWith('Not refreshed since')")
         assert "Pool local" in page.inner_text("#queue-pools") and page.locator("#sign-in").count() == 0
         assert "signed out, or the portal cannot be reached" in page.inner_text("#queue-refresh")
+
+
+def test_runs_held_by_hardware_are_listed_but_not_counted_in_the_way(cast: Any, pool: NodePool) -> None:
+    register(pool, "n1")
+    blocker = make(cast, pool)
+    scheduling_pass()
+    start(blocker)
+    # Urgent, so first in line; but no node has 64 devices: skipped, not waited for.
+    too_big = make(cast, pool, team="nlp", dpn=64, priority="urgent")
+    behind = make(cast, pool, team="nlp")
+    mine = make(cast, pool, team="vision")
+    scheduling_pass()
+    too_big.refresh_from_db()
+    assert too_big.reason_code == "no_hardware"
+    entries = cast.client(cast.alice).get("/api/v1/queue/").json()["pools"][0]["queue"]
+    entry = next(e for e in entries if e["run"] and e["run"]["id"] == mine.pk)
+    assert entry["position"] == 3
+    assert entry["ahead"]["runs"] == 1 and entry["ahead"]["devices"] == 1 and entry["ahead"]["held"] == 1
+    assert behind.pk  # the one really ahead
+    client = Client()
+    client.force_login(cast.alice)
+    html = client.get("/queue/").content.decode()
+    assert "Ahead of it: 1 run needing 1 device (nlp: 1 run, 1 dev.); 1 more held by budget, quota or hardware, not in its way" in html
+
+
+def test_a_runtime_without_history_says_it_is_the_limit_not_a_prediction(cast: Any, pool: NodePool) -> None:
+    register(pool, "n1")
+    blocker = make(cast, pool)
+    scheduling_pass()
+    start(blocker)
+    make(cast, pool, max_runtime_s=7200)
+    scheduling_pass()
+    entry = cast.client(cast.alice).get("/api/v1/queue/").json()["pools"][0]["queue"][0]
+    assert entry["predicted_runtime_s"] == 7200 and entry["predicted_from_history"] is False
+    assert entry["predicted_runtime_text"] == "at most 2.0 hours (its limit; no similar run has finished yet)"
+    client = Client()
+    client.force_login(cast.alice)
+    html = client.get("/queue/").content.decode()
+    assert "7200 s" not in html and "at most 2.0 hours (its limit" in html
+
+
+def test_the_cli_says_how_long_ago_a_past_estimate_fell_due() -> None:
+    from trainyard._cli_reports import _when
+
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    assert _when((now - timedelta(seconds=20)).isoformat(), now).endswith("(due now)")
+    assert _when((now - timedelta(minutes=10)).isoformat(), now).endswith("(was due 10m00s ago)")
+    assert _when((now + timedelta(minutes=2)).isoformat(), now).endswith("(in 2m00s)")

@@ -35,9 +35,11 @@ class AheadTeamSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class AheadSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    runs = serializers.IntegerField(help_text="Runs ahead of this one in the pool's line.")
+    runs = serializers.IntegerField(help_text="Runs ahead of this one in the pool's line, held ones left out.")
     devices = serializers.IntegerField(help_text="Devices those runs need.")
     by_team = AheadTeamSerializer(many=True)
+    held = serializers.IntegerField(help_text="Runs higher in the line that the scheduler skips until a budget, quota or "
+                                              "the hardware changes: listed ahead, but not in this run's way.")
 
 
 class QueueEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -48,6 +50,8 @@ class QueueEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
     devices_per_node = serializers.IntegerField()
     devices = serializers.IntegerField()
     predicted_runtime_s = serializers.FloatField(help_text="From similar finished runs, else the max runtime.")
+    predicted_runtime_text = serializers.CharField(help_text="The same in words, saying when it is only the run's limit.")
+    predicted_from_history = serializers.BooleanField(help_text="False when no similar run has finished yet.")
     preemptible = serializers.BooleanField()
     reason = ReasonSerializer()
     estimated_start = EstimatedStartSerializer()
