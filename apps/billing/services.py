@@ -3,8 +3,6 @@ budgets and quotas. Every change to a budget or quota is audited; the ledger onl
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -45,6 +43,7 @@ from apps.billing.selectors import (
     runs_predicted_cost,
 )
 from apps.core.errors import FieldError, ServiceError
+from apps.core.signing import webhook_sign
 from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
@@ -464,11 +463,6 @@ def alert_email(*, alert_id: int) -> bool:
 def alert_webhook_ids(*, alert_id: int) -> list[int]:
     alert = BudgetAlert.objects.select_related("budget").get(pk=alert_id)
     return list(TeamWebhook.objects.filter(team_id=alert.budget.team_id, active=True).values_list("pk", flat=True))
-
-
-def webhook_sign(*, secret: str, timestamp: int, body: bytes) -> str:
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
 
 
 def webhook_body(*, alert: BudgetAlert) -> bytes:

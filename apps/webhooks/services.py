@@ -8,7 +8,6 @@ this app. Each event is delivered at most once per endpoint: a WebhookDelivery r
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
@@ -28,6 +27,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.core.errors import FieldError
 from apps.core.queueing import enqueue
+from apps.core.signing import webhook_sign
 from apps.core.text import is_id
 from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.tenants.models import Project
@@ -61,12 +61,6 @@ def request_timeout_s() -> float:
 def retry_delay_s(*, attempts: int) -> float:
     """Exponential backoff after the n-th failed attempt: base, 2x base, 4x base ... capped at an hour."""
     return float(min(3600.0, retry_base_s() * 2 ** max(0, attempts - 1)))
-
-
-def webhook_sign(*, secret: str, timestamp: int, body: bytes) -> str:
-    """The X-Trainyard-Signature value: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
 
 
 def webhook_verify(*, secret: str, timestamp: str, body: bytes, signature: str, tolerance_s: int = 300,
