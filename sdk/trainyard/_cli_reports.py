@@ -119,7 +119,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     pools = [p for p in data.get("pools") or [] if not args.pool or p["pool"] == args.pool]
     if args.pool and not pools:
         known = ", ".join(p["pool"] for p in data.get("pools") or []) or "none"
-        raise CliError(f"no pool {args.pool!r} (pools: {known})", EXIT_USAGE)
+        raise CliError(f"no pool {args.pool!r} (pools: {known})", EXIT_NOT_FOUND)
     if args.json:
         _out(data | {"pools": pools})
         return EXIT_OK

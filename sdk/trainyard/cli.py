@@ -56,7 +56,7 @@ exit codes:
   1    the run failed or was cancelled (submit --wait, logs --follow)
   2    usage error (bad arguments)
   3    authentication error (not logged in, bad or revoked token)
-  4    not found (no such run, project, template or metric, or one of another team's)
+  4    not found (no such run, project, template, metric or pool, or one of another team's)
   5    server or connection error (or --server is not the portal's root URL)
   6    refused by the server (validation, budget, quota, role, state conflict)
   7    --timeout-wait ran out; the run goes on

@@ -429,7 +429,7 @@ def test_cli_queue_prints_the_queue_apis_pools(cast: Any, pool: NodePool, monkey
     assert ": 0 waiting (no node taking new runs: nothing here can start)" in retired
     assert cli.main(["queue", "--pool", "v100-retired"]) == 0
     assert "pool local" not in capsys.readouterr().out
-    assert cli.main(["queue", "--pool", "nope"]) == 2
+    assert cli.main(["queue", "--pool", "nope"]) == 4  # not found, as for a run or project
     assert "no pool 'nope' (pools: local, v100-retired)" in capsys.readouterr().err
 
 
