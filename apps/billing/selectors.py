@@ -10,7 +10,9 @@ from decimal import Decimal
 from typing import Any
 
 from django.apps import apps as django_apps
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import CharField, Count, Func, Min, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
 from apps.billing import costmodel
@@ -115,20 +117,38 @@ def runs_predicted_cost(*, runs: Sequence[Run], prices: dict[int, Decimal] | Non
 
 def budget_reserved(*, budget: Budget, exclude_run_id: int | None = None) -> Decimal:
     """What admitted-but-unfinished runs may still spend: predicted cost less what they spent."""
-    runs = Run.objects.exclude(status__in=FINISHED_STATUSES).select_related("pool", "project__team", "template")
-    runs = runs.filter(project_id=budget.project_id) if budget.project_id else runs.filter(project__team_id=budget.team_id)
+    return budgets_reserved(budgets=[budget], exclude_run_id=exclude_run_id)[budget.pk]
+
+
+def budgets_reserved(*, budgets: Sequence[Budget], exclude_run_id: int | None = None) -> dict[int, Decimal]:
+    """budget_reserved for several budgets at once, by budget id: the unfinished runs of all
+    their scopes are read, spent and predicted together (one runtime history for all of them),
+    so a page of every project's budget costs the same few queries as one."""
+    out = {b.pk: ZERO for b in budgets}
+    projects = {b.project_id for b in budgets if b.project_id}
+    teams = {b.team_id for b in budgets if not b.project_id}
+    if not budgets:
+        return out
+    runs = Run.objects.exclude(status__in=FINISHED_STATUSES).filter(Q(project_id__in=projects) | Q(project__team_id__in=teams))
     if exclude_run_id is not None:
         runs = runs.exclude(pk=exclude_run_id)
-    run_list = list(runs)
+    # Prefetched, not joined: the queue may hold hundreds of runs of a few templates, and a
+    # joined template (its JSON schema decoded again) per run cost more than the rest together.
+    run_list = list(runs.prefetch_related("pool", "project__team", "template"))
     if not run_list:
-        return ZERO
+        return out
     spent = dict(
         UsageEntry.objects.filter(run_id__in=[r.pk for r in run_list]).values("run_id").annotate(s=Sum("cost")).values_list("run_id", "s")
     )
-    total = ZERO
+    by_project: dict[int, Decimal] = defaultdict(lambda: ZERO)
+    by_team: dict[int, Decimal] = defaultdict(lambda: ZERO)
     for run, forecast in zip(run_list, runs_predicted_cost(runs=run_list), strict=True):
-        total += max(ZERO, forecast.cost - (spent.get(run.pk) or ZERO))
-    return total
+        left = max(ZERO, forecast.cost - (spent.get(run.pk) or ZERO))
+        by_project[run.project_id] += left
+        by_team[run.project.team_id] += left
+    for budget in budgets:
+        out[budget.pk] = by_project[budget.project_id] if budget.project_id else by_team[budget.team_id]
+    return out
 
 
 def budget_name(*, budget: Budget, period: Period) -> str:
@@ -189,10 +209,33 @@ class BudgetStatus:
         }
 
 
-def _burndown(entries: QuerySet[UsageEntry], period: Period, now: datetime) -> list[tuple[str, Decimal]]:
-    per_day: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    for start, cost in entries.values_list("period_start", "cost"):
-        per_day[f"{costmodel.day_floor(start):%Y-%m-%d}"] += cost
+_PLACES = {name: int(UsageEntry._meta.get_field(name).decimal_places or 0)  # type: ignore[union-attr]
+           for name in ("cost", "device_seconds", "energy_kwh", "co2_g")}
+
+
+def _ledger_sum(value: Decimal | None, name: str = "cost") -> Decimal:
+    """A sum of a ledger column at the column's own precision. SQLite adds decimals as floats,
+    which leaves noise past the last place (976.595752999999); every entry has at most that
+    many places, so rounding back to them gives the exact sum PostgreSQL returns."""
+    return ZERO if value is None else value.quantize(Decimal(1).scaleb(-_PLACES[name]))
+
+
+class UtcDay(Func):
+    """The UTC day of a timestamp as "YYYY-MM-DD" (costmodel.day_floor's day), worked out by the
+    database so that sums per day can be grouped there. Django's TruncDay is a Python function
+    called once per row on SQLite (most of a month's spend query); this is plain SQL on both."""
+
+    output_field = CharField()
+
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> tuple[str, Any]:
+        # Django stores aware datetimes in SQLite as UTC text, "YYYY-MM-DD HH:MM:SS[.ffffff]".
+        return self.as_sql(compiler, connection, template="SUBSTR(%(expressions)s, 1, 10)", **extra)
+
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any) -> tuple[str, Any]:
+        return self.as_sql(compiler, connection, template="TO_CHAR(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD')", **extra)
+
+
+def _burndown(per_day: dict[str, Decimal], period: Period, now: datetime) -> list[tuple[str, Decimal]]:
     out, running = [], ZERO
     for day in costmodel.days_between(period.start, min(period.end, now + timedelta(seconds=1))):
         key = f"{day:%Y-%m-%d}"
@@ -201,24 +244,68 @@ def _burndown(entries: QuerySet[UsageEntry], period: Period, now: datetime) -> l
     return out
 
 
+def _daily_cost(entries: QuerySet[UsageEntry], by: str) -> dict[Any, dict[str, Decimal]]:
+    """Cost per `by` (a column) and UTC day, summed by the database: a month of a busy team's
+    ledger is tens of thousands of entries, and reading them back to add them up in Python
+    was most of the time of every page with a budget on it."""
+    out: dict[Any, dict[str, Decimal]] = defaultdict(dict)
+    rows = entries.order_by().values(by, day=UtcDay("period_start")).annotate(total=Sum("cost"))
+    for key, day, total in rows.values_list(by, "day", "total"):
+        out[key][day] = _ledger_sum(total)
+    return out
+
+
 def project_budget_status(*, project: Project, now: datetime | None = None) -> BudgetStatus:
     """Spend this period vs the project's budget (its own, else the team's), with burn-down."""
+    return projects_budget_status(projects=[project], now=now)[project.pk]
+
+
+def projects_budget_status(*, projects: Sequence[Project], now: datetime | None = None) -> dict[int, BudgetStatus]:
+    """project_budget_status of each project, by project id, in a fixed number of queries
+    however many projects there are (the finance console and /budgets/ show them all)."""
     now = now or timezone.now()
     period = period_for(at=now)
-    budgets = budgets_for_project(project=project)
-    budget = next((b for b in budgets if b.project_id == project.pk), budgets[0] if budgets else None)
-    scope = _scope_filter(budget) if budget else Q(project_id=project.pk)
-    entries = UsageEntry.objects.filter(scope, period_start__gte=period.start, period_start__lt=period.end)
-    spent = entries.aggregate(total=Sum("cost"))["total"] or ZERO
-    return BudgetStatus(
-        budget=budget,
-        period=period,
-        spent=spent,
-        reserved=budget_reserved(budget=budget) if budget else ZERO,
-        forecast=costmodel.linear_forecast(spent=spent, period_start=period.start, period_end=period.end, now=now),
-        burndown=_burndown(entries, period, now),
-        alerts=list(BudgetAlert.objects.filter(budget=budget, period=period.key).order_by("threshold")) if budget else [],
+    if not projects:
+        return {}
+    budgets = list(
+        Budget.objects.filter(Q(project_id__in={p.pk for p in projects}) | Q(team_id__in={p.team_id for p in projects},
+                                                                              project__isnull=True))
+        .select_related("team", "project", "project__team")
+        .order_by("pk")
     )
+    own = {b.project_id: b for b in budgets if b.project_id}
+    team_level: dict[int, Budget] = {}
+    for b in budgets:
+        if not b.project_id:
+            team_level.setdefault(b.team_id, b)
+    chosen = {p.pk: own.get(p.pk) or team_level.get(p.team_id) for p in projects}
+    in_period = UsageEntry.objects.filter(period_start__gte=period.start, period_start__lt=period.end)
+    # A project without a budget, or with its own, is charged its own entries; one under its
+    # team's budget shows the team's spend against it.
+    by_team = {b.team_id for b in chosen.values() if b is not None and not b.project_id}
+    by_project = {pk for pk, b in chosen.items() if b is None or b.project_id}
+    project_days = _daily_cost(in_period.filter(project_id__in=by_project), "project_id") if by_project else {}
+    team_days = _daily_cost(in_period.filter(team_id__in=by_team), "team_id") if by_team else {}
+    in_use = list({b.pk: b for b in chosen.values() if b is not None}.values())
+    reserved = budgets_reserved(budgets=in_use)
+    alerts: dict[int, list[BudgetAlert]] = defaultdict(list)
+    for alert in BudgetAlert.objects.filter(budget__in=in_use, period=period.key).order_by("threshold", "pk"):
+        alerts[alert.budget_id].append(alert)
+    out = {}
+    for project in projects:
+        budget = chosen[project.pk]
+        per_day = team_days.get(budget.team_id, {}) if budget is not None and not budget.project_id else project_days.get(project.pk, {})
+        spent = sum(per_day.values(), ZERO)
+        out[project.pk] = BudgetStatus(
+            budget=budget,
+            period=period,
+            spent=spent,
+            reserved=reserved[budget.pk] if budget else ZERO,
+            forecast=costmodel.linear_forecast(spent=spent, period_start=period.start, period_end=period.end, now=now),
+            burndown=_burndown(per_day, period, now),
+            alerts=alerts[budget.pk] if budget else [],
+        )
+    return out
 
 
 # --- finance reports ----------------------------------------------------------------------------
@@ -234,7 +321,8 @@ GROUPS = {
 def ledger_filter(*, params: dict[str, str]) -> tuple[QuerySet[UsageEntry], dict[str, list[str]]]:
     """The ledger narrowed by query parameters; returns (queryset, field errors)."""
     errors: dict[str, list[str]] = {}
-    qs = UsageEntry.objects.select_related("team", "project", "pool", "template").order_by("period_start", "id")
+    # project__team: the ledger names a project as team/project; without it, one query per entry.
+    qs = UsageEntry.objects.select_related("team", "project__team", "pool", "template").order_by("period_start", "id")
     for name, lookup in [("team", "team__slug"), ("pool", "pool__name"), ("template", "template__slug")]:
         if params.get(name):
             qs = qs.filter(**{lookup: params[name]})
@@ -276,27 +364,51 @@ def ledger_filter(*, params: dict[str, str]) -> tuple[QuerySet[UsageEntry], dict
     return qs, errors
 
 
+_SPEND_SUMS = {"cost": Sum("cost"), "device_seconds": Sum("device_seconds"), "energy_kwh": Sum("energy_kwh"), "co2_g": Sum("co2_g")}
+
+
+def _group_fields(group_by: str) -> list[str]:
+    key_field, label_field = GROUPS[group_by]
+    labels = ["project__team__slug", "project__slug"] if group_by == "project" else [label_field] if label_field else []
+    return [key_field, *labels]
+
+
 def spend_by(*, entries: QuerySet[UsageEntry], group_by: str) -> dict[str, Any]:
     """Totals and a daily series per group (for stacked charts)."""
+    return spend_by_groups(entries=entries, groups=[group_by])[group_by]
+
+
+def spend_by_groups(*, entries: QuerySet[UsageEntry], groups: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """spend_by for each of several groupings, from one pass of the database over the ledger:
+    it sums per day and every combination of the groups' columns (a few rows per day: a
+    project uses few pools and templates), and each grouping is folded from those rows."""
+    fields = list(dict.fromkeys(f for group_by in groups for f in _group_fields(group_by)))
+    rows = list(
+        entries.order_by()
+        .values(*fields, day=UtcDay("period_start"))
+        .annotate(**{f"sum_{name}": agg for name, agg in _SPEND_SUMS.items()}, first=Min("period_start"), first_id=Min("id"))
+    )
+    return {group_by: _spend_fold(rows, group_by) for group_by in groups}
+
+
+def _spend_fold(rows: list[dict[str, Any]], group_by: str) -> dict[str, Any]:
     key_field, label_field = GROUPS[group_by]
-    fields = [key_field, "period_start", "cost", "device_seconds", "energy_kwh", "co2_g"]
     labels: dict[Any, str] = {}
-    if group_by == "project":
-        fields += ["project__team__slug", "project__slug"]
-    elif label_field:
-        fields.append(label_field)
+    first: dict[Any, tuple[datetime, int]] = {}
     totals: dict[Any, dict[str, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
     series: dict[Any, dict[str, Decimal]] = defaultdict(lambda: defaultdict(lambda: ZERO))
-    for row in entries.values(*fields):
+    for row in rows:
         key = row[key_field]
         if group_by == "project":
             labels[key] = f"{row['project__team__slug']}/{row['project__slug']}"
         else:
             labels[key] = str(row[label_field]) if label_field else str(key)
-        for name in ("cost", "device_seconds", "energy_kwh", "co2_g"):
-            totals[key][name] += row[name]
-        series[key][f"{costmodel.day_floor(row['period_start']):%Y-%m-%d}"] += row["cost"]
-    rows = sorted(totals, key=lambda k: -totals[k]["cost"])
+        first[key] = min(first.get(key, (row["first"], row["first_id"])), (row["first"], row["first_id"]))
+        for name in _SPEND_SUMS:
+            totals[key][name] += _ledger_sum(row[f"sum_{name}"], name)
+        series[key][row["day"]] += _ledger_sum(row["sum_cost"])
+    # Largest first; equal ones in the order the ledger first mentions them.
+    ordered = sorted(totals, key=lambda k: (-totals[k]["cost"], first[k]))
     return {
         "group_by": group_by,
         "rows": [
@@ -308,11 +420,11 @@ def spend_by(*, entries: QuerySet[UsageEntry], group_by: str) -> dict[str, Any]:
                 "energy_kwh": round(float(totals[key]["energy_kwh"]), 6),
                 "co2_g": round(float(totals[key]["co2_g"]), 3),
             }
-            for key in rows
+            for key in ordered
         ],
         "series": [
             {"key": key, "label": labels[key], "points": [[day, float(cost)] for day, cost in sorted(series[key].items())]}
-            for key in rows
+            for key in ordered
         ],
     }
 
@@ -322,33 +434,49 @@ def waste_attempt_ids(*, entries: QuerySet[UsageEntry]) -> QuerySet[UsageEntry, 
 
 
 def waste_by_outcome(*, entries: QuerySet[UsageEntry]) -> list[dict[str, Any]]:
-    outcomes = dict(
-        UsageEntry.objects.filter(kind=EntryKind.CLOSE, outcome__in=WASTE_OUTCOMES).values_list("attempt_id", "outcome")
+    """Cost of the attempts that ended badly, by how they ended (their close entry's outcome),
+    summed by the database: the ids of every failed attempt ever no longer go over as parameters."""
+    wasted = UsageEntry.objects.filter(kind=EntryKind.CLOSE, outcome__in=WASTE_OUTCOMES)
+    ended = wasted.filter(attempt_id=OuterRef("attempt_id")).order_by().values("outcome")[:1]
+    rows = (
+        entries.order_by()
+        .filter(attempt_id__in=wasted.values("attempt_id"))
+        .annotate(ended=Subquery(ended))
+        .filter(ended__in=WASTE_OUTCOMES)
+        .values("ended")
+        .annotate(total=Sum("cost"))
+        .values_list("ended", "total")
     )
-    totals: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    for attempt_id, cost in entries.filter(attempt_id__in=list(outcomes)).values_list("attempt_id", "cost"):
-        totals[outcomes[attempt_id]] += cost
+    totals = {outcome: _ledger_sum(total) for outcome, total in rows}
     return [{"outcome": o, "cost": costmodel.to_cents(totals[o])} for o in WASTE_OUTCOMES if o in totals]
 
 
 def family_costs(*, entries: QuerySet[UsageEntry]) -> list[dict[str, Any]]:
-    """Cost per successful experiment: a family's whole cost divided by its successful runs."""
-    cost: dict[str, Decimal] = defaultdict(lambda: ZERO)
-    run_ids: dict[str, set[int]] = defaultdict(set)
-    for family, slug, run_id, value in entries.values_list("run__family", "template__slug", "run_id", "cost"):
-        name = family or f"{slug} (no family)"
-        cost[name] += value
-        run_ids[name].add(run_id)
-    succeeded = set(
-        Run.objects.filter(pk__in={r for ids in run_ids.values() for r in ids}, status=RunStatus.SUCCEEDED).values_list("pk", flat=True)
+    """Cost per successful experiment: a family's whole cost divided by its successful runs.
+    Summed and counted by the database per family and template (a run has one template)."""
+    rows = (
+        entries.order_by()
+        .values("run__family", "template__slug")
+        .annotate(total=Sum("cost"), runs=Count("run_id", distinct=True),
+                  ok=Count("run_id", distinct=True, filter=Q(run__status=RunStatus.SUCCEEDED)), first=Min("period_start"))
     )
+    cost: dict[str, Decimal] = defaultdict(lambda: ZERO)
+    runs: dict[str, int] = defaultdict(int)
+    succeeded: dict[str, int] = defaultdict(int)
+    first: dict[str, datetime] = {}
+    for row in rows:
+        name = row["run__family"] or f"{row['template__slug']} (no family)"
+        cost[name] += _ledger_sum(row["total"])
+        runs[name] += row["runs"]
+        succeeded[name] += row["ok"]
+        first[name] = min(first.get(name, row["first"]), row["first"])
     out = []
-    for name in sorted(cost, key=lambda n: -cost[n]):
-        ok = len(run_ids[name] & succeeded)
+    for name in sorted(cost, key=lambda n: (-cost[n], first[n])):
+        ok = succeeded[name]
         out.append(
             {
                 "family": name,
-                "runs": len(run_ids[name]),
+                "runs": runs[name],
                 "succeeded": ok,
                 "cost": costmodel.to_cents(cost[name]),
                 "cost_per_success": costmodel.to_cents(cost[name] / ok) if ok else None,

@@ -48,7 +48,10 @@ def _input_for(field: str) -> str:
 
 
 def _engineer_projects(request: HttpRequest) -> list[Project]:
-    return [p for p in project_list(user=request.user) if has_role(user=request.user, team_id=p.team_id, at_least="engineer")]
+    projects = list(project_list(user=request.user))
+    # The role is the team's, so asked once per team rather than once per project.
+    teams = {team_id for team_id in {p.team_id for p in projects} if has_role(user=request.user, team_id=team_id, at_least="engineer")}
+    return [p for p in projects if p.team_id in teams]
 
 
 @login_required
