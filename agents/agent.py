@@ -30,6 +30,48 @@ from agents.shipper import Shipper, Spool
 
 log = logging.getLogger("agents")
 MAIN_TICK_S = 0.2
+REGISTER_NOTICE_S = 15.0  # how long registration retries quietly before saying again what to check
+UNREACHABLE_NOTICE_S = 60.0  # how often a long outage is mentioned again
+
+
+def _join_token_help(config: Config) -> str:
+    return (f"an administrator makes one for pool {config.pool!r} in the portal's admin (Nodes > Join tokens) or with "
+            f"`python manage.py agent_join_token --pool {config.pool}`")
+
+
+def registration_advice(err: ApiError, config: Config) -> str:
+    """What a refused registration means and what to do about it, in one message."""
+    if err.status == 403 and err.code == "bad_join_token":
+        if not config.join_token:
+            return (f"registration refused: no join token was given (--join-token or TRAINYARD_AGENT_JOIN_TOKEN) and "
+                    f"{config.workdir} holds no node credential that the server accepts; {_join_token_help(config)}")
+        return (f"registration refused: the server does not accept this join token (unknown, revoked or expired); "
+                f"ask for a new one: {_join_token_help(config)}")
+    pool_words = (err.fields.get("pool") or [err.message])[0]
+    if err.status == 400 and err.code == "unknown_pool":
+        return f"registration refused: {pool_words}. Start the agent with the join token's pool in --pool"
+    if err.status == 400 and err.code == "wrong_pool":
+        return (f"registration refused: {pool_words}. A join token is made for one pool: start the agent with that "
+                f"pool's name in --pool, or ask for a join token for pool {config.pool!r}")
+    if err.status == 400 and err.code == "registered_elsewhere":
+        return (f"registration refused: {pool_words}. The agent's identity is kept in {config.workdir}: start it with "
+                f"that pool in --pool, or give it a new --workdir to join {config.pool!r} as a new node")
+    if err.status == 400 and "protocol_version" in err.fields:
+        return (f"registration refused: this agent speaks protocol {protocol.PROTOCOL_VERSION}, newer than the server "
+                f"({err.message}); upgrade the portal, or run the agent that came with it")
+    if err.status in (404, 405):
+        return (f"registration refused: {config.server} has no Trainyard agent API at {err.path} (HTTP {err.status}: "
+                f"{err.message}); --server must be the portal's base URL, like http://host:8000")
+    return f"registration refused: {err}"
+
+
+def devices_text(devices: list[protocol.DeviceInfo]) -> str:
+    """ "1 CPU slot", "8 GPUs (NVIDIA H100 80GB HBM3)"."""
+    gpus = [d for d in devices if d.get("kind") == "gpu"]
+    if gpus:
+        models = sorted({d.get("model") or "" for d in gpus} - {""})
+        return f"{len(gpus)} GPU{'' if len(gpus) == 1 else 's'}" + (f" ({', '.join(models)})" if models else "")
+    return f"{len(devices)} CPU slot{'' if len(devices) == 1 else 's'}"
 
 
 class Registration:
@@ -63,7 +105,14 @@ class Registration:
             "memory_bytes": memory_bytes(), "devices": self.devices(), "running": running}
         while not stop.is_set():
             try:
-                resp = self.client.request("POST", protocol.API_PREFIX + "register/", body, retry_for=None)
+                resp = self.client.request("POST", protocol.API_PREFIX + "register/", body, retry_for=REGISTER_NOTICE_S)
+            except Unreachable as err:
+                if stop.is_set() or self.client.stop.is_set():
+                    break
+                log.warning("cannot reach the portal at %s to register (%s). Check that --server is the portal's URL and that "
+                            "this machine can reach it; still trying, with backoff (Ctrl-C stops the agent)",
+                            self.config.server, err)
+                continue
             except ApiError as err:
                 if err.status == 401 and self.client.credential:
                     log.warning("stored node credential refused; registering again with the join token")
@@ -78,8 +127,8 @@ class Registration:
                     fh.write(resp["credential"])
                 os.chmod(self.cred_path, 0o600)
             self.session, self.node_id = int(resp["session"]), int(resp["node_id"])
-            log.info("registered as node %d (session %d, %d devices) with %s", self.node_id, self.session, len(body["devices"]),
-                     self.config.server)
+            log.info("registered as node %d in pool %s (session %d; %s) with %s", self.node_id, resp.get("pool", self.config.pool),
+                     self.session, devices_text(body["devices"]), self.config.server)
             return list(resp.get("kill") or [])
         raise Unreachable("stopped before registering")
 
@@ -104,12 +153,21 @@ class Agent:
         self.threads: list[threading.Thread] = []
         self.server_drain = False
         self.drain_deadline: float | None = None
+        self.registered = False
+        self.unreachable_since: float | None = None  # when the heartbeat last stopped getting through
+        self.unreachable_noted = 0.0
 
     def _stale(self, attempt_id: int, reason: str) -> None:
         self.runner.kill(attempt_id, reason)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
+        if not self.registered:
+            # Nothing runs yet: stop trying to register (the client retries until told to stop).
+            log.warning("got %s before registering: stopping", signal.Signals(signum).name)
+            self.draining.set()
+            self.stop.set()
+            return
         if self.signals == 1:
             log.warning("got %s: draining (no new work; running attempts get %.0fs, then are preempted)",
                         signal.Signals(signum).name, self.config.drain_timeout_s)
@@ -130,8 +188,10 @@ class Agent:
                     self.runner.request_stop(int(order["attempt_id"]), str(order["kind"]), float(order["grace_period_s"]))
                 for attempt_id in resp.get("kill", []):
                     self.runner.kill(int(attempt_id), "the server says this attempt is stale or finished")
-                self.server_drain = bool(resp.get("drain"))
+                self._server_drain_set(bool(resp.get("drain")))
+                self._reachable()
             except ApiError as err:
+                self._reachable()
                 if err.status == 409:
                     log.warning("heartbeat refused (%s); registering again", err)
                     try:
@@ -142,9 +202,37 @@ class Agent:
                 else:
                     log.error("heartbeat refused: %s", err)
             except Unreachable as err:
-                log.warning("heartbeat: server unreachable (%s); jobs keep running", err)
+                self._unreachable(err)
             self.beat_now.wait(self.config.heartbeat_s)
             self.beat_now.clear()
+
+    def _server_drain_set(self, draining: bool) -> None:
+        """An administrator's drain of this node, as the server reports it: said on the console when it begins and ends
+        (not the echo of the agent's own drain, which it already announced)."""
+        if draining != self.server_drain and not self.draining.is_set():
+            if draining:
+                log.warning("the portal drained this node: it claims no new work; running attempts go on (an administrator "
+                            "undrains it on the Nodes page)")
+            else:
+                log.info("the portal undrained this node: claiming work again")
+        self.server_drain = draining
+
+    def _unreachable(self, err: Unreachable) -> None:
+        now = time.monotonic()
+        if self.unreachable_since is None:
+            self.unreachable_since = self.unreachable_noted = now
+            log.warning("heartbeat: cannot reach the portal at %s (%s); jobs keep running and their reports wait on disk. "
+                        "Retrying every %.0f s", self.config.server, err, self.config.heartbeat_s)
+        elif now - self.unreachable_noted >= UNREACHABLE_NOTICE_S:
+            self.unreachable_noted = now
+            log.warning("heartbeat: still cannot reach the portal at %s, for %.0f s now (%s); jobs keep running; retrying",
+                        self.config.server, now - self.unreachable_since, err)
+
+    def _reachable(self) -> None:
+        if self.unreachable_since is not None:
+            log.info("the portal at %s answers again after %.0f s; sending the reports kept on disk", self.config.server,
+                     time.monotonic() - self.unreachable_since)
+            self.unreachable_since = None
 
     def _claim_loop(self) -> None:
         while not self.stop.is_set():
@@ -177,7 +265,7 @@ class Agent:
                 log.warning("claim: server unreachable (%s)", err)
                 return 2.0
             if resp.get("drain") and not resp.get("assignments"):
-                self.server_drain = True  # the heartbeat says when it ends
+                self._server_drain_set(True)  # the heartbeat says when it ends
                 return 1.0
             for spec in resp.get("assignments", []):
                 if self.draining.is_set():
@@ -210,16 +298,21 @@ class Agent:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if not self.config.join_token and not self.client.credential:
+            log.error("no join token given (--join-token or TRAINYARD_AGENT_JOIN_TOKEN) and no node credential in %s: the first "
+                      "start of an agent needs one; %s", self.config.workdir, _join_token_help(self.config))
+            return 2
         self.runner.kill_leftovers()
         try:
             for attempt_id in self.registration.register([], self.draining):
                 log.info("server asks to kill attempt %d (not running here)", attempt_id)
         except ApiError as err:
-            log.error("registration refused: %s", err)
+            log.error("%s", registration_advice(err, self.config))
             return 2
         except Unreachable:
             log.warning("stopped before registering")
             return 0
+        self.registered = True
         self.shipper.start()
         self.monitor.start()
         self._thread("heartbeat", self._heartbeat_loop)

@@ -25,8 +25,25 @@ class ApiError(Exception):
         self.status = status
         self.body = body
         self.path = path
-        message = body.get("error", {}).get("message") if isinstance(body, dict) and isinstance(body.get("error"), dict) else body
-        super().__init__(f"{path}: HTTP {status}: {message}")
+        super().__init__(f"{path}: HTTP {status}: {self.message}")
+
+    @property
+    def message(self) -> str:
+        """The server's own words; for an answer that is not the Trainyard API's (a proxy's or a
+        web server's HTML page), only what it is, not a screenful of markup."""
+        if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
+            return str(self.body["error"].get("message", ""))
+        text = str(self.body).strip()
+        if text.startswith("<"):
+            return "an HTML page, not an answer of the Trainyard API"
+        return text[:200]
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
+            fields = self.body["error"].get("fields")
+            return fields if isinstance(fields, dict) else {}
+        return {}
 
     @property
     def code(self) -> str:
@@ -88,10 +105,10 @@ class Client:
             if self.stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 raise Unreachable(f"{method} {path}: {problem} (after {tries} tries)")
             delay = random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** min(tries, 10)))
-            if tries in (1, 5) or tries % 20 == 0:
-                log.warning("%s %s failed (%s); retrying (try %d)", method, path, problem, tries)
             if deadline is not None:
                 delay = max(0.0, min(delay, deadline - time.monotonic()))
+            if tries in (1, 5) or tries % 20 == 0:
+                log.warning("%s %s%s failed (%s); retrying in %.1f s (try %d)", method, self.server, path, problem, delay, tries)
             self.stop.wait(delay)
 
     def download(self, path: str, dest: Path, *, retry_for: float | None = 60.0) -> None:

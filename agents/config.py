@@ -7,6 +7,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 
@@ -60,30 +61,65 @@ def _outbound_address(server: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+EPILOG = """\
+First start: an administrator makes a join token for the pool (the admin's Nodes > Join tokens,
+or `python manage.py agent_join_token --pool NAME`), then on the node:
+
+  python -m agents --server https://portal.example.com --join-token tyj_... --pool NAME
+
+The agent keeps its identity and node credential in --workdir: later starts need no join token.
+It retries with backoff while the server cannot be reached. SIGTERM or Ctrl-C drains (no new
+work; running jobs get --drain-timeout seconds, then checkpoint and requeue); a second one
+stops them at once. Every option can also be set with the environment variable named in its help.
+"""
+
+
 def parse_args(argv: list[str] | None = None) -> Config:
-    p = argparse.ArgumentParser(prog="python -m agents", description="Trainyard node agent")
-    p.add_argument("--server", default=_env("SERVER", "http://127.0.0.1:8000"))
-    p.add_argument("--join-token", default=_env("JOIN_TOKEN", ""), help="needed for the first registration only")
-    p.add_argument("--pool", default=_env("POOL", "local"))
-    p.add_argument("--workdir", default=_env("WORKDIR", "var/agent"))
-    p.add_argument("--slots", type=int, default=int(_env("SLOTS", "1")), help="CPU slots offered when there is no GPU")
-    p.add_argument("--name", default=_env("NAME", ""), help="hostname to report (default: this host's)")
-    p.add_argument("--address", default=_env("ADDRESS", ""), help="address other ranks use to reach this node")
-    p.add_argument("--heartbeat", type=float, default=float(_env("HEARTBEAT_S", "5")))
-    p.add_argument("--claim-wait", type=float, default=float(_env("CLAIM_WAIT_S", "10")))
-    p.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT_S", "60")))
-    p.add_argument("--ship-interval", type=float, default=float(_env("SHIP_INTERVAL_S", "0.5")))
-    p.add_argument("--sample-interval", type=float, default=float(_env("SAMPLE_INTERVAL_S", "1")))
-    p.add_argument("--energy-interval", type=float, default=float(_env("ENERGY_INTERVAL_S", "5")))
-    p.add_argument("--spool-max-mb", type=float, default=float(_env("SPOOL_MAX_MB", "512")))
-    p.add_argument("--watts-per-core", type=float, default=float(_env("WATTS_PER_CORE", "10")))
-    p.add_argument("--request-timeout", type=float, default=float(_env("REQUEST_TIMEOUT_S", "30")))
+    p = argparse.ArgumentParser(prog="python -m agents", description="Trainyard node agent: joins a node pool and runs the "
+                                "training jobs the portal places on this machine.", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def opt(flag: str, env: str, default: str, text: str, *, secret: bool = False, **kwargs: Any) -> None:
+        # The default shown is what this start would use (the environment's value, if set); a
+        # join token from the environment is never echoed.
+        shown = "" if secret or not _env(env, default) else "; default: %(default)s"
+        p.add_argument(flag, default=_env(env, default), help=f"{text} (env TRAINYARD_AGENT_{env}{shown})", **kwargs)
+
+    opt("--server", "SERVER", "http://127.0.0.1:8000", "the portal's base URL", metavar="URL")
+    opt("--join-token", "JOIN_TOKEN", "", "the pool's join token; needed for the first registration only", metavar="TOKEN",
+        secret=True)
+    opt("--pool", "POOL", "local", "the node pool to join: the one the join token was made for", metavar="NAME")
+    opt("--workdir", "WORKDIR", "var/agent", "where the agent keeps its identity, credential, job files and unsent reports",
+        metavar="DIR")
+    opt("--slots", "SLOTS", "1", "CPU slots offered when there is no GPU, 1 to 1024", type=int, metavar="N")
+    opt("--name", "NAME", "", "hostname to report; this host's when empty", metavar="NAME")
+    opt("--address", "ADDRESS", "", "address other ranks use to reach this node; when empty, the one that routes to the server",
+        metavar="ADDR")
+    opt("--heartbeat", "HEARTBEAT_S", "5", "seconds between heartbeats", type=float, metavar="SECONDS")
+    opt("--claim-wait", "CLAIM_WAIT_S", "10", "seconds one claim for work waits on the server, at most 25", type=float,
+        metavar="SECONDS")
+    opt("--drain-timeout", "DRAIN_TIMEOUT_S", "60", "seconds running jobs may go on after SIGTERM before they are stopped",
+        type=float, metavar="SECONDS")
+    opt("--ship-interval", "SHIP_INTERVAL_S", "0.5", "seconds between shipments of metrics and logs", type=float,
+        metavar="SECONDS")
+    opt("--sample-interval", "SAMPLE_INTERVAL_S", "1", "seconds between device and process readings", type=float,
+        metavar="SECONDS")
+    opt("--energy-interval", "ENERGY_INTERVAL_S", "5", "seconds between energy reports", type=float, metavar="SECONDS")
+    opt("--spool-max-mb", "SPOOL_MAX_MB", "512", "megabytes of unsent reports kept on disk while the server is away",
+        type=float, metavar="MB")
+    opt("--watts-per-core", "WATTS_PER_CORE", "10", "watts one busy CPU core is taken to draw where nothing measures it",
+        type=float, metavar="WATTS")
+    opt("--request-timeout", "REQUEST_TIMEOUT_S", "30", "seconds one request to the server may take", type=float,
+        metavar="SECONDS")
     a = p.parse_args(argv)
     if a.slots < 1 or a.slots > 1024:
         p.error("--slots must be from 1 to 1024")
     if a.heartbeat <= 0 or a.drain_timeout < 0:
         p.error("--heartbeat must be > 0 and --drain-timeout >= 0")
     server = a.server.rstrip("/")
+    parsed = urlparse(server)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        p.error(f"--server must be the portal's URL, like http://host:8000 (got {a.server!r})")
     return Config(
         server=server, join_token=a.join_token, pool=a.pool, workdir=Path(a.workdir).resolve(), slots=a.slots,
         name=a.name or socket.gethostname(), address=a.address or _outbound_address(server), heartbeat_s=a.heartbeat,

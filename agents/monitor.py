@@ -161,6 +161,11 @@ class Monitor:
                                   "power_w": round(cpu_delta / interval * self.config.watts_per_core, 2)}
         for r in gpu.values():
             samples[r.index] = {"index": r.index, "utilization": r.utilization, "power_w": r.power_w}
+        if not self.nvml.available:
+            # A CPU slot is measured through its job: an idle one reports no reading, so the last
+            # job's figures do not stay on the server as if the slot were still busy.
+            for index in range(self.config.slots):
+                samples.setdefault(index, {"index": index, "utilization": None, "power_w": None})
         with self.lock:
             self.device_samples = sorted(samples.values(), key=lambda s: s["index"])
         live = {j.attempt_id for j in jobs}

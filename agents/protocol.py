@@ -75,6 +75,7 @@ class RegisterResponse(TypedDict):
     session: int
     heartbeat_interval_s: float
     kill: list[int]
+    pool: NotRequired[str]  # the pool the node is in (servers before it was added leave it out)
 
 
 class DeviceSample(TypedDict):

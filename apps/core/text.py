@@ -32,3 +32,9 @@ def is_id(text: str) -> bool:
 
 MAX_ID = 2**63 - 1  # the largest BigAutoField value, on PostgreSQL and SQLite alike
 MAX_ID_DIGITS = len(str(MAX_ID))
+
+
+def run_label(*, pk: int, name: str) -> str:
+    """A run as every page names it: "#41 digits-a", or "#41" alone when it has no name (a
+    made-up "run 41" beside the other pages' "#41" read as a different run)."""
+    return f"#{pk} {name}" if name else f"#{pk}"

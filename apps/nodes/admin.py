@@ -79,6 +79,12 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # nodes join with a join token
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Every field is what the agent reported: a node's page is for reading. Its Save wrote the
+        # whole row back, state included, outside the audited services (a concurrent heartbeat or
+        # sweep could lose its state change to it, unrecorded).
+        return False
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # their placements refer to them; a retired node simply stays offline
 

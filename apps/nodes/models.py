@@ -54,6 +54,9 @@ class Node(models.Model):
     registered_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True, db_index=True)
     drain_deadline = models.DateTimeField(null=True, blank=True)
+    # An administrator's drain (not the agent's own shutdown drain): it outlasts the node going
+    # silent and coming back, and an agent restart, until an administrator undrains the node.
+    drained_by_admin = models.BooleanField(default=False)
     last_status = models.JSONField(default=dict, blank=True)
 
     class Meta:

@@ -2,6 +2,9 @@
 
 Nodes are shared hardware (no tenant owns them); the runs on them are tenant data, so a run's
 details appear only to members of its team (others see "another team's run").
+
+A run's `name` in the API stays what older clients read ("run 41" for an unnamed run); the page
+names runs as every other page does, "#41" or "#41 digits-a" (its `label`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.core.text import run_label
 from apps.nodes.models import Device, Node, NodePool
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment
 from apps.tenants.selectors import AnyUser, team_ids_for_user
@@ -23,9 +27,10 @@ def node_display_state(*, node: Node, used: int, total: int) -> str:
     return str(node.state)
 
 
-def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = None) -> list[dict[str, Any]]:
+def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = None, labels: bool = False) -> list[dict[str, Any]]:
     """One row per node (pool, devices with pool and devices prefetched): state, devices and the
-    runs on it, another team's run shown without its details."""
+    runs on it, another team's run shown without its details. `labels` adds each run's label as
+    the pages write it (the Nodes page; the API's run objects keep their fields)."""
     nodes = list(nodes)
     teams = set(team_ids_for_user(user=user))
     now = now or timezone.now()
@@ -46,6 +51,8 @@ def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = No
                      "status": run.status, "attempt": a.attempt.number, "rank": a.node_rank}
                     if mine else {"id": None, "name": "another team's run", "project": None, "status": None,
                                   "attempt": None, "rank": None})
+            if labels:
+                info["label"] = run_label(pk=run.pk, name=run.name) if mine else "another team's run"
             runs.append(info)
             for d in a.devices:
                 device_runs[int(d)] = info
@@ -58,7 +65,9 @@ def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = No
                      "state": node_display_state(node=node, used=used, total=len(devices)), "cpus": node.cpus,
                      "memory_bytes": node.memory_bytes, "agent_version": node.agent_version,
                      "heartbeat_age_s": round(age, 1) if age is not None else None,
+                     "last_heartbeat_at": node.last_heartbeat_at.isoformat() if node.last_heartbeat_at else None,
                      "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None,
+                     "drained_by_admin": node.drained_by_admin,
                      "devices_total": len(devices), "devices_used": used, "devices_free": len(devices) - used,
                      "devices": devices, "runs": runs})
     return rows
@@ -74,7 +83,7 @@ def node_overview(*, user: AnyUser) -> list[dict[str, Any]]:
     """Every pool with all its nodes (the Nodes page)."""
     pools = []
     for pool in NodePool.objects.prefetch_related("nodes__devices").order_by("name"):
-        nodes = node_rows(user=user, nodes=[*pool.nodes.all()])
+        nodes = node_rows(user=user, nodes=[*pool.nodes.all()], labels=True)
         pools.append(_pool_row(pool, nodes, sum(n["devices_total"] for n in nodes), sum(n["devices_free"] for n in nodes)))
     return pools
 

@@ -81,7 +81,10 @@ def _join_token_check(*, secret: str, pool_name: str) -> NodePool:
     if token is None or token.revoked_at is not None or (token.expires_at is not None and token.expires_at < now):
         raise Forbidden("join_token: unknown, revoked or expired", code="bad_join_token")
     if pool_name and token.pool.name != pool_name:
-        raise FieldError("pool", f"the join token is for pool {token.pool.name!r}, not {pool_name!r}")
+        if not NodePool.objects.filter(name=pool_name).exists():
+            raise FieldError("pool", f"there is no node pool {pool_name!r}; the join token is for pool {token.pool.name!r}",
+                             code="unknown_pool")
+        raise FieldError("pool", f"the join token is for pool {token.pool.name!r}, not {pool_name!r}", code="wrong_pool")
     return token.pool
 
 
@@ -113,12 +116,13 @@ def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str
         pool = _join_token_check(secret=str(data.get("join_token", "")), pool_name=str(data.get("pool", "")))
         node = Node.objects.select_for_update().filter(agent_uid=uid).first() or Node(agent_uid=uid, pool=pool)
         if node.pk is not None and node.pool_id != pool.pk:
-            raise FieldError("pool", f"this agent is already registered in pool {node.pool.name!r}")
+            raise FieldError("pool", f"this agent is already registered in pool {node.pool.name!r}", code="registered_elsewhere")
         credential = NODE_CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
         node.credential_hash = hash_secret(credential)
     else:
         node = Node.objects.select_for_update().get(pk=node.pk)
-    before = {"state": node.state, "session": node.session}
+    # A node joining for the first time had no state before: the audit says so rather than "ready".
+    before = {"state": node.state, "session": node.session} if node.pk is not None else None
     node.hostname = str(data["hostname"])[:253]
     node.address = str(data.get("address", ""))[:253]
     node.cpus = max(0, int(data.get("cpus", 0)))
@@ -126,13 +130,16 @@ def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str
     node.agent_version = str(data.get("agent_version", ""))[:50]
     node.protocol_version = int(data.get("protocol_version", 1))
     node.session += 1
-    node.state = NodeState.READY
-    node.drain_deadline = None
+    # An agent restart ends its own drain; an administrator's drain stays until undrained.
+    node.state = NodeState.DRAINING if node.drained_by_admin else NodeState.READY
+    if not node.drained_by_admin:
+        node.drain_deadline = None
     node.registered_at = node.last_heartbeat_at = timezone.now()
     node.save()
     _sync_devices(node, data["devices"])
     with acting_as(label=f"agent:{node.hostname}"):
-        audit_record(action="node.registered", target=node, before=before, after={"state": node.state, "session": node.session})
+        audit_record(action="node.registered", target=node, before=before,
+                     after={"state": node.state, "session": node.session, "pool": node.pool.name, "devices": len(data["devices"])})
         kill = _reconcile(node, data.get("running") or [])
     request_scheduling_pass()
     return node, credential, kill
@@ -176,8 +183,11 @@ def _reconcile(node: Node, running: list[Any]) -> list[int]:
     return kill
 
 
-def _heartbeat_state(current: str, data: dict[str, Any]) -> str:
-    state = NodeState.READY if current == NodeState.LOST else current
+def _heartbeat_state(current: str, data: dict[str, Any], *, drained_by_admin: bool = False) -> str:
+    # Back from lost: to the drain an administrator left it in, if any, else ready for work.
+    state: str = current
+    if current == NodeState.LOST:
+        state = NodeState.DRAINING if drained_by_admin else NodeState.READY
     if data.get("draining") and state == NodeState.READY:
         state = NodeState.DRAINING
     if data.get("offline"):
@@ -203,6 +213,12 @@ def _devices_update(node_id: int, devices: list[Any]) -> None:
                                f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
 
 
+def _readings_clear(node_id: int) -> None:
+    """Forget a node's device readings when it stops reporting (lost, offline): a reading shown
+    for a node that measures nothing would pass for a current one."""
+    Device.objects.filter(node_id=node_id).update(utilization=None, power_w=None)
+
+
 def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:
     """Record a heartbeat; answer with the stop orders and kills for what the agent runs.
 
@@ -218,18 +234,21 @@ def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatRes
     status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
     offline = bool(data.get("offline"))
     state = node.state
-    quiet = _heartbeat_state(node.state, data) == node.state and not offline
+    quiet = _heartbeat_state(node.state, data, drained_by_admin=node.drained_by_admin) == node.state and not offline
     # The WHERE on state is the fence against a concurrent change (the sweep declaring the node
     # lost, an admin draining it): then nothing is updated here and the locked path redoes it.
     if not quiet or not _node_touch(node, now, status):
         with transaction.atomic():
             locked = Node.objects.select_for_update().get(pk=node.pk)
             before = locked.state
-            state = locked.state = _heartbeat_state(before, data)
+            state = locked.state = _heartbeat_state(before, data, drained_by_admin=locked.drained_by_admin)
             locked.last_heartbeat_at = now
             locked.last_status = status
             locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
-            _devices_update(locked.pk, devices)
+            if locked.state == NodeState.OFFLINE:
+                _readings_clear(locked.pk)  # an agent that stopped measures nothing
+            else:
+                _devices_update(locked.pk, devices)
             if locked.state != before:
                 with acting_as(label=f"agent:{locked.hostname}"):
                     audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
@@ -373,11 +392,17 @@ def node_drain(*, node: Node, user: Any, deadline_s: int = 0) -> Node:
     node = Node.objects.select_for_update().get(pk=node.pk)
     if node.state == NodeState.LOST:
         raise Conflict(f"node {node.hostname} is lost", code="node_lost")
+    if node.state == NodeState.OFFLINE:
+        # Draining an offline node would make it "lost" at the next sweep (a draining node is
+        # expected to heartbeat), though its agent stopped cleanly.
+        raise Conflict(f"node {node.hostname} is offline (its agent stopped); drain it once it is back", code="node_offline")
     before = node.state
     node.state = NodeState.DRAINING
+    node.drained_by_admin = True
     node.drain_deadline = timezone.now() + timedelta(seconds=deadline_s) if deadline_s else None
-    node.save(update_fields=["state", "drain_deadline"])
-    audit_record(action="node.draining", target=node, actor=user, before={"state": before}, after={"state": node.state})
+    node.save(update_fields=["state", "drained_by_admin", "drain_deadline"])
+    audit_record(action="node.draining", target=node, actor=user, before={"state": before},
+                 after={"state": node.state, "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None})
     return node
 
 
@@ -389,8 +414,9 @@ def node_undrain(*, node: Node, user: Any) -> Node:
     if node.state != NodeState.DRAINING:
         raise Conflict(f"node {node.hostname} is {node.state}, not draining", code="not_draining")
     node.state = NodeState.READY
+    node.drained_by_admin = False
     node.drain_deadline = None
-    node.save(update_fields=["state", "drain_deadline"])
+    node.save(update_fields=["state", "drained_by_admin", "drain_deadline"])
     audit_record(action="node.ready", target=node, actor=user, before={"state": NodeState.DRAINING}, after={"state": node.state})
     request_scheduling_pass()
     return node
@@ -404,6 +430,7 @@ def node_mark_lost(*, node_id: int) -> bool:
         before = node.state
         node.state = NodeState.LOST
         node.save(update_fields=["state"])
+        _readings_clear(node.pk)  # the last readings are not the node's now: nothing is reported
         audit_record(action="node.lost", target=node, before={"state": before}, after={"state": node.state})
         attempts = set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", flat=True))
     for attempt_id in sorted(attempts):

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from apps.core.text import run_label as run_label  # re-exported: pages and selectors read it here
+
 J_PER_WH = 3600.0
 J_PER_KWH = 3_600_000.0
 
@@ -109,12 +111,6 @@ def deleted_checkpoints_text(*, count: int, first_step: int, last_step: int) -> 
     """The one line that stands for the checkpoints retention deleted, folded on the run page."""
     steps = f"step {first_step}" if first_step == last_step else f"steps {first_step}–{last_step}"
     return f"{count} deleted by retention ({steps})"
-
-
-def run_label(*, pk: int, name: str) -> str:
-    """A run as every page names it: "#41 digits-a", or "#41" alone when it has no name (a
-    made-up "run 41" beside the other pages' "#41" read as a different run)."""
-    return f"#{pk} {name}" if name else f"#{pk}"
 
 
 # The colours of runs (and of a run page's metrics) on the charts: static/tracking/common.js's

@@ -1,5 +1,6 @@
 """The Nodes page in Chromium: alice sees the local node, its device, state and heartbeat age and
-her own run on it; an admin drains the node from the page (and undrains it)."""
+her own run on it, times in her own zone, and the page keeping itself current; an admin drains
+the node from the page (and undrains it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.agents.helpers import start_agent, submit, wait_status, write
-from tests.fixtures.browser import VIEWPORT, login, screenshot
+from tests.fixtures.browser import VIEWPORT, login, page_in_new_context, screenshot
 from tests.fixtures.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
@@ -19,27 +20,34 @@ pytestmark = [pytest.mark.browser, pytest.mark.live]
 JOB = "import time, trainyard\ntrainyard.set_total_steps(600)\nfor s in range(600):\n    trainyard.log(s, loss=1.0)\n    time.sleep(0.1)\n"
 
 
-def test_nodes_page_for_alice_and_drain_by_admin(live_stack: LiveStack, browser_page: Any, tmp_path: Path) -> None:
+def test_nodes_page_for_alice_and_drain_by_admin(live_stack: LiveStack, chromium: Any, browser_page: Any, tmp_path: Path) -> None:
     stack, page = live_stack, browser_page
     stack.start_worker()
     start_agent(stack, "node-a")
     run = submit(stack, f"python {write(tmp_path / 'job.py', JOB)}")
     wait_status(stack, run, {"running"}, 60)
 
-    login(page, stack, "alice")
-    page.goto(stack.url + "/nodes/")
-    node = page.locator("[data-node-name='node-a']")
-    assert node.locator(".badge").first.inner_text() == "busy"
-    text = node.inner_text()
-    assert re.search(r"heartbeat \d+(\.\d+)? s ago", text), text
-    assert "cpu0" in text and "CPU slot" in text
-    assert node.get_by_role("link", name=re.compile(f"run {run}")).count() == 1  # her team's run, linked
-    assert "vision/digits" in text
-    assert page.locator("button[data-action]").count() == 0, "only admins drain"
-    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
-    screenshot(page, "nodes-alice")
+    with page_in_new_context(chromium, viewport=VIEWPORT, timezone_id="Asia/Tokyo") as tokyo:
+        login(tokyo, stack, "alice")
+        tokyo.goto(stack.url + "/nodes/")
+        node = tokyo.locator("[data-node-name='node-a']")
+        assert node.locator(".badge").first.inner_text() == "busy"
+        text = node.inner_text()
+        assert re.search(r"last heartbeat \d+ seconds? ago", text), text
+        # The heartbeat's time in alice's zone, which it names (the server's is UTC).
+        beat = node.locator(".node-beat time")
+        assert beat.inner_text().endswith("GMT+9"), beat.inner_text()
+        assert "cpu0" in text and "CPU slot" in text
+        assert node.get_by_role("link", name=f"#{run}").count() == 1  # her team's run, named as every page names it
+        assert "vision/digits" in text and f"run {run}" not in text
+        assert tokyo.locator("button[data-action]").count() == 0, "only admins drain"
+        assert tokyo.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+        screenshot(tokyo, "nodes-alice")
+        # An open page keeps itself current: the next heartbeats arrive without a reload.
+        first = beat.inner_text()
+        tokyo.wait_for_function("(first) => document.querySelector(\"[data-node-name='node-a'] .node-beat time\").textContent !== first",
+                                arg=first, timeout=20_000)
 
-    page.context.clear_cookies()
     login(page, stack, "admin")
     page.goto(stack.url + "/nodes/")
     node = page.locator("[data-node-name='node-a']")

@@ -94,7 +94,7 @@ class RegisterView(AgentAPIView):
         node = request.auth if isinstance(request.auth, Node) else None
         node, credential, kill = node_register(data=_body(request), node=node)
         body: protocol.RegisterResponse = {"node_id": node.pk, "credential": credential, "session": node.session,
-                                           "heartbeat_interval_s": HEARTBEAT_INTERVAL_S, "kill": kill}
+                                           "heartbeat_interval_s": HEARTBEAT_INTERVAL_S, "kill": kill, "pool": node.pool.name}
         return Response(body, status=201 if credential else 200)
 
 

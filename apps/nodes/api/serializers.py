@@ -22,8 +22,12 @@ class NodeDeviceSerializer(serializers.Serializer[Any]):
     model = serializers.CharField()
     uuid = serializers.CharField()
     memory_bytes = serializers.IntegerField()
-    utilization = serializers.FloatField(allow_null=True, help_text="Percent busy (0..100) at the last heartbeat, if measured.")
-    power_w = serializers.FloatField(allow_null=True)
+    utilization = serializers.FloatField(
+        allow_null=True, help_text="Percent busy at the last heartbeat; null when not reported (an idle CPU slot, a lost or "
+                                   "offline node). A CPU slot's figure is its job's CPU time per slot and can pass 100.")
+    power_w = serializers.FloatField(
+        allow_null=True, help_text="Watts at the last heartbeat; null when not reported. A GPU's is measured (NVML); a CPU "
+                                   "slot's is an estimate (CPU time x the agent's --watts-per-core).")
     used = serializers.BooleanField()
     run = NodeRunSerializer(allow_null=True, help_text="The run holding this device, if any.")
 
@@ -38,7 +42,12 @@ class NodeSerializer(serializers.Serializer[Any]):
     memory_bytes = serializers.IntegerField()
     agent_version = serializers.CharField()
     heartbeat_age_s = serializers.FloatField(allow_null=True, help_text="Seconds since the last heartbeat.")
-    drain_deadline = serializers.DateTimeField(allow_null=True)
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True, help_text="When the last heartbeat arrived (UTC).")
+    drain_deadline = serializers.DateTimeField(
+        allow_null=True, help_text="When a draining node's running attempts are preempted (UTC); null: they may finish.")
+    drained_by_admin = serializers.BooleanField(
+        help_text="An administrator drained the node: it stays draining (through going lost and coming back, and agent "
+                  "restarts) until undrained.")
     devices_total = serializers.IntegerField()
     devices_used = serializers.IntegerField()
     devices_free = serializers.IntegerField()

@@ -1,0 +1,55 @@
+"""Filters for the Nodes page: instants that name their zone, and spans of time in words."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from apps.core.text import fmt_duration
+
+register = template.Library()
+
+# The server writes an instant in its own zone, named ("Nov 25, 2026, 2:54:30 AM UTC");
+# static/nodes/nodes.js rewrites each <time> in the viewer's zone, named as well, so a time on
+# this page is never a bare clock reading that could be either.
+WHEN_FORMAT = "M j, Y, g:i:s A T"
+
+
+def _instant(at: datetime | str | None) -> datetime | None:
+    if at is None or at == "":
+        return None
+    return datetime.fromisoformat(at) if isinstance(at, str) else at
+
+
+@register.filter
+def when(at: datetime | str | None) -> SafeString | str:
+    """A <time> for an instant (a datetime, or the ISO text the selectors give the API)."""
+    instant = _instant(at)
+    if instant is None:
+        return "–"
+    local = timezone.localtime(instant) if timezone.is_aware(instant) else instant
+    iso = instant.isoformat()
+    return format_html('<time datetime="{}" title="{}">{}</time>', iso, iso, date_format(local, WHEN_FORMAT))
+
+
+@register.filter
+def ago(seconds: float | None) -> str:
+    """ "40 seconds ago", "12 minutes ago", "3.5 hours ago" (not "12600 s ago")."""
+    if seconds is None:
+        return ""
+    return f"{fmt_duration(max(0.0, float(seconds)))} ago"
+
+
+@register.filter
+def from_now(at: datetime | str | None) -> str:
+    """ "in 9 minutes", or "2 minutes ago" for an instant already past."""
+    instant = _instant(at)
+    if instant is None:
+        return ""
+    left = (instant - timezone.now()).total_seconds()
+    return f"in {fmt_duration(left)}" if left >= 0 else f"{fmt_duration(left)} ago"
