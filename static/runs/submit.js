@@ -6,6 +6,33 @@
   "use strict";
   var form = document.getElementById("submit-form");
   if (!form) { return; }
+
+  // A refused form: the summary on top gets a link to each field it refused, and the focus, so a
+  // screen reader starts with what went wrong and a keyboard is one Enter from the first field.
+  // Each field itself says it is invalid and has its message as its description (the template).
+  var summary = document.getElementById("submit-errors");
+  if (summary) {
+    var links = document.createElement("ul");
+    links.className = "error-links";
+    form.querySelectorAll("[aria-invalid=true]").forEach(function (field) {
+      var target = field.tagName === "FIELDSET" ? field.querySelector("input, select, textarea") : field;
+      var label = field.tagName === "FIELDSET" ? field.querySelector("legend") : (field.labels || [])[0];
+      if (!target || !target.id || !label) { return; }
+      var words = label.cloneNode(true);
+      words.querySelectorAll(".muted").forEach(function (n) { n.remove(); });
+      var ids = (field.getAttribute("aria-describedby") || "").split(/\s+/).filter(function (id) { return /-error$/.test(id); });
+      var message = ids.length && document.getElementById(ids[0]) ? document.getElementById(ids[0]).textContent.trim() : "";
+      var item = document.createElement("li");
+      var link = document.createElement("a");
+      link.href = "#" + target.id;
+      link.textContent = words.textContent.replace(/\s*\*\s*$/, "").trim() + (message ? ": " + message : "");
+      item.appendChild(link);
+      links.appendChild(item);
+    });
+    if (links.children.length) { summary.appendChild(links); }
+    summary.setAttribute("tabindex", "-1");
+    summary.focus();
+  }
   form.querySelectorAll("[data-reload]").forEach(function (select) {
     select.addEventListener("change", function () {
       var params = new URLSearchParams();

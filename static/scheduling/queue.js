@@ -79,6 +79,16 @@
   var noteText = note ? note.textContent : "";
   var refreshedAt = Date.now();
 
+  var lastHtml = null;
+
+  // The note is a polite live region: it is spoken when what it says changes (a refresh failed,
+  // or works again), so it is written only then, not on every tick.
+  function say(text, failed) {
+    if (!note) { return; }
+    if (note.textContent !== text) { note.textContent = text; }
+    note.classList.toggle("refresh-failed", failed);
+  }
+
   function clock(ms) { return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
 
   function refresh() {
@@ -89,23 +99,25 @@
         return resp.text();
       })
       .then(function (html) {
-        // Keep an open "rules" section open across refreshes.
-        var open = {};
-        root.querySelectorAll("section[data-pool] details[open]").forEach(function (d) { open[d.closest("section").dataset.pool] = true; });
-        root.innerHTML = html;
-        root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
+        if (html !== lastHtml) {
+          // Keep an open "rules" section open across refreshes, and the focus where it was.
+          var open = {};
+          root.querySelectorAll("section[data-pool] details[open]").forEach(function (d) { open[d.closest("section").dataset.pool] = true; });
+          window.Trainyard.keepFocus(root, function () {
+            root.innerHTML = html;
+            root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
+          });
+          lastHtml = html;
+          draw();
+        }
         refreshedAt = Date.now();
         root.dataset.refreshedAt = String(refreshedAt);
-        if (note) { note.textContent = noteText; note.classList.remove("refresh-failed"); }
-        draw();
+        say(noteText, false);
       })
       .catch(function () {
         // Keep the last good view (the next tick retries), and say how old it is.
-        if (note) {
-          note.textContent = "Not refreshed since " + clock(refreshedAt) + " (signed out, or the portal cannot be reached): " +
-            "what is shown is from then. Retrying every " + REFRESH_MS / 1000 + " seconds.";
-          note.classList.add("refresh-failed");
-        }
+        say("Not refreshed since " + clock(refreshedAt) + " (signed out, or the portal cannot be reached): " +
+            "what is shown is from then. Retrying every " + REFRESH_MS / 1000 + " seconds.", true);
       });
   }
 

@@ -1,5 +1,6 @@
-// Shared helpers for the tracking pages (no framework; Plotly is loaded by the page).
-window.Trainyard = (function () {
+// Shared helpers for the tracking pages (no framework; Plotly is loaded by the page). Added to
+// what static/core/poll.js already put in window.Trainyard (poll, keepFocus), not in its place.
+window.Trainyard = Object.assign(window.Trainyard || {}, (function () {
   function num(v) {
     if (v === "NaN") return NaN;
     if (v === "Infinity") return Infinity;
@@ -70,4 +71,4 @@ window.Trainyard = (function () {
   }
   const CONFIG = { displaylogo: false, responsive: true };
   return { num, plottable, getJSON, cookie, fmt, bytes, duration, color, rgba, el, bandTraces, CONFIG };
-})();
+})());

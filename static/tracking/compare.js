@@ -48,7 +48,10 @@
     const bands = state.get("bands") !== "0";
     if (!data.keys.length) box.appendChild(T.el("p", { class: "muted" }, "None of these runs has reported metrics."));
     // All divs first, then plots: a chart drawn before its siblings exist would keep a stale width.
-    const divs = data.keys.map((key) => box.appendChild(T.el("div", { class: "chart compare-chart", "data-key": key })));
+    // A picture to a screen reader: its words say what it shows and where the numbers are.
+    const divs = data.keys.map((key) => box.appendChild(T.el("div", { class: "chart compare-chart", "data-key": key, role: "img",
+      "aria-label": `Chart of ${key} by ${byTime ? "time" : "step"}, one line per run; `
+        + `the Summary table gives each run's last, lowest and highest ${key}.` })));
     data.keys.forEach((key, k) => {
       const div = divs[k];
       const traces = [];
@@ -94,8 +97,17 @@
     const table = document.getElementById("summary-table");
     const head = T.el("tr");
     cols.forEach((c) => {
-      const th = T.el("th", { class: "sortable", "data-col": c.id }, c.label + (col === c.id ? (desc ? " ▼" : " ▲") : ""));
-      th.addEventListener("click", () => { setState("sort", col === c.id && !desc ? `-${c.id}` : c.id, ""); renderSummary(); });
+      // A button in the header, so a keyboard sorts too; the header says how it is sorted.
+      const th = T.el("th", { class: "sortable", "data-col": c.id, scope: "col",
+                              "aria-sort": col === c.id ? (desc ? "descending" : "ascending") : "none" });
+      const sort = th.appendChild(T.el("button", { type: "button", class: "sort" }, c.label));
+      if (col === c.id) sort.appendChild(T.el("span", { "aria-hidden": "true" }, desc ? " ▼" : " ▲"));
+      sort.addEventListener("click", () => {
+        setState("sort", col === c.id && !desc ? `-${c.id}` : c.id, "");
+        renderSummary();
+        // The header was drawn anew: the keyboard stays on this column's button.
+        table.querySelector(`th[data-col="${CSS.escape(c.id)}"] button`).focus();
+      });
       head.appendChild(th);
     });
     table.tHead.replaceChildren(head);

@@ -13,7 +13,7 @@
     active: function () { return card.querySelectorAll(".runs-active tbody tr").length > 0; },
     onText: function (html) {
       // 204 (""): no runs of yours (yet); a card kept hidden for that appears with the first one.
-      if (html && html !== lastHtml) { card.innerHTML = html; }
+      if (html && html !== lastHtml) { window.Trainyard.keepFocus(card, function () { card.innerHTML = html; }); }
       lastHtml = html;
       if (html) { card.hidden = false; }
       card.dataset.refreshedAt = String(Date.now());

@@ -63,9 +63,19 @@
     badge.textContent = run.status;
     badge.className = `badge status-${run.status}`;
     document.getElementById("run-reason").textContent = run.status_reason || "";
-    statusKey = `${run.status}|${run.status_reason}`;
+    const key = `${run.status}|${run.status_reason}`;
+    // The one change worth interrupting for (politely): the run moved on. Said once, when it
+    // changes; the figures that move every poll are not read out.
+    if (statusKey && key !== statusKey) {
+      document.getElementById("run-announce").textContent = `Run ${run.status}${run.status_reason ? ": " + run.status_reason : ""}`;
+    }
+    statusKey = key;
     const p = run.progress;
-    if (p.fraction !== null) document.getElementById("progress-bar").style.width = `${(p.fraction * 100).toFixed(1)}%`;
+    if (p.fraction !== null) {
+      const percent = (p.fraction * 100).toFixed(1);
+      document.getElementById("progress-bar").style.width = `${percent}%`;
+      document.getElementById("progress-meter").setAttribute("aria-valuenow", percent);
+    }
     document.getElementById("progress-steps").textContent = stepsText(p);
     const rate = document.getElementById("progress-rate");
     if (rate) rate.textContent = p.steps_per_s ? `${p.steps_per_s.toFixed(2)} steps/s` : "–";
@@ -103,7 +113,8 @@
     if (chartDivs[key]) return chartDivs[key];
     const none = document.getElementById("no-metrics");
     if (none) none.remove();
-    const div = T.el("div", { class: "chart metric-chart", "data-key": key, id: `chart-${key.replace(/[^A-Za-z0-9_-]/g, "_")}` });
+    const div = T.el("div", { class: "chart metric-chart", "data-key": key, id: `chart-${key.replace(/[^A-Za-z0-9_-]/g, "_")}`,
+                              role: "img", "aria-label": `Chart of ${key}` });
     document.getElementById("metric-charts").appendChild(div);
     chartDivs[key] = div;
     // A new chart narrows the grid's columns: existing plots must take their new width.
@@ -126,6 +137,9 @@
       const traces = T.bandTraces(s, xs, s.mean.map(T.plottable), s.key, c, s.level !== "raw");
       const summary = byKey[s.key];
       const title = `${s.key} · last ${T.fmt(summary.last)} · min ${T.fmt(s.true_min)} · max ${T.fmt(s.true_max)}`;
+      // What the picture says, in words: the title's figures (the chart itself is a picture).
+      chartFor(s.key).setAttribute("aria-label", `Chart of ${s.key} by ${xAxis}: last ${T.fmt(summary.last)}, `
+        + `lowest ${T.fmt(s.true_min)}, highest ${T.fmt(s.true_max)}.`);
       Plotly.react(chartFor(s.key), traces, {
         title: { text: title, font: { size: 13 } }, margin: { l: 50, r: 16, t: 36, b: 36 }, showlegend: false,
         xaxis: xAxis === "time" ? { title: "", ...timeAxis() } : { title: "step", type: "linear" },
@@ -159,6 +173,8 @@
     const start = data.attempts.length ? new Date(data.attempts[0].start) : null;
     if (start && start < xs[0]) { xs.unshift(start); ys.unshift(0); }
     const few = xs.length < 3;  // one or two points make no line: show them as dots too
+    energy.setAttribute("aria-label",
+      `Chart of this run's cumulative energy over time: ${e.total_text}${e.estimated ? ", estimated" : ""} in all.`);
     Plotly.react(energy, [{ x: xs, y: ys,
       mode: few ? "lines+markers" : "lines", fill: "tozeroy", name: e.unit, line: { color: "#66a182" } }], {
       title: { text: `Cumulative energy (${e.unit})`, font: { size: 13 } }, margin: { l: 60, r: 16, t: 36, b: 36 },
@@ -170,10 +186,12 @@
     if (!e.power_reported && !e.utilization_reported) {
       if (div.data) Plotly.purge(div);
       div.hidden = false;
+      div.removeAttribute("role");  // a note to read, not a picture
       div.replaceChildren(T.el("p", { class: "empty-note" }, "Utilization and power are not reported for this run's devices."));
       return;
     }
     div.hidden = false;
+    div.setAttribute("role", "img");
     div.querySelectorAll(".empty-note").forEach((n) => n.remove());
     const traces = [];
     const some = (values) => values.some((v) => v !== null);
@@ -190,6 +208,8 @@
     });
     const both = e.utilization_reported && e.power_reported;
     const title = both ? "Utilization and power" : e.utilization_reported ? "Utilization" : "Power";
+    const devices = `${e.devices.length} device${e.devices.length === 1 ? "" : "s"}`;
+    div.setAttribute("aria-label", `Chart of the ${title.toLowerCase()} of this run's ${devices} over time.`);
     const layout = { title: { text: title, font: { size: 13 } }, margin: { l: 50, r: 50, t: 36, b: 36 }, legend: { orientation: "h" },
                      xaxis: timeAxis() };
     if (e.utilization_reported) {
@@ -242,7 +262,8 @@
     checkpointsHtml = html;
     const next = document.createElement("template");
     next.innerHTML = html.trim();
-    document.getElementById("checkpoints-card").replaceWith(next.content.firstElementChild);
+    // The fold's own <summary> is replaced as it is toggled: the focus must stay on its double.
+    T.keepFocus(root, () => document.getElementById("checkpoints-card").replaceWith(next.content.firstElementChild));
   }
   // Toggle events do not bubble: caught on the way down, whichever card is in place.
   root.addEventListener("toggle", (ev) => {
@@ -323,10 +344,10 @@
     const resp = await fetch(window.location.pathname, { credentials: "same-origin" });
     if (!resp.ok) throw new Error(`${window.location.pathname}: ${resp.status}`);
     const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
-    ["sweep-trials", "run-cost", "run-energy"].forEach((id) => {
+    T.keepFocus(root, () => ["sweep-trials", "run-cost", "run-energy"].forEach((id) => {
       const now = document.getElementById(id), next = doc.getElementById(id);
       if (now && next) now.replaceWith(document.importNode(next, true));
-    });
+    }));
   }
 
   async function tick() {

@@ -1,8 +1,9 @@
 // Runs list: keep the "Compare selected" button honest about how many runs are ticked, and keep
 // the rows current. The server renders the rows again (the page's own address, so its filters,
-// sort and page, with ?partial=1); this swaps them in and keeps the ticks, the focus and the
-// scroll position. Often while a run on the page is queued or running, now and then when
-// nothing on it moves (a run submitted elsewhere may arrive), never while the tab is hidden.
+// sort and page, with ?partial=1); this swaps them in and keeps the ticks, the focus (a box, a
+// run's link, the pager) and the scroll position. Often while a run on the page is queued or
+// running, now and then when nothing on it moves (a run submitted elsewhere may arrive), never
+// while the tab is hidden.
 (function () {
   "use strict";
   var PARTS = ["runs-found", "run-rows", "runs-pager"];
@@ -36,7 +37,9 @@
   function update() {
     var n = selected.size;
     var away = keepAway();
-    button.disabled = n < 2 || n > 50;
+    // aria-disabled, not disabled: a disabled button drops out of the Tab order, and a keyboard
+    // user would never learn why the comparison is not offered (the note it points at says).
+    button.setAttribute("aria-disabled", String(n < 2 || n > 50));
     var text = n ? n + " selected" + (n < 2 ? " (pick at least 2)" : n > 50 ? " (at most 50)" : "") : "Select 2–50 runs.";
     if (away) { text += " · " + away + " of them no longer listed here"; }
     note.textContent = text;
@@ -64,16 +67,12 @@
   function swap(html) {
     var doc = new DOMParser().parseFromString(html, "text/html");
     if (!PARTS.every(function (id) { return doc.getElementById(id); })) { throw new Error("not the runs list"); }
-    var focused = document.activeElement;
-    var focusRun = focused && focused.name === "runs" && focused.closest("#run-rows") ? focused.value : null;
     var table = document.getElementById("runs-table");
     var left = table.scrollLeft, x = window.scrollX, y = window.scrollY;
-    PARTS.forEach(function (id) { document.getElementById(id).replaceWith(document.importNode(doc.getElementById(id), true)); });
-    boxes().forEach(function (b) { b.checked = selected.has(b.value); });
-    if (focusRun) {
-      var again = form.querySelector('#run-rows input[name="runs"][value="' + focusRun + '"]');
-      if (again) { again.focus({ preventScroll: true }); }
-    }
+    window.Trainyard.keepFocus(document.getElementById("content") || document.body, function () {
+      PARTS.forEach(function (id) { document.getElementById(id).replaceWith(document.importNode(doc.getElementById(id), true)); });
+      boxes().forEach(function (b) { b.checked = selected.has(b.value); });
+    });
     table.scrollLeft = left;
     window.scrollTo(x, y);
     update();
@@ -84,6 +83,10 @@
     if (!box.matches('input[type="checkbox"][name="runs"]')) { return; }
     if (box.checked) { selected.add(box.value); } else { selected.delete(box.value); }
     update();
+  });
+
+  form.addEventListener("submit", function (ev) {
+    if (button.getAttribute("aria-disabled") === "true") { ev.preventDefault(); }
   });
 
   // A page restored by the back button comes with its ticks.
