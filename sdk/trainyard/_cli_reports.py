@@ -268,7 +268,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                 n["pool"],
                 n["state"],
                 f"{n['devices_used']}/{n['devices_total']}",
-                "-" if n.get("heartbeat_age_s") is None else f"{n['heartbeat_age_s']}s",
+                "-" if n.get("heartbeat_age_s") is None else f"{_duration(n['heartbeat_age_s'])} ago",
                 _node_runs(n.get("runs") or []),
             ]
             for n in data.get("nodes", [])

@@ -135,3 +135,12 @@ def test_the_page_polls_its_pools(cast: Any, pool: NodePool) -> None:
     part = client.get("/nodes/?partial=1")
     assert part.status_code == 200 and part.content.decode().lstrip().startswith('<div id="node-pools">')
     assert "<html" not in part.content.decode() and part.has_header("ETag")
+
+
+def test_nodes_api_names_an_unknown_pool_as_it_names_an_unknown_state(cast: Any) -> None:
+    NodePool.objects.get_or_create(name="local")
+    client = cast.client(cast.alice)
+    assert client.get("/api/v1/nodes/?pool=local").status_code == 200
+    answer = client.get("/api/v1/nodes/?pool=lcoal")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["fields"]["pool"] == ["no pool 'lcoal' (pools: local)"]

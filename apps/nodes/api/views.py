@@ -17,7 +17,7 @@ from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
 from apps.nodes.api.serializers import NodeDrainSerializer, NodePageSerializer, NodeStateSerializer
-from apps.nodes.models import Node, NodeState
+from apps.nodes.models import Node, NodePool, NodeState
 from apps.nodes.selectors import node_rows, pool_summaries
 from apps.nodes.services import node_drain, node_undrain
 
@@ -35,6 +35,10 @@ class NodeListView(UnscopedAPIMixin, generics.GenericAPIView):  # type: ignore[t
         queryset = Node.objects.select_related("pool").prefetch_related("devices")
         params = self.request.query_params
         if params.get("pool"):
+            # An unknown pool is a typo to name, as an unknown state is, not a fleet with no nodes.
+            known = list(NodePool.objects.order_by("name").values_list("name", flat=True))
+            if params["pool"] not in known:
+                raise FieldError("pool", f"no pool {params['pool'][:40]!r} (pools: {', '.join(known) or 'none'})")
             queryset = queryset.filter(pool__name=params["pool"])
         if params.get("state"):
             if params["state"] not in NodeState.values:
