@@ -170,6 +170,8 @@ def test_secrets_page_and_project_panel(cast: Any, alice_secret: Secret) -> None
     html = page.content.decode()
     assert page.status_code == 200 and "HF_TOKEN" in html and 'id="secret-form"' in html and "csrfmiddlewaretoken" in html
     assert VALUE not in html
+    # Deleting asks first (static/core/confirm.js), as revoking a token does: the value is gone for good.
+    assert 'data-confirm="Delete secret HF_TOKEN?' in html
     project_page = browser.get(f"/projects/{cast.digits.pk}/").content.decode()
     assert "HF_TOKEN" in project_page and VALUE not in project_page
     token = page.cookies["csrftoken"].value if "csrftoken" in page.cookies else browser.cookies["csrftoken"].value
