@@ -52,6 +52,7 @@ MIDDLEWARE = [
     # Outside everything that builds the body: the ETag must hash what is finally sent.
     "apps.core.conditional.ApiConditionalGetMiddleware",
     "apps.core.middleware.DatabaseUnavailableMiddleware",
+    "apps.core.middleware.NulByteMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -144,6 +145,11 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.core.api.parsers.JSONParser",  # refuses NUL characters, which PostgreSQL cannot store
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",

@@ -78,3 +78,31 @@ def test_odd_ids_on_the_runs_pages_are_a_4xx_or_no_match(cast: Any, client: Any,
     client.force_login(cast.alice)
     assert client.get(f"/runs/?project={odd}&q={odd}").status_code == 200
     assert client.get(f"/runs/overview/?project={odd}").status_code == 404
+
+
+# --- NUL characters: PostgreSQL text and jsonb cannot hold them (a DataError, so a 500, there) ---
+
+@pytest.mark.parametrize("path", ["/api/v1/runs/?search=a%00b", "/api/v1/runs/?tag=%00", "/api/v1/webhooks/?event_type=x%00"])
+def test_a_nul_in_a_query_parameter_is_a_400_naming_it(cast: Any, path: str) -> None:
+    response = cast.client(cast.alice).get(path)
+    assert response.status_code == 400, response.content
+    (field,) = response.json()["error"]["fields"]
+    assert field == path.split("?")[1].split("=")[0]
+    assert "NUL" in response.json()["error"]["message"]
+
+
+def test_a_nul_in_a_page_query_is_a_400_too(cast: Any, client: Any) -> None:
+    client.force_login(cast.alice)
+    response = client.get("/runs/?q=a%00b")
+    assert response.status_code == 400 and b"q: must not contain a NUL" in response.content
+
+
+def test_a_nul_in_a_json_body_is_a_400_naming_the_field_and_stores_nothing(cast: Any) -> None:
+    from apps.runs.models import Run
+
+    local_pool()
+    make_template()
+    response = cast.client(cast.alice).post("/api/v1/runs/", body(cast, name="a\x00b", tags={"task": "x\x00"}), format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()["error"]["fields"]) in (["name"], ["tags.task"])
+    assert not Run.objects.exists()
