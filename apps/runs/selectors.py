@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from django.db import connection
@@ -82,14 +83,22 @@ def run_live_rate(*, run: Run, started_at: datetime, resumed_from_step: int | No
     no rate (callers fall back on history), unless `settled` is False: then, as for runs from
     before the anchor existed, the rate since the start (to show, not to predict with).
     `min_span_s` asks for a longer measurement (the scheduler's, while a run warms up)."""
+    return run_live_measure(run=run, started_at=started_at, resumed_from_step=resumed_from_step, settled=settled,
+                            min_span_s=min_span_s)[0]
+
+
+def run_live_measure(*, run: Run, started_at: datetime, resumed_from_step: int | None = None, settled: bool = True,
+                     min_span_s: float = MIN_RATE_SPAN_S) -> tuple[float | None, float]:
+    """`run_live_rate` and the seconds it was measured over: the time since the attempt's first
+    report, or infinite when counted from the start (no anchor), which meets any span asked for."""
     if run.progress_at is None or run.progress_at <= started_at:
-        return None
+        return None, math.inf
     first_at, first_step = run.progress_from_at, run.progress_from_step
     if first_at is not None and first_step is not None and first_at >= started_at:
         span = (run.progress_at - first_at).total_seconds()
         if span >= max(MIN_RATE_SPAN_S, min_span_s) and run.steps_done > first_step:
-            return (run.steps_done - first_step) / span
+            return (run.steps_done - first_step) / span, span
         if settled:
-            return None
+            return None, span
     done = run.steps_done - (resumed_from_step or 0)
-    return done / max(1e-3, (run.progress_at - started_at).total_seconds()) if done > 0 else None
+    return (done / max(1e-3, (run.progress_at - started_at).total_seconds()) if done > 0 else None), math.inf

@@ -8,7 +8,6 @@ running run that reports progress is predicted from its live rate instead.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from apps.runs.models import (
     Run,
     RunStatus,
 )
-from apps.runs.selectors import run_live_rate
+from apps.runs.selectors import run_live_measure
 from apps.scheduling import model as core
 from apps.scheduling.estimate import QueueLag
 from apps.scheduling.models import EstimateKind, QueueEstimate
@@ -117,25 +116,11 @@ def rate_span_needed(history: RuntimePrediction) -> float:
     return min(RATE_SPAN_MAX_S, RATE_SPAN_SHARE * history.runtime_s)
 
 
-def live_rate_measured(*, run: Run, started_at: datetime, resumed_from_step: int | None) -> tuple[float | None, float]:
-    """`run_live_rate` (settled) and the seconds it was measured over, from one call.
-
-    The rate is measured from the attempt's first progress report when that report belongs to
-    this attempt: then the span is the time since that report. Otherwise (runs from before the
-    anchor existed) the rate is counted from the start whatever span is asked for, so its span
-    meets any requirement: infinite. The anchor test is run_live_rate's own; a test holds the two
-    to the same answers."""
-    rate = run_live_rate(run=run, started_at=started_at, resumed_from_step=resumed_from_step)
-    first_at, first_step = run.progress_from_at, run.progress_from_step
-    if rate is None or run.progress_at is None or first_at is None or first_step is None or first_at < started_at:
-        return rate, math.inf
-    return rate, (run.progress_at - first_at).total_seconds()
-
-
 def _settled_rate(predictor: RuntimePredictor, run: Run, *, started: datetime, elapsed: float,
                   resumed_from_step: int | None) -> float | None:
     """The run's live rate once measured long enough to trust over its history (`rate_span_needed`)."""
-    rate, span = live_rate_measured(run=run, started_at=started, resumed_from_step=resumed_from_step)
+    # An infinite span: counted from the start (no anchor), which meets any requirement.
+    rate, span = run_live_measure(run=run, started_at=started, resumed_from_step=resumed_from_step)
     if rate is None or span >= RATE_SPAN_MAX_S:
         return rate  # no rate yet at all, or measured a minute or more (most running jobs)
     # Young: ask the history (one more prediction, only for runs in their first minute of reports).

@@ -274,7 +274,7 @@ def test_a_running_runs_rate_is_read_once_with_the_answers_of_three_reads(cast: 
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The settled rate used to ask run_live_rate up to three times (over a minute, at all, over
     # the history's tenth); one read with its span must give the same rate in every case.
-    from apps.runs.selectors import run_live_rate
+    from apps.runs.selectors import run_live_measure, run_live_rate
     from apps.scheduling import snapshot
 
     now = timezone.now()
@@ -297,11 +297,11 @@ def test_a_running_runs_rate_is_read_once_with_the_answers_of_three_reads(cast: 
 
     calls: list[int] = []
 
-    def counted(**kwargs: Any) -> float | None:
+    def counted(**kwargs: Any) -> tuple[float | None, float]:
         calls.append(1)
-        return run_live_rate(**kwargs)
+        return run_live_measure(**kwargs)
 
-    monkeypatch.setattr(snapshot, "run_live_rate", counted)
+    monkeypatch.setattr(snapshot, "run_live_measure", counted)
     anchors = [None, started - timedelta(seconds=5), *(now - timedelta(seconds=s) for s in (0.5, 1, 5, 10, 12, 59.9, 60, 61, 99))]
     seen: set[str] = set()
     for progress_at in (None, started - timedelta(seconds=1), started, now):
