@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -36,9 +36,10 @@ pytestmark = pytest.mark.django_db
 
 
 def _month_start() -> datetime:
-    """A time this month (the finance console's default period), a few hours back at most."""
-    now = timezone.now()
-    return max(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=5))
+    """The start of today (UTC): in this month, the finance console's default period, and an hour of
+    one-minute entries from it stays within one day. Starting a few hours back instead put 30 minutes
+    of entries across midnight when the suite ran just after it, so one project had two days to sum."""
+    return timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _entries(run: Run, attempt: Attempt, *, count: int, start: datetime, outcome: str) -> None:
