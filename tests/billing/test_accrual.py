@@ -67,14 +67,20 @@ def test_price_change_never_rewrites_the_past(cast: Any) -> None:
     assert _cost() == Decimal("1")
 
 
+# The task runs on the real clock and budgets count this month only. A dollar a second makes the
+# last seconds before the task runs cross every threshold of a $1 budget, so the tests also hold
+# when the suite runs in the first hours of a month (an hour at $1/h did not, then).
+PER_SECOND = "3600.00"
+
+
 def test_accrue_task_runs_alerts_too(cast: Any, django_capture_on_commit_callbacks: Any) -> None:
-    pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
+    pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), PER_SECOND)])
     now = datetime.now(UTC)
     make_attempt(make_run(cast.digits, pool), started_at=now - timedelta(hours=1), devices=[0])
     Budget.objects.create(team=cast.vision, project=cast.digits, amount=Decimal("1.00"))
     with django_capture_on_commit_callbacks(execute=True):
         tasks.accrue.apply(throw=True)
-    assert _cost() > Decimal("0.99")
+    assert _cost() > Decimal("3599")
     assert Budget.objects.get().alerts.count() == 3
 
 
@@ -86,10 +92,10 @@ def test_seeding_is_idempotent(cast: Any) -> None:
 
 
 def test_stop_running_budget_cancels_active_runs(cast: Any, django_capture_on_commit_callbacks: Any) -> None:
-    pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
+    pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), PER_SECOND)])
     now = datetime.now(UTC)
     spent = make_run(cast.digits, pool, status="succeeded")
-    make_attempt(spent, started_at=now - timedelta(hours=2), ended_at=now - timedelta(hours=1))
+    make_attempt(spent, started_at=now - timedelta(hours=2), ended_at=now - timedelta(seconds=5))
     waiting = make_run(cast.digits, pool, status="queued")
     other_team = make_run(cast.tinylm, pool, status="queued")
     Budget.objects.create(team=cast.vision, project=cast.digits, amount=Decimal("1.00"), action="stop_running", thresholds=[100])
