@@ -73,16 +73,35 @@ def budgets_for_project(*, project: Project) -> list[Budget]:
     )
 
 
-def _scope_filter(budget: Budget) -> Q:
-    return Q(project_id=budget.project_id) if budget.project_id else Q(team_id=budget.team_id)
+def budgets_for_projects(*, projects: Iterable[Project]) -> dict[int, list[Budget]]:
+    """budgets_for_project of each project, by project id, in one query."""
+    projects = list(projects)
+    budgets = list(
+        Budget.objects.filter(Q(project_id__in={p.pk for p in projects}) | Q(team_id__in={p.team_id for p in projects},
+                                                                              project__isnull=True))
+        .select_related("team", "project", "project__team")
+        .order_by("pk")
+    )
+    return {p.pk: [b for b in budgets if b.project_id == p.pk or (b.project_id is None and b.team_id == p.team_id)]
+            for p in projects}
 
 
 def budget_spent(*, budget: Budget, period: Period) -> Decimal:
-    total = (
-        UsageEntry.objects.filter(_scope_filter(budget), period_start__gte=period.start, period_start__lt=period.end)
-        .aggregate(total=Sum("cost"))["total"]
-    )
-    return total or ZERO
+    return budgets_spent(budgets=[budget], period=period)[budget.pk]
+
+
+def budgets_spent(*, budgets: Iterable[Budget], period: Period) -> dict[int, Decimal]:
+    """budget_spent of each budget, by budget id: one grouped sum for project budgets and one for
+    team budgets, however many there are (a scheduling pass checks every waiting project's)."""
+    budgets = list(budgets)
+    in_period = UsageEntry.objects.filter(period_start__gte=period.start, period_start__lt=period.end)
+    sums: dict[str, dict[int, Decimal]] = {}
+    for scope in ("project_id", "team_id"):
+        ids = {getattr(b, scope) for b in budgets if bool(b.project_id) == (scope == "project_id")}
+        rows = in_period.filter(**{f"{scope}__in": ids}).order_by().values(scope).annotate(s=Sum("cost")).values_list(scope, "s")
+        sums[scope] = {key: _ledger_sum(total) for key, total in rows} if ids else {}
+    return {b.pk: (sums["project_id"].get(b.project_id) if b.project_id else sums["team_id"].get(b.team_id)) or ZERO
+            for b in budgets}
 
 
 def run_predicted_devices(*, run: Run) -> int:

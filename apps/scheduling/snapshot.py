@@ -12,7 +12,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +19,7 @@ from django.db.models import Exists, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from apps.billing.models import Quota
-from apps.billing.selectors import budget_name, budget_spent, budgets_for_project, period_for
+from apps.billing.selectors import budget_name, budgets_for_projects, budgets_spent, period_for
 from apps.nodes.models import Device, Node, NodePool
 from apps.nodes.models import NodeState as DbNodeState
 from apps.runs.models import (
@@ -210,14 +209,13 @@ def budget_blocks(projects: Iterable[Any], now: datetime) -> dict[int, str]:
     """Project id -> plain words, for projects whose budget (own or team's) is used up."""
     period = period_for(at=now)
     blocked: dict[int, str] = {}
-    spent_cache: dict[int, Decimal] = {}
-    for project in projects:
-        for budget in budgets_for_project(project=project):
-            if budget.pk not in spent_cache:
-                spent_cache[budget.pk] = budget_spent(budget=budget, period=period)
-            spent = spent_cache[budget.pk]
+    budgets = budgets_for_projects(projects=projects)
+    spent_of = budgets_spent(budgets={b.pk: b for found in budgets.values() for b in found}.values(), period=period)
+    for project_id, found in budgets.items():
+        for budget in found:
+            spent = spent_of[budget.pk]
             if spent >= budget.amount:
-                blocked[project.pk] = (
+                blocked[project_id] = (
                     f"Budget '{budget_name(budget=budget, period=period)}' is used up (spent ${spent:.2f} of "
                     f"${budget.amount:.2f}); the run waits until the budget is raised or the next period starts."
                 )
