@@ -92,6 +92,28 @@ def pool_price_set(*, pool: NodePool, price: Decimal, effective_from: datetime |
     return entry
 
 
+def pool_prices_in_force(*, now: datetime | None = None) -> list[NodePool]:
+    """Bring each pool's shown price (NodePool.price_per_device_hour: the nodes page, the submit
+    form's expected cost, the nodes API) up to the dated price now in force. A price set for a
+    later date leaves the shown one as it was until then; the accrual beat calls this, so the
+    change shows within a beat of taking effect, and the audit log says when it did."""
+    now = now or timezone.now()
+    in_force: dict[int, Decimal] = {}
+    for pool_id, price in PoolPrice.objects.filter(effective_from__lte=now).order_by("pool_id", "effective_from", "pk").values_list(
+            "pool_id", "price_per_device_hour"):
+        in_force[pool_id] = price  # the last one per pool wins: the latest in force
+    changed = []
+    with transaction.atomic():
+        for pool in NodePool.objects.select_for_update().filter(pk__in=in_force).order_by("pk"):
+            if pool.price_per_device_hour != in_force[pool.pk]:
+                before = pool.price_per_device_hour
+                NodePool.objects.filter(pk=pool.pk).update(price_per_device_hour=in_force[pool.pk])
+                audit_record(action="pool.price_in_force", target=pool, before={"price": str(before)},
+                             after={"price": str(in_force[pool.pk])})
+                changed.append(pool)
+    return changed
+
+
 # --- accrual ------------------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ def _queue_stop(budget_id: int) -> None:
 def accrue() -> int:
     """Accrue every running attempt up to now, close ended ones, then check budget alerts."""
     with acting_as(label="task:billing.accrue"):
+        services.pool_prices_in_force()
         added = services.accrual_run()
         with transaction.atomic():
             services.budget_alerts_check(notify=_queue_notify, stop_running=_queue_stop)

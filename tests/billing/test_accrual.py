@@ -10,11 +10,13 @@ from typing import Any
 
 from django.db.models import Sum
 
+from apps.audit.models import AuditEvent
 from apps.billing import tasks
 from apps.billing.models import Budget, EntryKind, PoolPrice, Quota, UsageEntry
 from apps.billing.seed import seed_billing
-from apps.billing.services import accrual_run, pool_price_set
+from apps.billing.services import accrual_run, pool_price_set, pool_prices_in_force
 from apps.core.errors import FieldError
+from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, AttemptStatus
 from tests.billing.helpers import make_attempt, make_pool, make_run
 
@@ -104,3 +106,21 @@ def test_stop_running_budget_cancels_active_runs(cast: Any, django_capture_on_co
     waiting.refresh_from_db()
     other_team.refresh_from_db()
     assert waiting.status == "cancelled" and other_team.status == "queued"
+
+
+def test_a_dated_price_shows_once_it_is_in_force(cast: Any, django_capture_on_commit_callbacks: Any) -> None:
+    """The pool's shown price (nodes page, submit form, nodes API) follows the dated prices: a
+    price set for later changes nothing now, and the accrual beat after its date shows it."""
+    pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
+    NodePool.objects.filter(pk=pool.pk).update(price_per_device_hour=Decimal("1.00"))
+    later = datetime.now(UTC) + timedelta(days=2)
+    pool_price_set(pool=pool, price=Decimal("2.50"), effective_from=later)
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.accrue.apply(throw=True)
+    assert NodePool.objects.get(pk=pool.pk).price_per_device_hour == Decimal("1.00")
+    assert pool_prices_in_force(now=later - timedelta(seconds=1)) == []
+    assert [p.pk for p in pool_prices_in_force(now=later)] == [pool.pk]
+    assert NodePool.objects.get(pk=pool.pk).price_per_device_hour == Decimal("2.50")
+    event = AuditEvent.objects.filter(action="pool.price_in_force").get()
+    assert (event.before, event.after) == ({"price": "1.0000"}, {"price": "2.5000"})
+    assert pool_prices_in_force(now=later + timedelta(hours=1)) == []  # once: nothing more to change
