@@ -254,6 +254,27 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
     return out
 
 
+def queue_fold(*, pools: list[dict[str, Any]], head: int | None, user: AnyUser) -> list[dict[str, Any]]:
+    """queue_list's pools as the queue page shows them: a pool's first `head` runs, then only the
+    runs the viewer submitted further back, at their true positions. `fold` says what the rest held
+    (runs, devices, how many of them are the viewer's), or is None when nothing was left out.
+
+    "Submitted", not queue_list's `mine` (whose details the viewer may see): an administrator may
+    see every run, and a big team's, so that would keep the whole queue again."""
+    username = user.get_username() if user.is_authenticated else None
+    out: list[dict[str, Any]] = []
+    for p in pools:
+        queue = p["queue"]
+        if head is None or len(queue) <= head:
+            out.append({**p, "fold": None})
+            continue
+        beyond = queue[head:]
+        mine = [e for e in beyond if e["run"] and username and e["run"]["submitted_by"] == username]
+        fold = {"after": head, "runs": len(beyond), "devices": sum(e["devices"] for e in beyond), "mine": len(mine)}
+        out.append({**p, "queue": queue[:head] + mine, "fold": fold})
+    return out
+
+
 def scheduler_status() -> dict[str, Any]:
     row = SchedulerState.objects.filter(pk=SchedulerState.SINGLETON).first()
     if row is None:

@@ -2,7 +2,9 @@
 // (`active`), now and then when nothing does (something may arrive from another tab or a script),
 // never while the tab is hidden (it catches up when shown again), and ever less often after
 // failures (server down, signed out). The home card and the runs list share it, and every page
-// that swaps in a fresh copy of a part of itself keeps the focus with keepFocus.
+// that swaps in a fresh copy of a part of itself keeps the focus with keepFocus. A page that says
+// how current it is passes `onError(error, failures)` and `onOk()`: told after each failed fetch
+// and after each good one.
 (function () {
   "use strict";
   window.Trainyard = window.Trainyard || {};
@@ -40,8 +42,12 @@
           options.onText(text);
           failures = 0;
           lastAt = Date.now();
+          if (options.onOk) { options.onOk(); }
         })
-        .catch(function () { failures += 1; })  // keep the last good view; the next tick retries
+        .catch(function (error) {
+          failures += 1;  // keep the last good view; the next tick retries
+          if (options.onError) { options.onError(error, failures); }
+        })
         .finally(function () { busy = false; schedule(); });
     }
 

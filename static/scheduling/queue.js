@@ -4,7 +4,7 @@
   "use strict";
   var REFRESH_MS = 7000;
   var root = document.getElementById("queue-pools");
-  if (!root) { return; }
+  if (!root || !window.Trainyard) { return; }
 
   function history(pool) {
     var el = document.getElementById("hist-" + pool);
@@ -91,36 +91,37 @@
 
   function clock(ms) { return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
 
-  function refresh() {
-    fetch(root.dataset.src, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then(function (resp) {
-        // Followed to the sign-in page (signed out): that page is no queue to show.
-        if (!resp.ok || resp.redirected) { throw new Error(String(resp.status)); }
-        return resp.text();
-      })
-      .then(function (html) {
-        if (html !== lastHtml) {
-          // Keep an open "rules" section open across refreshes, and the focus where it was.
-          var open = {};
-          root.querySelectorAll("section[data-pool] details[open]").forEach(function (d) { open[d.closest("section").dataset.pool] = true; });
-          window.Trainyard.keepFocus(root, function () {
-            root.innerHTML = html;
-            root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
-          });
-          lastHtml = html;
-          draw();
-        }
-        refreshedAt = Date.now();
-        root.dataset.refreshedAt = String(refreshedAt);
-        say(noteText, false);
-      })
-      .catch(function () {
-        // Keep the last good view (the next tick retries), and say how old it is.
-        say("Not refreshed since " + clock(refreshedAt) + " (signed out, or the portal cannot be reached): " +
-            "what is shown is from then. Retrying every " + REFRESH_MS / 1000 + " seconds.", true);
-      });
+  function swap(html) {
+    if (html === lastHtml) { return; }
+    // Keep an open "rules" section open across refreshes, and the focus where it was.
+    var open = {};
+    root.querySelectorAll("section[data-pool] details[open]").forEach(function (d) { open[d.closest("section").dataset.pool] = true; });
+    window.Trainyard.keepFocus(root, function () {
+      root.innerHTML = html;
+      root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
+    });
+    lastHtml = html;
+    draw();
   }
 
   draw();
-  window.setInterval(refresh, REFRESH_MS);
+  // The queue moves all the time, so every tick counts as active; poll leaves a hidden tab alone
+  // and waits longer after each failure, so a portal that is down is not asked every 7 seconds.
+  window.Trainyard.poll({
+    url: function () { return root.dataset.src; },
+    active: function () { return true; },
+    activeMs: REFRESH_MS,
+    idleMs: REFRESH_MS,
+    onText: swap,
+    onOk: function () {
+      refreshedAt = Date.now();
+      root.dataset.refreshedAt = String(refreshedAt);
+      say(noteText, false);
+    },
+    onError: function () {
+      // The same words on every failure: the live region speaks once, not at each retry.
+      say("Not refreshed since " + clock(refreshedAt) + " (signed out, or the portal cannot be reached): " +
+          "showing what was current then. Trying again, less often while this lasts.", true);
+    }
+  });
 })();
