@@ -13,6 +13,7 @@ from typing import Any
 from django.http import QueryDict
 
 from apps.jobtemplates.models import JobTemplate
+from apps.runs.services.submit import Errors, resources_resolve
 
 INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -147,6 +148,67 @@ def resources_from_post(post: QueryDict) -> dict[str, Any]:
         if text:
             out[name] = int(text) if INT_RE.match(text) and name != "pool" else text
     return out
+
+
+def tag_defaults(*, template: JobTemplate | None, username: str) -> dict[str, str]:
+    """What the tag inputs hold until someone types in them."""
+    return {"task": template.kind if template else "", "dataset": "sklearn-digits", "candidate": "candidate",
+            "family": f"{template.slug}-{username}" if template else ""}
+
+
+def _param_changed(field: ParamField, typed: dict[str, Any], raw: Any) -> bool:
+    if field.kind == "boolean":
+        return bool(raw) != bool(field.default)
+    # Empty means "the default"; text that does not even parse (bad JSON) was typed, so it counts.
+    return raw != "" and (field.name not in typed or typed[field.name] != field.default)
+
+
+def form_reloaded(*, old: JobTemplate, new: JobTemplate, post: QueryDict, username: str) -> tuple[QueryDict, dict[str, Any]]:
+    """The form loaded again for another template or project, from ``post`` (what it held for ``old``):
+    (the inputs to show again, the raw parameter values to show again).
+
+    Only what the user changed carries over. An input still at the old template's default takes the
+    new template's (ddp-train's 2 nodes, not the 1 digits-classifier offered), or the user would be
+    left with defaults that belong to another template. A changed value carries over where the new
+    template takes it: a parameter of the same name and kind (a choice it still offers), a resource
+    within its limits. The rest is dropped, never refused: nothing was submitted."""
+    kept = post.copy()
+    for key in [k for k in kept if k.startswith(("p_", "res_", "tag_"))]:
+        del kept[key]
+    typed, raw, _ = params_from_post(template=old, post=post)
+    before = {f.name: f for f in param_fields(template=old)}
+    values: dict[str, Any] = {}
+    for f in param_fields(template=new):
+        was = before.get(f.name)
+        if was is None or was.kind != f.kind or not _param_changed(was, typed, raw[f.name]):
+            continue
+        if f.kind == "select" and not any(str(c) == raw[f.name] for c in f.choices):
+            continue
+        values[f.name] = raw[f.name]
+        if f.kind != "boolean":
+            kept[f.input_name] = raw[f.name]
+        elif raw[f.name]:
+            kept[f.input_name] = "on"
+    old_resources = old.resources or {}
+    changed: dict[str, Any] = {}
+    for name in RESOURCE_FIELDS:
+        text = (post.get(f"res_{name}") or "").strip()
+        value = int(text) if INT_RE.match(text) and name != "pool" else text
+        if text and value != old_resources.get(name):
+            changed[name] = value
+    if changed:
+        # The submission's own check says what the new template allows, so the two never disagree.
+        refused = Errors()
+        resources_resolve(template=new, resources=changed, errors=refused)
+        for name, value in changed.items():
+            if f"resources.{name}" not in refused.fields:
+                kept[f"res_{name}"] = str(value)
+    old_tags = tag_defaults(template=old, username=username)
+    for key in TAG_FIELDS:
+        text = (post.get(f"tag_{key}") or "").strip()
+        if text and text != old_tags[key]:
+            kept[f"tag_{key}"] = text
+    return kept, values
 
 
 def expected_cost(*, price: Decimal, nodes: int, devices_per_node: int, max_runtime_s: int) -> Decimal:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 
 from apps.core.errors import ServiceError
@@ -21,9 +21,11 @@ from apps.runs.forms import (
     TAG_FIELDS,
     expected_cost,
     extra_tags_from_text,
+    form_reloaded,
     param_fields,
     params_from_post,
     resources_from_post,
+    tag_defaults,
 )
 from apps.runs.models import Checkpoint, CodeSnapshot, Priority
 from apps.runs.selectors import run_list
@@ -33,6 +35,9 @@ from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
 
 KNOWN_INPUTS = {"project", "template", "priority", "name", "init_run", "init_checkpoint", "code_snapshot", "extra_tags", "secrets"}
+# A hidden input: the template whose form was on the page, so a reload for another one can tell what
+# the user changed from what was only that template's default.
+SHOWN_TEMPLATE = "shown_template"
 # The vault registers here, in its AppConfig.ready(), a callable (project=...) -> the names of the
 # project's secrets, so the form can offer them without this app importing the vault (which
 # imports runs for its admission check).
@@ -65,7 +70,15 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     values: dict[str, Any] = {}
     status = 200
-    if request.method == "POST" and project is not None and template is not None and request.POST.get("action") != "reload":
+    post: QueryDict | None = request.POST if request.method == "POST" else None
+    if post is not None and post.get("action") == "reload":
+        # Another project or template was chosen: the same form for it, not a submission (so no errors).
+        if template is not None:
+            # Without the shown template (a page from before it was sent), what differs from the new
+            # template's defaults is taken as typed.
+            shown = next((t for t in templates if t.slug == post.get(SHOWN_TEMPLATE)), template)
+            post, values = form_reloaded(old=shown, new=template, post=post, username=request.user.get_username())
+    elif post is not None and project is not None and template is not None:
         params, values, errors = params_from_post(template=template, post=request.POST)
         if str(project.pk) != request.POST.get("project"):
             # Never fall back to another project on a POST: the run would land somewhere unasked.
@@ -98,8 +111,8 @@ def run_new_page(request: HttpRequest) -> HttpResponse:
             else:
                 return redirect(f"/runs/{run.pk}/")
         status = 400
-    context = _context(request, projects=projects, templates=templates, project=project, template=template, values=values,
-                       errors=errors)
+    context = _context(request, post=post, projects=projects, templates=templates, project=project, template=template,
+                       values=values, errors=errors)
     return render(request, "runs/submit.html", context, status=status)
 
 
@@ -116,15 +129,15 @@ def _more_errors(request: HttpRequest, *, template: JobTemplate, params: dict[st
         known.extend(m for m in messages if m not in known)
 
 
-def _context(request: HttpRequest, *, projects: list[Project], templates: list[JobTemplate], project: Project | None,
-             template: JobTemplate | None, values: dict[str, Any], errors: dict[str, list[str]]) -> dict[str, Any]:
+def _context(request: HttpRequest, *, post: QueryDict | None, projects: list[Project], templates: list[JobTemplate],
+             project: Project | None, template: JobTemplate | None, values: dict[str, Any],
+             errors: dict[str, list[str]]) -> dict[str, Any]:
     by_input: dict[str, list[str]] = {}
     for field, messages in errors.items():
         by_input.setdefault(_input_for(field), []).extend(messages)
     fields = param_fields(template=template, values=values or None) if template else []
     for f in fields:
         f.errors = by_input.pop(f.input_name, [])
-    post = request.POST if request.method == "POST" else None
     defaults = dict((template.resources if template else {}) or {})
     resources = {name: (post.get(f"res_{name}") if post is not None else None) or defaults.get(name, "") for name in RESOURCE_FIELDS}
     # Pools whose nodes are all offline or draining stay choosable (a run may wait for them) but say so.
@@ -141,10 +154,8 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
     is_sweep = template is not None and template.kind == TemplateKind.SWEEP
     trials = _sweep_trials(template, post) if template is not None and is_sweep else None
     user = request.user
-    family_default = f"{template.slug}-{user.get_username()}" if template else ""
-    tag_defaults = {"task": template.kind if template else "", "dataset": "sklearn-digits", "candidate": "candidate",
-                    "family": family_default}
-    tags = {key: (post.get(f"tag_{key}") if post is not None else None) or tag_defaults[key] for key in TAG_FIELDS}
+    tag_values = tag_defaults(template=template, username=user.get_username())
+    tags = {key: (post.get(f"tag_{key}") if post is not None else None) or tag_values[key] for key in TAG_FIELDS}
     tag_rows = [{"key": key, "value": tags[key], "errors": by_input.pop(f"tag_{key}", [])} for key in TAG_FIELDS]
     resource_rows = [{"key": key, "value": resources[key], "errors": by_input.pop(f"res_{key}", [])} for key in RESOURCE_FIELDS]
     init_runs: list[Any] = []
@@ -154,6 +165,7 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
         init_runs = list(run_list(user=user).filter(pk__in=with_ckpt).order_by("-created_at")[:50])
     if template is not None and template.kind == TemplateKind.CUSTOM and project is not None:
         snapshots = list(CodeSnapshot.objects.filter(project=project).order_by("-created_at")[:50])
+    secret_names = _secret_names(project)
     return {
         "projects": projects,
         "templates": templates,
@@ -172,8 +184,9 @@ def _context(request: HttpRequest, *, projects: list[Project], templates: list[J
         "is_sweep": is_sweep,
         "trials": trials,
         "sweep_cost": cost * trials if cost is not None and trials is not None else None,
-        "secret_names": _secret_names(project),
-        "secrets_chosen": post.getlist("secrets") if post is not None else [],
+        "secret_names": secret_names,
+        # Ticks of names the project lacks have no box to show them (after a change of project, say).
+        "secrets_chosen": [name for name in post.getlist("secrets") if name in secret_names] if post is not None else [],
         "init_runs": init_runs,
         "init_run": post.get("init_run", "") if post is not None else request.GET.get("init_run", ""),
         "snapshots": snapshots,

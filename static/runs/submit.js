@@ -1,5 +1,6 @@
-// Changing project or template reloads the form for it; cost and the expected start follow the
-// resource inputs (the start from the server's forecast: the same scheduler and estimator the queue uses).
+// Changing project or template reloads the form for it, keeping what was typed; cost and the
+// expected start follow the resource inputs (the start from the server's forecast: the same
+// scheduler and estimator the queue uses).
 // A sweep costs up to its trial count times one trial; the count comes from the server, which
 // expands the space exactly as the submission will.
 (function () {
@@ -33,12 +34,18 @@
     summary.setAttribute("tabindex", "-1");
     summary.focus();
   }
+  // Another project or template: the form comes back for it with what was typed so far, posted as
+  // the no-script "Load" buttons post it (action=reload queues nothing); the server keeps what applies.
   form.querySelectorAll("[data-reload]").forEach(function (select) {
     select.addEventListener("change", function () {
-      var params = new URLSearchParams();
-      params.set("project", form.elements.project.value);
-      params.set("template", form.elements.template.value);
-      window.location.search = params.toString();
+      var action = document.createElement("input");
+      action.type = "hidden";
+      action.name = "action";
+      action.value = "reload";
+      form.appendChild(action);
+      form.submit();
+      // The form's data is taken by now; a page restored by the Back button must not reload on Submit.
+      action.remove();
     });
   });
   function num(name) {
