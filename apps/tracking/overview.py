@@ -62,6 +62,10 @@ def _row(run: Run, words: str) -> dict[str, Any]:
         "pk": run.pk, "name": run.name, "status": run.status, "project": run.project.full_slug,
         "pct": None if run.progress is None or run.status != RunStatus.RUNNING else round(run.progress * 100),
         "words": words, "reason": run.status_reason,
+        # Why it waits or failed, as a line of its own (a tooltip is lost to touch and keyboards),
+        # unless the words already say it.
+        "why": run.status_reason if run.status in (RunStatus.QUEUED, RunStatus.FAILED, RunStatus.LOST, RunStatus.PREEMPTED)
+        and run.status_reason not in words else "",
     }
 
 

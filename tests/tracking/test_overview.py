@@ -99,3 +99,23 @@ def test_the_card_alone_keeps_the_pages_current(cast: Any) -> None:
     run.status = RunStatus.RUNNING
     run.save()
     assert "running for" in client.get("/runs/overview/").content.decode()
+
+
+def test_the_card_says_why_a_run_waits_or_failed_in_a_line_of_its_own(cast: Any) -> None:
+    """Not only in the status badge's tooltip, which touch and keyboard users never see."""
+    now = timezone.now()
+    make_run(cast.digits, name="waits", status=RunStatus.QUEUED, queue_position=1, estimated_start=now + timedelta(minutes=5),
+             status_reason="Waiting behind urgent-priority job 12 and others ahead of it.")
+    make_run(cast.digits, name="broke", status=RunStatus.FAILED, started_at=now - timedelta(minutes=3), finished_at=now,
+             status_reason="exit code 1: CUDA out of memory")
+    make_run(cast.digits, name="unseen", status=RunStatus.QUEUED, status_reason="Not yet looked at by the scheduler.")
+    make_run(cast.digits, name="fine", status=RunStatus.SUCCEEDED, finished_at=now, status_reason="exit code 0")
+    html = _page(cast.alice, f"/projects/{cast.digits.pk}/")
+    reasons = [line.split(">", 1)[1] for line in html.split('<span class="run-reason"')[1:]]
+    assert [r.split("</span>", 1)[0] for r in reasons] == [
+        "Waiting behind urgent-priority job 12 and others ahead of it.", "exit code 1: CUDA out of memory"]
+    # Already in the words of a run with no estimate, and a success says nothing more.
+    view = runs_overview(runs=cast.digits.runs.all(), now=now)
+    assert {r["name"]: r["why"] for r in view["active"] + view["recent"]} == {
+        "waits": "Waiting behind urgent-priority job 12 and others ahead of it.", "unseen": "",
+        "broke": "exit code 1: CUDA out of memory", "fine": ""}
