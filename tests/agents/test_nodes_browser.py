@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.agents.helpers import start_agent, submit, wait_status, write
 from tests.fixtures.browser import VIEWPORT, login, page_in_new_context, screenshot
@@ -32,21 +33,28 @@ def test_nodes_page_for_alice_and_drain_by_admin(live_stack: LiveStack, chromium
         tokyo.goto(stack.url + "/nodes/")
         node = tokyo.locator("[data-node-name='node-a']")
         assert node.locator(".badge").first.inner_text() == "busy"
+        assert re.search(r"last heartbeat \d+ seconds? ago", node.locator(".node-beat").inner_text())
+        assert node.locator(".devmap a.held").count() == 1  # its one CPU slot, held by her run
+        # The device table opens from the node's line.
+        summary = node.locator("details > summary")
+        expect(summary).to_have_accessible_name("Details of node-a")
+        summary.click()
         text = node.inner_text()
-        assert re.search(r"last heartbeat \d+ seconds? ago", text), text
         # The heartbeat's time in alice's zone, which it names (the server's is UTC).
-        beat = node.locator(".node-beat time")
+        beat = node.locator(".node-facts time")
         assert beat.inner_text().endswith("GMT+9"), beat.inner_text()
         assert "cpu0" in text and "CPU slot" in text
-        assert node.get_by_role("link", name=f"#{run}").count() == 1  # her team's run, named as every page names it
+        # Her team's run, named as every page names it (the square's own name says it too).
+        assert node.get_by_role("link", name=f"#{run}", exact=True).count() == 1
         assert "vision/digits" in text and f"run {run}" not in text
         assert tokyo.locator("button[data-action]").count() == 0, "only admins drain"
         assert tokyo.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
         screenshot(tokyo, "nodes-alice")
         # An open page keeps itself current: the next heartbeats arrive without a reload.
         first = beat.inner_text()
-        tokyo.wait_for_function("(first) => document.querySelector(\"[data-node-name='node-a'] .node-beat time\").textContent !== first",
+        tokyo.wait_for_function("(first) => document.querySelector(\"[data-node-name='node-a'] .node-facts time\").textContent !== first",
                                 arg=first, timeout=20_000)
+        assert node.locator("details").evaluate("d => d.open"), "the refresh folded the device table up"
 
     login(page, stack, "admin")
     page.goto(stack.url + "/nodes/")

@@ -34,7 +34,7 @@ def page(user: Any, path: str = "/nodes/") -> str:
 
 
 def node_block(html: str, hostname: str) -> str:
-    match = re.search(rf'<div class="node" data-node="\d+" data-node-name="{hostname}".*?</table>', html, re.S)
+    match = re.search(rf'<div class="node" data-node="\d+" data-node-name="{hostname}".*?</details>', html, re.S)
     assert match, html
     return match.group(0)
 
@@ -99,9 +99,11 @@ def test_readings_say_when_not_reported_and_which_are_estimates(cast: Any, pool:
     node = Node.objects.get(agent_uid="n1")
     Device.objects.filter(node=node, index=0).update(utilization=240.0, power_w=24.0)  # a job using 2.4 cores on one slot
     Device.objects.create(node=node, index=2, kind="gpu", model="NVIDIA H100", utilization=97.0, power_w=612.5)
-    rows = re.findall(r"<tr>.*?</tr>", node_block(page(cast.alice), "n1"), re.S)
-    busy, idle, measured = (re.sub(r"\s+", " ", r) for r in rows[1:])
-    assert "240 %" in busy and 'style="width: 100%"' in busy  # the bar stays in its box
+    block = node_block(page(cast.alice), "n1")
+    # A row ends where the next begins (the page leaves out the end tags HTML allows it to).
+    rows = re.findall(r'<tr id="d\d+-\d">.*?(?=<tr|</tbody>)', block, re.S)
+    busy, idle, measured = (re.sub(r"\s+", " ", r) for r in rows)
+    assert "240 %" in busy and re.search(r'<a href="#d\d+-0" class="u3">', block)  # the square's colour tops out
     assert "≈ 24.0 W (estimated)" in busy  # a CPU slot's watts are CPU time x watts per core
     assert idle.count("not reported") == 2 and "–" not in idle
     assert "612.5 W" in measured and "estimated" not in measured

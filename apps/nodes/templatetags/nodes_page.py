@@ -1,8 +1,10 @@
-"""Filters for the Nodes page: instants that name their zone, and spans of time in words."""
+"""Filters for the Nodes page: instants that name their zone, spans of time in words, and the fleet
+map's squares and device tables."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils import timezone
@@ -53,3 +55,34 @@ def from_now(at: datetime | str | None) -> str:
         return ""
     left = (instant - timezone.now()).total_seconds()
     return f"in {fmt_duration(left)}" if left >= 0 else f"{fmt_duration(left)} ago"
+
+
+@register.filter
+def util_level(utilization: float | None) -> str:
+    """The colour of a device's square: u0 (under 25 % busy) to u3 (75 % or more; a CPU slot's job
+    can use several cores, 240 %), un when nothing is reported."""
+    if utilization is None:
+        return "un"
+    return f"u{min(3, max(0, int(utilization // 25)))}"
+
+
+def _spans(values: list[Any]) -> list[int]:
+    """For each stretch of equal neighbours: its length at its first place, 0 at the others."""
+    spans = [0] * len(values)
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            spans[start] = i - start
+            start = i
+    return spans
+
+
+@register.filter
+def table_rows(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A node's devices as rows of its device table, with how many rows the model cell and the run
+    cell of each one span (0: a cell above covers it). A node's devices mostly share one model and
+    a run holds several of them: written once per stretch, the fleet's tables are a fraction of
+    the page they were when every row repeated them."""
+    models = _spans([(d["model"], d["memory_bytes"]) for d in devices])
+    runs = _spans([d["run"] for d in devices])
+    return [{"device": d, "model_rows": m, "run_rows": r} for d, m, r in zip(devices, models, runs, strict=True)]
