@@ -73,7 +73,7 @@ with transaction.atomic():
         for i in range(N_NODES)])
     Device.objects.bulk_create([
         Device(node=n, index=d, kind="gpu", uuid=f"GPU-{n.pk}-{d}", model="NVIDIA A100-SXM4-80GB", memory_bytes=80 << 30,
-               utilization=rng.random(), power_w=rng.uniform(50, 400))
+               utilization=rng.uniform(0, 100), power_w=rng.uniform(50, 400))
         for n in nodes for d in range(8)])
 
 # --- runs, attempts, assignments ------------------------------------------------------------------
