@@ -11,10 +11,11 @@ import logging
 import re
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from apps.audit.services import audit_record
-from apps.core.errors import FieldError, Forbidden, NotFound
+from apps.core.errors import FieldError, Forbidden, NotFound, ServiceError
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role
 from apps.vault import crypto
@@ -35,6 +36,15 @@ MIN_VALUE_CHARS = 8
 MAX_VALUE_CHARS = 16 * 1024
 MAX_SECRETS_PER_PROJECT = 100
 MAX_SECRETS_PER_RUN = 32
+
+
+class VaultNotConfigured(ServiceError):
+    """The server has no key to encrypt with (a deployment without TRAINYARD_SECRET_KEYS): the
+    request was fine, the server cannot keep it, so a 503 that says what is missing, not a 500.
+    `manage.py check --deploy` reports the same thing before anyone gets here."""
+
+    status_code = 503
+    code = "vault_not_configured"
 
 
 def secret_name_check(*, name: Any, field: str = "name") -> str:
@@ -73,8 +83,13 @@ def secret_set(*, project: Project, name: Any, value: Any, user: AnyUser) -> tup
     secret_edit_check(user=user, project=project)
     name = secret_name_check(name=name)
     value = _value_check(value)
-    ciphertext = crypto.encrypt(value)
-    key_id = crypto.key_fingerprint()
+    try:
+        ciphertext = crypto.encrypt(value)
+        key_id = crypto.key_fingerprint()
+    except ImproperlyConfigured as exc:
+        log.error("secret not stored: %s", exc)
+        raise VaultNotConfigured("Secrets cannot be stored: this server has no encryption key configured "
+                                 f"({crypto.KEYS_SETTING}). Ask its administrator to set one.") from exc
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
         secret = Secret.objects.select_for_update().filter(project=locked, name=name).first()

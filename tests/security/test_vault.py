@@ -130,6 +130,24 @@ def test_keys_required_unless_debug(settings: Any) -> None:
     assert vault_keys_check() == []
 
 
+def test_a_server_without_keys_says_so_with_a_503_and_stores_nothing(cast: Any, settings: Any) -> None:
+    """Not a 500 (CI's schema fuzz found it): the request was fine, the deployment lacks its key."""
+    settings.TRAINYARD_SECRET_KEYS = []
+    settings.DEBUG = False
+    client = cast.client(cast.alice)
+    for response in (client.put(URL.format(cast.digits.pk) + "HF_TOKEN/", {"value": VALUE}, format="json"),
+                     client.post(URL.format(cast.digits.pk), {"name": "HF_TOKEN", "value": VALUE}, format="json")):
+        assert response.status_code == 503, response.content
+        error = response.json()["error"]
+        assert error["code"] == "vault_not_configured" and "TRAINYARD_SECRET_KEYS" in error["message"]
+        assert VALUE not in _everything(response)
+    page = Client()
+    page.force_login(cast.alice)
+    html = page.post(f"/projects/{cast.digits.pk}/secrets/set/", {"name": "HF_TOKEN", "value": VALUE}, follow=True).content.decode()
+    assert "Secrets cannot be stored: this server has no encryption key configured" in html
+    assert not Secret.objects.exists() and not AuditEvent.objects.filter(action="secret.set").exists()
+
+
 def _submit(cast: Any, **extra: Any) -> Any:
     local_pool()
     make_template()
