@@ -21,6 +21,7 @@ from apps.nodes.templatetags.nodes_page import table_rows, util_level
 from apps.runs.models import Assignment, Attempt, Run
 from apps.tenants.models import Project
 from tests.billing.helpers import make_run
+from tests.nodes.test_nodes_page import node_block, page
 
 
 @pytest.fixture
@@ -44,18 +45,6 @@ def hold(node: Node, project: Project, devices: list[int], name: str = "") -> Ru
     return run
 
 
-def page(user: Any, path: str = "/nodes/") -> str:
-    client = Client()
-    client.force_login(user)
-    resp = client.get(path)
-    assert resp.status_code == 200
-    return resp.content.decode()
-
-
-def node_block(html: str, hostname: str) -> str:
-    match = re.search(rf'<div class="node" data-node="\d+" data-node-name="{hostname}".*?</details>', html, re.S)
-    assert match, html
-    return match.group(0)
 
 
 def squares(block: str) -> list[tuple[str, str, bool, str]]:

@@ -18,6 +18,7 @@ from apps.nodes.services import node_drain, nodes_sweep
 from apps.runs.models import Run
 from apps.runs.services.placement import placement_pass
 from tests.agents.server import A, claim, make_run, register
+from tests.pages import page_html
 
 
 @pytest.fixture
@@ -26,11 +27,7 @@ def pool(db: Any) -> NodePool:
 
 
 def page(user: Any, path: str = "/nodes/") -> str:
-    client = Client()
-    client.force_login(user)
-    resp = client.get(path)
-    assert resp.status_code == 200
-    return resp.content.decode()
+    return page_html(user, path)
 
 
 def node_block(html: str, hostname: str) -> str:

@@ -7,11 +7,11 @@ import re
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from apps.nodes.models import NodePool
 from apps.runs.models import Run
 from apps.scheduling.views import QUEUE_PAGE_ROWS
+from tests.pages import page_html
 from tests.scheduling.test_django_scheduling import make
 
 
@@ -28,11 +28,7 @@ def _line(cast: Any, pool: NodePool, mine_at: set[int], length: int) -> dict[int
 
 
 def _page(user: Any, path: str) -> str:
-    web = Client()
-    web.force_login(user)
-    response = web.get(path)
-    assert response.status_code == 200
-    return response.content.decode()
+    return page_html(user, path)
 
 
 def _pool(html: str, name: str) -> str:

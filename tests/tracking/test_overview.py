@@ -11,15 +11,12 @@ from django.utils import timezone
 
 from apps.runs.models import RunStatus
 from apps.tracking.overview import runs_overview
+from tests.pages import page_html
 from tests.tracking.conftest import make_run
 
 
 def _page(user: Any, path: str) -> str:
-    client = Client()
-    client.force_login(user)
-    response = client.get(path)
-    assert response.status_code == 200
-    return response.content.decode()
+    return page_html(user, path)
 
 
 def test_overview_orders_and_words(cast: Any) -> None:
