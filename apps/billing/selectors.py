@@ -66,11 +66,7 @@ def pool_price_now(*, pool: NodePool, at: datetime | None = None) -> Decimal:
 
 def budgets_for_project(*, project: Project) -> list[Budget]:
     """The project's own budget and its team's, in primary-key order (the locking order)."""
-    return list(
-        Budget.objects.filter(Q(project=project) | Q(team_id=project.team_id, project__isnull=True))
-        .select_related("team", "project", "project__team")
-        .order_by("pk")
-    )
+    return budgets_for_projects(projects=[project])[project.pk]
 
 
 def budgets_for_projects(*, projects: Iterable[Project]) -> dict[int, list[Budget]]:
@@ -286,18 +282,9 @@ def projects_budget_status(*, projects: Sequence[Project], now: datetime | None 
     period = period_for(at=now)
     if not projects:
         return {}
-    budgets = list(
-        Budget.objects.filter(Q(project_id__in={p.pk for p in projects}) | Q(team_id__in={p.team_id for p in projects},
-                                                                              project__isnull=True))
-        .select_related("team", "project", "project__team")
-        .order_by("pk")
-    )
-    own = {b.project_id: b for b in budgets if b.project_id}
-    team_level: dict[int, Budget] = {}
-    for b in budgets:
-        if not b.project_id:
-            team_level.setdefault(b.team_id, b)
-    chosen = {p.pk: own.get(p.pk) or team_level.get(p.team_id) for p in projects}
+    found = budgets_for_projects(projects=projects)
+    # Its own budget, else its team's (the first, in pk order).
+    chosen = {pk: next((b for b in budgets if b.project_id), None) or next(iter(budgets), None) for pk, budgets in found.items()}
     in_period = UsageEntry.objects.filter(period_start__gte=period.start, period_start__lt=period.end)
     # A project without a budget, or with its own, is charged its own entries; one under its
     # team's budget shows the team's spend against it.
