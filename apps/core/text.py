@@ -15,6 +15,15 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+def hours_minutes(seconds: float) -> str:
+    """A length of time to the minute, as a clock-reader says it: "45 min", "2 h", "3 h 10 min"."""
+    minutes = int(round(abs(seconds) / 60))
+    hours, minutes = divmod(minutes, 60)
+    if hours and minutes:
+        return f"{hours} h {minutes} min"
+    return f"{hours} h" if hours else f"{minutes} min"
+
+
 def plural(count: int, noun: str) -> str:
     """ "1 device", "2 devices", "0 devices"."""
     return f"{count} {noun}{'' if count == 1 else 's'}"

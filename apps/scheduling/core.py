@@ -36,6 +36,16 @@ The rules, per pool, in the order they apply:
    beyond their team's guarantee (never a run inside a guarantee). Victims are chosen to lose
    the least work since their last checkpoint. The job then waits for them to stop, with its
    nodes held so nothing else slips in.
+6. Least attained service (`Policy.demote_after_s`, after Tiresias). Runtimes of training jobs
+   are heavy-tailed and mostly unknown at submission, so instead of guessing which job is short
+   the pool watches how long each has run. A normal (or low) run that has run longer than the
+   threshold in all is demoted: it counts as low, at a level that deepens with every further
+   factor of service (`demotion_factor`). A waiting job may preempt runs at a lower standing
+   under rule 5 (beyond their guarantee, cheapest checkpoint first, and not in the first minutes
+   of a resumed attempt), so a new job starts at once, and a demoted job that ran an hour is not
+   stuck behind runs that have run for days. Waiting demoted jobs sit behind every job that has
+   not been demoted, the one that has run least first, and resume from their checkpoints.
+   Urgent runs are never demoted. Standing (`policies.STANDING_STEP`) orders all of this.
 
 Fragmentation figures count free devices that no queued shape could use after the pass.
 """
@@ -48,7 +58,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from apps.core.text import plural  # plain Python, no Django
+from apps.core.text import hours_minutes, plural  # plain Python, no Django
 from apps.scheduling.model import (
     ClusterState,
     Decision,
@@ -70,18 +80,25 @@ from apps.scheduling.model import (
 )
 from apps.scheduling.placement import INF, PoolCapacity
 from apps.scheduling.policies import (
+    STANDING_STEP,
     OrderKey,
     decay_usage,
+    demoted,
+    demotion_threshold,
     explain_policy,
     fair_share_factors,
     guarantees_by_team,
+    key_standing,
     limits_by_team,
     order_keys,
+    running_standings,
     runs_within_guarantee,
+    service_level,
+    standing,
     team_usage_devices,
     virtual_deadline,
 )
-from apps.scheduling.preempt import plan_preemption
+from apps.scheduling.preempt import VictimIndex, plan_preemption
 
 __all__ = [
     "ClusterState",
@@ -147,6 +164,10 @@ class _PoolPass:
     explain: bool
     placements: list[Placement] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
+    run_standing: dict[str, int] = field(default_factory=dict)
+    # Built on the pass's first preemption attempt (`_try_preempt`).
+    victims: VictimIndex | None = None
+    top_standing: float = INF
     entries: list[QueueEntry] = field(default_factory=list)
     order: tuple[str, ...] = ()
     fragmentation: Fragmentation | None = None
@@ -156,16 +177,55 @@ class _PoolPass:
         cap = PoolCapacity(self.nodes, self.running, policy.packing)
         guarantees = guarantees_by_team(self.quotas, self.pool)
 
-        # Preemption setup: which runs are borrowed, and the lowest class among the borrowed
-        # preemptible ones (a job of that class or lower has nobody to preempt).
+        # Preemption setup: which runs are borrowed, and the lowest standing (class, or service
+        # level once demoted: `policies.STANDING_STEP`) among the borrowed preemptible ones: a job
+        # of that standing or lower has nobody to preempt.
         within_run: dict[str, bool] = {}
+        run_standing: dict[str, int] = {}
         lowest_victim: int | None = None
         if policy.preemption and any(r.preemptible and not r.stopping for r in self.running):
-            within_run = runs_within_guarantee(self.running, guarantees)
+            run_standing = running_standings(self.running, now, policy)
+            within_run = runs_within_guarantee(self.running, guarantees, run_standing)
             lowest_victim = min(
-                (int(r.priority_class) for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
+                (run_standing[r.id] for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
                 default=None,
             )
+        self.run_standing = run_standing
+        # Reclaiming borrowed devices ignores standing, so only without it can standing rule
+        # preemption out.
+        by_standing = not policy.reclaim_borrowed
+
+        # Shortest predicted runtime per gang shape: if not even that fits anywhere now, no job of
+        # the shape can start in this pass. And the highest standing of any waiting job.
+        shortest: dict[tuple[int, int], float] = {}
+        top_class, least_service = -1, INF
+        if self.queued:
+            demote_after = demotion_threshold(policy)
+            promote_before = now - policy.class_promotion_s if policy.class_promotion_s > 0 else -INF
+            low, normal = int(PriorityClass.LOW), int(PriorityClass.NORMAL)
+            for j in self.queued:
+                if j.blocked_reason is not None:
+                    continue
+                shape = (j.nodes, j.devices_per_node)
+                if j.predicted_runtime < shortest.get(shape, INF):
+                    shortest[shape] = j.predicted_runtime
+                klass: int = j.priority_class
+                if klass <= normal and j.attained_s >= demote_after:
+                    if j.attained_s < least_service:
+                        least_service = j.attained_s
+                    continue
+                if klass == low and j.submitted_at <= promote_before:
+                    klass = normal
+                if klass > top_class:
+                    top_class = klass
+        top_standing = (
+            top_class * STANDING_STEP if top_class >= 0
+            else standing(int(PriorityClass.LOW), service_level(least_service, policy)) if least_service < INF
+            else -INF
+        )
+        self.top_standing = top_standing
+        if by_standing and lowest_victim is not None and top_standing <= lowest_victim:
+            lowest_victim = None  # no waiting job stands above any possible victim
         if not explain and cap.free_sum == 0 and lowest_victim is None:
             # A full pool with nobody to preempt: nothing can change, and no reasons were asked
             # for, so skip ordering altogether (the common case on a busy cluster).
@@ -175,13 +235,6 @@ class _PoolPass:
         capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
         limits = limits_by_team(self.quotas, self.pool, capacity)
         fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
-        # Shortest predicted runtime per gang shape: if not even that fits anywhere now, no job of
-        # the shape can start in this pass.
-        shortest: dict[tuple[int, int], float] = {}
-        for j in self.queued:
-            shape = (j.nodes, j.devices_per_node)
-            if j.blocked_reason is None and j.predicted_runtime < shortest.get(shape, INF):
-                shortest[shape] = j.predicted_runtime
         headroom = policy.headroom_devices
         if not explain and lowest_victim is None and not any(
             cap.find(k, d, now + r) is not None and self._clears_headroom(cap, k * d, r) for (k, d), r in shortest.items()
@@ -199,7 +252,7 @@ class _PoolPass:
             ordered = _drain(keyed)
 
         taken: set[str] = set()
-        preempt_failed: dict[tuple[tuple[int, int], str], int] = {}
+        preempt_failed: dict[tuple[tuple[int, int], str], float] = {}
         hardware: dict[tuple[int, int], bool] = {}
         failed_end: dict[tuple[int, int], float] = {}
         blockers: list[_Blocker] = []
@@ -212,6 +265,10 @@ class _PoolPass:
         live_short = {shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s}
 
         for position, item in enumerate(ordered, start=1):
+            mine = key_standing(item, policy) if lowest_victim is not None else 0
+            if by_standing and lowest_victim is not None and mine <= lowest_victim:
+                # Standing only falls along the line: from here on nobody outranks a possible victim.
+                lowest_victim = None
             if not explain and (
                 stop_all
                 or (
@@ -291,11 +348,11 @@ class _PoolPass:
                 # Victims only get scarcer during a pass: once a shape found none for a class,
                 # later jobs of that shape and no higher class find none either.
                 memo = (shape, job.team if reclaiming else "")
-                if (reclaiming or klass > lowest_victim) and klass > preempt_failed.get(memo, -1):
-                    if self._try_preempt(job, PriorityClass(klass), reclaiming, position, cap, within_run, taken):
+                if (reclaiming or mine > lowest_victim) and mine > preempt_failed.get(memo, -INF):
+                    if self._try_preempt(job, PriorityClass(klass), mine, reclaiming, position, cap, within_run, taken):
                         blockers.append(_Blocker(job, PriorityClass(klass), now))
                         continue
-                    preempt_failed[memo] = klass
+                    preempt_failed[memo] = mine
 
             if reservations < reserve_depth:
                 reservations += 1
@@ -330,6 +387,7 @@ class _PoolPass:
         self,
         job: QueuedJob,
         klass: PriorityClass,
+        mine: int,
         reclaim: bool,
         position: int,
         cap: PoolCapacity,
@@ -337,21 +395,34 @@ class _PoolPass:
         taken: set[str],
     ) -> bool:
 
+        now, min_attempt, standings = self.now, self.policy.demoted_min_attempt_s, self.run_standing
+
         def eligible(run: RunningJob) -> bool:
-            if not run.preemptible or within_run.get(run.id, False):
-                return False
+            # (The index holds only preemptible runs beyond their guarantee, none stopping.)
             if run.priority_class < klass:
                 return True
+            if standings.get(run.id, mine) < mine:
+                # Demoted for its service: fair game once this attempt has had its minimum.
+                return now - run.started_at >= min_attempt
             return reclaim and run.team != job.team
 
+        if self.victims is None:
+            # Only runs that stand below someone waiting can ever be chosen (reclaiming aside).
+            top, by_standing = self.top_standing, not self.policy.reclaim_borrowed
+            self.victims = VictimIndex(
+                cap,
+                self.running,
+                lambda r: r.preemptible and not r.stopping and not within_run.get(r.id, False)
+                and (not by_standing or standings.get(r.id, top) < top),
+                now,
+            )
         plan = plan_preemption(
             cap=cap,
-            running=self.running,
+            index=self.victims,
             eligible=eligible,
             taken=taken,
             nodes=job.nodes,
             devices=job.devices_per_node,
-            now=self.now,
         )
         if plan is None:
             return False
@@ -362,21 +433,42 @@ class _PoolPass:
                 taken.add(run.id)
         for victim in plan.victims:
             taken.add(victim.id)
-            why = "lower class" if victim.priority_class < klass else "borrowed devices reclaimed"
+            if victim.priority_class < klass:
+                reason = (
+                    f"lower class: run {victim.id} ({victim.priority_class.label}, team {victim.team}) is beyond "
+                    f"its team's guarantee and makes room for {klass.label} job {job.id}"
+                )
+            elif standings.get(victim.id, mine) < mine:
+                ran = hours_minutes(victim.service(self.now))
+                if job.attained_s > 0:
+                    who = f"job {job.id}, which has run for {hours_minutes(job.attained_s)}"
+                else:
+                    who = f"new job {job.id}"
+                reason = (
+                    f"demoted: run {victim.id} (team {victim.team}) has run for {ran} in all, more than pool "
+                    f"{self.pool}'s {hours_minutes(self.policy.demote_after_s)}, and is beyond its team's guarantee; the job "
+                    f"that has run less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
+                )
+            else:
+                reason = (
+                    f"borrowed devices reclaimed: run {victim.id} ({victim.priority_class.label}, team {victim.team}) "
+                    f"is beyond its team's guarantee and makes room for {klass.label} job {job.id}"
+                )
             self.preemptions.append(
                 Preemption(
                     victim_id=victim.id,
                     for_job_id=job.id,
-                    reason=(
-                        f"{why}: run {victim.id} ({victim.priority_class.label}, team {victim.team}) is beyond "
-                        f"its team's guarantee and makes room for {klass.label} job {job.id}"
-                    ),
+                    reason=reason,
                     work_lost_device_s=victim.work_at_risk(self.now),
                 )
             )
         if self.explain:
             if plan.victims:
-                msg = f"Stopping {len(plan.victims)} lower-priority run(s) to make room; starts when they have stopped."
+                if all(v.priority_class < klass for v in plan.victims):
+                    which = plural(len(plan.victims), "lower-priority run")
+                else:
+                    which = plural(len(plan.victims), "run") + " (of lower priority, or that have run longer than it)"
+                msg = f"Stopping {which} to make room; starts when they have stopped."
             else:
                 msg = "Waiting for runs that are already stopping to release their devices."
             self._entry(job, position, WaitCode.PREEMPTING, msg, reserved_start=self.now)
@@ -442,6 +534,14 @@ class _PoolPass:
                 f"start of job {ahead}."
             )
             self._entry(job, position, WaitCode.BACKFILL_TOO_LONG, msg)
+            return
+        if demoted(job, self.policy):
+            msg = (
+                f"It has run for {hours_minutes(job.attained_s)} in all, more than pool {self.pool}'s "
+                f"{hours_minutes(self.policy.demote_after_s)}: jobs that have run less go first. "
+                "It resumes from its latest checkpoint."
+            )
+            self._entry(job, position, WaitCode.DEMOTED, msg)
             return
         if first is not None and first.effective > klass:
             msg = f"Waiting behind {first.effective.label}-priority job {ahead} and others ahead of it."

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import ClusterState, Node, NodeState, QueuedJob, RunningJob
-from apps.scheduling.policies import OrderKey
+from apps.scheduling.policies import OrderKey, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
 MAX_AHEAD = 150
@@ -176,7 +176,8 @@ def simulate_starts(
         unplaced: set[str] = set()
         for job_id in sorted(far):
             pool_lag = _lag_of(lag, pools[job_id])
-            span = None if pool_lag is None else pool_lag.eta_range(rank_times[job_id], state.now)
+            rank = rank_times.get(job_id)
+            span = None if pool_lag is None or rank is None else pool_lag.eta_range(rank, state.now)
             if span is None:
                 unplaced.add(job_id)
             else:
@@ -239,6 +240,7 @@ def simulate_starts(
                 started_at=now,
                 predicted_end=end,
                 preemptible=job.preemptible,
+                attained_s=job.attained_s,
             )
             heapq.heappush(ends, (end, job.id))
             for node_id, count in placement.allocation:
@@ -260,6 +262,7 @@ def simulate_starts(
                     devices_per_node=max(c for _, c in victim.allocation),
                     predicted_runtime=max(0.0, victim.predicted_end - now),
                     preemptible=victim.preemptible,
+                    attained_s=victim.service(now),
                 )
             continue
         if not pending:
@@ -296,8 +299,8 @@ def simulate_starts(
 def _standing(
     state: ClusterState, targets: Collection[str]
 ) -> tuple[dict[str, int], dict[str, float], dict[str, str], dict[str, list[OrderKey]]]:
-    """For each queued target: how many jobs rank ahead of it in its pool, its rank time and
-    its pool; plus every pool's order keys (unsorted), for `_ahead_of` and `_extrapolate`."""
+    """For each queued target: how many jobs rank ahead of it in its pool, its rank time (none
+    for a demoted job, ranked by service) and its pool; plus every pool's order keys (unsorted), for `_ahead_of` and `_extrapolate`."""
     wanted = set(targets)
     positions: dict[str, int] = {}
     rank_times: dict[str, float] = {}
@@ -323,7 +326,9 @@ def _standing(
                 counts.append(upto - 1)
         for mark, ahead in zip(marks, counts, strict=True):
             positions[mark[4]] = ahead
-            rank_times[mark[4]] = mark[2]
+            rank = rank_time(mark)
+            if rank is not None:
+                rank_times[mark[4]] = rank
             pools[mark[4]] = pool
     return positions, rank_times, pools, keys
 
@@ -373,7 +378,8 @@ def _extrapolate(
         pool_lag = _lag_of(lag, pool)
         fluid_marks = []
         for mark in marks:
-            span = None if pool_lag is None else pool_lag.eta_range(mark[2], since)
+            rank = rank_time(mark)
+            span = None if pool_lag is None or rank is None else pool_lag.eta_range(rank, since)
             if span is None:
                 fluid_marks.append(mark)
                 continue

@@ -8,6 +8,7 @@ trace seconds in the simulator); only differences between them matter.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
@@ -63,6 +64,8 @@ class WaitCode(StrEnum):
     IN_LINE = "behind_earlier_jobs"
     BACKFILL_TOO_LONG = "would_delay_reserved_job"
     HEADROOM = "headroom_kept_for_short_jobs"
+    # It has run longer than the pool's demotion threshold: runs that have run less go first.
+    DEMOTED = "ran_longer_than_others"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +101,29 @@ class RunningJob:
     # Expected end (mean of the history rather than the median behind `predicted_end`): only
     # wait estimates read it, since they sum many durations; None means `predicted_end`.
     expected_end: float | None = None
+    # Seconds it ran in earlier attempts (wall clock, however many devices), before this one
+    # started: with the current attempt's time, its attained service (`Policy.demote_after_s`).
+    attained_s: float = 0.0
+    # For a caller that knows how often a run checkpoints rather than when it last did (the
+    # trace simulator): a checkpoint every this many seconds of the attempt.
+    checkpoint_every_s: float | None = None
     # Derived once: passes read it for every run, many times.
     devices: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", sum(count for _, count in self.allocation))
 
+    def service(self, now: float) -> float:
+        """Seconds it has run in all, this attempt included."""
+        return self.attained_s + max(0.0, now - self.started_at)
+
     def work_at_risk(self, now: float) -> float:
         """Device-seconds lost if stopped now: work since the latest checkpoint (or start)."""
-        since = self.started_at if self.last_checkpoint_at is None else self.last_checkpoint_at
-        return max(0.0, now - max(since, self.started_at)) * self.devices
+        since = self.started_at if self.last_checkpoint_at is None else max(self.last_checkpoint_at, self.started_at)
+        every = self.checkpoint_every_s
+        if every is not None and every > 0 and now > self.started_at:
+            since = max(since, self.started_at + every * math.floor((now - self.started_at) / every))
+        return max(0.0, now - since) * self.devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +153,9 @@ class QueuedJob:
     # requeue. Fixed, so a later runtime prediction or a change in fair share never moves a
     # job in line and the line only moves forward. None: not fixed yet (computed per pass).
     deadline: float | None = None
+    # Seconds it already ran in earlier attempts (a preempted or requeued run): its attained
+    # service, which decides whether it is demoted (`Policy.demote_after_s`).
+    attained_s: float = 0.0
     devices: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -192,6 +211,23 @@ class Policy:
     # arrival even when the pool is busy (0 turns it off).
     headroom_devices: int = 0
     headroom_max_runtime_s: float = 2 * 3600.0
+    # Least attained service (Tiresias' answer to runtimes nobody can predict): a normal or low
+    # run that has run this long in all, over every attempt, is demoted. Running, it counts as
+    # low, so a normal job that cannot start otherwise may preempt it (if it is preemptible and
+    # beyond its team's guarantee, as any preemption); waiting, it sits behind every job that
+    # has not been demoted, and among demoted jobs the one that has run least goes first. Short
+    # jobs, most of them, then start at once and finish without waiting behind long ones; long
+    # ones take turns, each resuming from its checkpoint. Urgent runs are never demoted, and
+    # aging never promotes a demoted job (it is not starving: it has run). 0 turns it off.
+    demote_after_s: float = 3600.0
+    # Demoted jobs sit at levels: 1 up to demote_after_s x this factor of service, 2 up to
+    # x factor², and so on. A job waiting at a level may preempt (beyond guarantees, as always)
+    # runs that reached a deeper one, so a demoted gang that ran an hour is not kept waiting for
+    # weeks behind narrow runs that have run for days. 1 or less: one level, no such preemption.
+    demotion_factor: float = 4.0
+    # A demoted run is not stopped again for a normal job in the first this-many seconds of an
+    # attempt, so a run that has just resumed (and paid its restart) gets to make progress.
+    demoted_min_attempt_s: float = 900.0
 
 
 @dataclass(frozen=True, slots=True)

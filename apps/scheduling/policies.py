@@ -6,9 +6,12 @@ Pure functions over the model dataclasses; `core.schedule` calls them once per p
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
+from apps.core.text import hours_minutes  # plain Python, no Django
 from apps.scheduling.model import (
     Ordering,
     Packing,
@@ -74,11 +77,31 @@ def fair_share_factors(
     return factors
 
 
+def demotion_threshold(policy: Policy) -> float:
+    """Seconds of service after which a job is demoted; infinite where the pool does not demote
+    (turned off, or FIFO ordering, which is plain submission order by design)."""
+    if policy.demote_after_s > 0 and policy.ordering == Ordering.PRIORITY:
+        return policy.demote_after_s
+    return math.inf
+
+
+def demoted(job: QueuedJob, policy: Policy) -> bool:
+    """Whether a waiting job has run long enough, over its earlier attempts, to be demoted."""
+    return (
+        demotion_threshold(policy) < math.inf
+        and job.priority_class <= PriorityClass.NORMAL
+        and job.attained_s >= policy.demote_after_s
+    )
+
+
 def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass:
     """Aging between classes: a low job that has waited long enough competes as normal.
 
-    It never climbs to urgent, so urgent keeps meaning "someone decided this is urgent".
+    It never climbs to urgent, so urgent keeps meaning "someone decided this is urgent". A
+    demoted job (`demoted`) competes as low and is never promoted: it is not starving, it ran.
     """
+    if demoted(job, policy):
+        return PriorityClass.LOW
     if (
         job.priority_class == PriorityClass.LOW
         and policy.class_promotion_s > 0
@@ -86,6 +109,61 @@ def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass
     ):
         return PriorityClass.NORMAL
     return job.priority_class
+
+
+# A job's standing decides who may preempt whom: a class outweighs any number of service
+# levels (see `service_level`), and within the low class a lower level (less service) stands
+# higher. A job may preempt only runs of a lower standing.
+STANDING_STEP = 1000
+
+
+@lru_cache(maxsize=64)
+def _level_bounds(threshold: float, factor: float) -> tuple[float, ...]:
+    """Service at which each level starts: T, T x factor, T x factor², ... (up to ~100 years)."""
+    if factor <= 1:
+        return (threshold,)
+    bounds = [threshold]
+    while bounds[-1] < 3.2e9 and len(bounds) < STANDING_STEP - 1:
+        bounds.append(bounds[-1] * factor)
+    return tuple(bounds)
+
+
+def service_level(service_s: float, policy: Policy) -> int:
+    """0 below the demotion threshold T; then 1 up to T x factor, 2 up to T x factor², and so
+    on (Tiresias' multi-level queue): a job waiting at one level may preempt runs that reached
+    a deeper one, so a long job cannot keep devices from one that has run a fraction as long."""
+    threshold = demotion_threshold(policy)
+    if service_s < threshold:
+        return 0
+    return bisect_right(_level_bounds(threshold, policy.demotion_factor), service_s)
+
+
+def standing(klass: int, level: int) -> int:
+    return int(PriorityClass.LOW) * STANDING_STEP - level if level > 0 else klass * STANDING_STEP
+
+
+def running_standings(running: Iterable[RunningJob], now: float, policy: Policy) -> dict[str, int]:
+    """Each run's standing (`STANDING_STEP`): its class, or low at its service level once demoted."""
+    threshold = demotion_threshold(policy)
+    if threshold == math.inf:
+        return {run.id: int(run.priority_class) * STANDING_STEP for run in running}
+    bounds = _level_bounds(threshold, policy.demotion_factor)
+    normal, low = PriorityClass.NORMAL, int(PriorityClass.LOW) * STANDING_STEP
+    out: dict[str, int] = {}
+    for run in running:
+        service = run.attained_s + now - run.started_at
+        if service >= threshold and run.priority_class <= normal:
+            out[run.id] = low - bisect_right(bounds, service)
+        else:
+            out[run.id] = int(run.priority_class) * STANDING_STEP
+    return out
+
+
+def key_standing(key: OrderKey, policy: Policy) -> int:
+    """A waiting job's standing from its order key (class with aging, or its service level)."""
+    if key[1] == DEMOTED_TIER:
+        return standing(int(PriorityClass.LOW), service_level(key[2], policy))
+    return -key[0] * STANDING_STEP
 
 
 def job_size(job: QueuedJob, policy: Policy) -> float:
@@ -114,26 +192,29 @@ def team_usage_devices(running: Iterable[RunningJob]) -> dict[str, int]:
 
 
 def runs_within_guarantee(
-    running: Sequence[RunningJob], guarantees: Mapping[str, int]
+    running: Sequence[RunningJob], guarantees: Mapping[str, int], standings: Mapping[str, int] | None = None
 ) -> dict[str, bool]:
     """Which runs sit inside their team's guarantee.
 
-    A team's runs fill its guarantee in order of class (highest first) then start time
-    (oldest first); whatever spills over is borrowed. This makes the newest, least important
-    runs the borrowed ones, so they are the ones preemption may touch.
+    A team's runs fill its guarantee in order of class (highest first; `standings` ranks them
+    instead where demotion applies, see `running_standings`) then start time (oldest first);
+    whatever spills over is borrowed. This makes the newest, least important runs the borrowed
+    ones, so they are the ones preemption may touch.
     """
-    by_team: dict[str, list[RunningJob]] = defaultdict(list)
+    # (-standing, start, id, devices) per team: plain tuples sort fast, and this runs every pass.
+    by_team: dict[str, list[tuple[int, float, str, int]]] = defaultdict(list)
     for run in running:
-        by_team[run.team].append(run)
+        rank = int(run.priority_class) * STANDING_STEP if standings is None else standings[run.id]
+        by_team[run.team].append((-rank, run.started_at, run.id, run.devices))
     within: dict[str, bool] = {}
     for team, runs in by_team.items():
-        runs.sort(key=lambda r: (-int(r.priority_class), r.started_at, r.id))
+        runs.sort()
         room = guarantees.get(team, 0)
-        for run in runs:
-            fits = run.devices <= room
-            within[run.id] = fits
+        for _, _, run_id, devices in runs:
+            fits = devices <= room
+            within[run_id] = fits
             if fits:
-                room -= run.devices
+                room -= devices
             else:
                 # Once a run spills over, everything after it is borrowed too: a small later run
                 # slipping into the leftover room would make the boundary depend on sizes.
@@ -144,7 +225,15 @@ def runs_within_guarantee(
 # (-class, tier, rank time, submitted_at, id, job). The rank time is the virtual deadline under
 # the priority ordering and the submission time under FIFO: in both, the line moves forward
 # through rank times, which is what the wait estimator's lag model (`QueueLag`) relies on.
+# Demoted jobs (tier DEMOTED_TIER, behind every other job of their class) rank by the seconds
+# they have run instead, least first: not a time, so no lag applies to them (`rank_time`).
 OrderKey = tuple[int, int, float, float, str, QueuedJob]
+DEMOTED_TIER = 2
+
+
+def rank_time(key: OrderKey) -> float | None:
+    """The key's rank time, or None for a demoted job (ranked by service, not by a time)."""
+    return None if key[1] == DEMOTED_TIER else key[2]
 
 
 def order_keys(
@@ -177,9 +266,14 @@ def order_keys(
     # Local names: this loop visits every queued job on every pass.
     stretch_of, default_stretch, exponent = team_stretch.get, policy.stretch, policy.width_exponent
     append = keyed.append
+    demote_after = demotion_threshold(policy)
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
+        if j.attained_s >= demote_after and klass <= normal:
+            # Demoted (see `demoted`): behind every job of its class, least service first.
+            append((-low, DEMOTED_TIER, j.attained_s, submitted, j.id, j))
+            continue
         if klass == low and submitted <= promote_before:
             klass = normal
         deadline = j.deadline
@@ -208,6 +302,8 @@ def order_keys(
                 left = room[team]
                 for i in indexes:
                     job = keyed[i][5]
+                    if keyed[i][1] == DEMOTED_TIER:
+                        continue  # demoted: it had its turn; the guarantee goes to jobs that have not
                     if job.blocked_reason is None and job.devices <= left:
                         left -= job.devices
                         keyed[i] = (keyed[i][0], 0, *keyed[i][2:])
@@ -295,6 +391,19 @@ def explain_policy(policy: Policy) -> list[str]:
             "guarantee, choosing those that lose the least work since their last checkpoint; runs "
             "inside a guarantee are never stopped."
         )
+    if demotion_threshold(policy) < math.inf and policy.preemption:
+        rules.append(
+            f"A job that has run for {hours_minutes(policy.demote_after_s)} in all is demoted: while it runs, a new "
+            "job that cannot start otherwise may stop it (if it is preemptible and beyond its team's guarantee, "
+            "never within it), and it resumes from its latest checkpoint when devices come free. Among demoted "
+            "jobs, the one that has run least goes first. Most jobs are short, so they start at once instead "
+            "of waiting behind long ones; long ones take turns. Urgent jobs are never demoted."
+        )
+        if policy.demoted_min_attempt_s > 0:
+            rules.append(
+                f"A demoted job that has just resumed runs at least {hours_minutes(policy.demoted_min_attempt_s)} "
+                "before it can be stopped again."
+            )
     if policy.reclaim_borrowed:
         rules.append("A job inside its team's guarantee may also reclaim devices that other teams borrowed.")
     return rules

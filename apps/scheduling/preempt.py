@@ -28,15 +28,43 @@ def _victim_cost(run: RunningJob, now: float) -> tuple[float, int, float, str]:
     return (run.work_at_risk(now), int(run.priority_class), -run.started_at, run.id)
 
 
+class VictimIndex:
+    """A pass's possible victims, node by node, cheapest first, and the runs already stopping.
+
+    Built once per pass (`candidate` says which runs could ever be victims: preemptible, not
+    stopping, beyond their team's guarantee), so each waiting job's `plan_preemption` only
+    filters it rather than sorting every node's runs again."""
+
+    def __init__(self, cap: PoolCapacity, running: Sequence[RunningJob], candidate: Callable[[RunningJob], bool],
+                 now: float) -> None:
+        self.stopping: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        per_node: dict[int, list[tuple[tuple[float, int, float, str], RunningJob, int]]] = defaultdict(list)
+        for run in running:
+            cost: tuple[float, int, float, str] | None = None
+            for node_id, count in run.allocation:
+                i = cap.index.get(node_id)
+                if i is None or not cap.ready[i]:
+                    continue
+                if run.stopping:
+                    self.stopping[i].append((run.id, count))
+                elif candidate(run):
+                    if cost is None:
+                        cost = _victim_cost(run, now)
+                    per_node[i].append((cost, run, count))
+        self.by_node: dict[int, list[tuple[float, RunningJob, int]]] = {
+            i: [(cost[0], run, count) for cost, run, count in sorted(rows, key=lambda row: row[0])]
+            for i, rows in per_node.items()
+        }
+
+
 def plan_preemption(
     *,
     cap: PoolCapacity,
-    running: Sequence[RunningJob],
+    index: VictimIndex,
     eligible: Callable[[RunningJob], bool],
     taken: set[str],
     nodes: int,
     devices: int,
-    now: float,
 ) -> VictimPlan | None:
     """Cheapest set of eligible runs whose devices, with what is free, fit the gang.
 
@@ -44,31 +72,24 @@ def plan_preemption(
     causes a second round of preemptions while the first is still draining. `taken` holds runs
     other jobs in this pass already counted on; they are neither victims nor free devices here.
     """
-    stopping: dict[int, int] = defaultdict(int)
-    per_node: dict[int, list[RunningJob]] = defaultdict(list)
-    for run in running:
-        if run.id in taken:
-            continue
-        for node_id, count in run.allocation:
-            i = cap.index.get(node_id)
-            if i is None or not cap.ready[i]:
-                continue
-            if run.stopping:
-                stopping[i] += count
-            elif eligible(run):
-                per_node[i].append(run)
     options: list[tuple[float, int, tuple[RunningJob, ...]]] = []
+    stopping, by_node = index.stopping, index.by_node
     for i in range(len(cap.ids)):
         if not cap.ready[i] or cap.total[i] - cap.reserved[i] < devices:
             continue
-        have = cap.free[i] - cap.reserved[i] + stopping[i]
+        have = cap.free[i] - cap.reserved[i]
+        for run_id, count in stopping.get(i, ()):
+            if run_id not in taken:
+                have += count
         chosen: list[RunningJob] = []
         cost = 0.0
         if have < devices:
-            for run in sorted(per_node[i], key=lambda r: _victim_cost(r, now)):
+            for risk, run, count in by_node.get(i, ()):
+                if run.id in taken or not eligible(run):
+                    continue
                 chosen.append(run)
-                cost += run.work_at_risk(now)
-                have += sum(c for node_id, c in run.allocation if node_id == cap.ids[i])
+                cost += risk
+                have += count
                 if have >= devices:
                     break
             if have < devices:

@@ -41,11 +41,13 @@ REASON_LABELS: dict[str, str] = {
     WaitCode.NO_POLICY: "This pool has no nodes",
     WaitCode.GANG: "Waiting for several nodes to be free at once",
     WaitCode.RESOURCES: "Next in line for devices",
-    WaitCode.PREEMPTING: "Stopping lower-priority runs to make room",
+    WaitCode.PREEMPTING: "Stopping runs of lower priority, or that ran longer, to make room",
     WaitCode.HIGHER_PRIORITY: "Behind higher-priority jobs",
     WaitCode.FAIR_SHARE: "Behind teams that used less of the pool recently",
     WaitCode.IN_LINE: "Behind earlier jobs",
     WaitCode.BACKFILL_TOO_LONG: "Too long to slip in before the job at the front",
+    WaitCode.HEADROOM: "The last free devices are kept for short jobs",
+    WaitCode.DEMOTED: "Has run longer than the jobs ahead of it; resumes from its checkpoint",
 }
 NOT_YET = "Waiting for the next scheduling pass"
 

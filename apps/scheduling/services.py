@@ -25,6 +25,7 @@ from django.utils import timezone
 from apps.audit.context import acting_as
 from apps.audit.services import audit_record, audit_record_many
 from apps.core.errors import Conflict
+from apps.core.text import hours_minutes
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.services.lifecycle import run_preempt
 from apps.runs.services.placement import master_port_for
@@ -202,22 +203,33 @@ def estimate_errors_record(*, run_ids: list[int], started_at: datetime) -> int:
 
 # --- preemptions ---------------------------------------------------------------------------------
 
-def _victim_reason(victim: Run, for_run: Run | None, lower: bool) -> str:
+def _victim_reason(victim: Run, for_run: Run | None, core_reason: str, *, ran_s: float, demote_after_s: float) -> str:
+    """Why a run is being preempted, in words for its owner (the other team's run is named by team only)."""
     whom = f"a {for_run.priority}-priority job of team {for_run.project.team.slug}" if for_run else "a higher-priority job"
-    why = "it is lower priority and" if lower else "its team borrowed these devices and"
+    if core_reason.startswith("lower class"):
+        why = "it is lower priority and"
+    elif core_reason.startswith("demoted"):
+        why = (f"it has run for {hours_minutes(ran_s)} in all, more than the pool's {hours_minutes(demote_after_s)} after which "
+               "runs that have run less go first, and it")
+    else:
+        why = "its team borrowed these devices and"
     return (f"preempted to make room for {whom}: {why} runs beyond team {victim.project.team.slug}'s guaranteed devices; "
             "it checkpoints, goes back in the queue and resumes from its latest checkpoint")
 
 
 def apply_preemptions(*, snap: Snapshot, decision: Decision) -> list[int]:
     done: list[int] = []
+    running = {run.id: run for run in snap.state.running}
     for pre in decision.preemptions:
         attempt = snap.running.get(pre.victim_id)
         if attempt is None:
             continue
         victim = attempt.run
         for_run = snap.queued.get(pre.for_job_id)
-        reason = _victim_reason(victim, for_run, lower=pre.reason.startswith("lower class"))
+        core_run = running.get(pre.victim_id)
+        policy = snap.state.policies.get(victim.pool.name, snap.state.default_policy)
+        reason = _victim_reason(victim, for_run, pre.reason, ran_s=core_run.service(snap.state.now) if core_run else 0.0,
+                                demote_after_s=policy.demote_after_s)
         try:
             run_preempt(run=victim, reason=reason)
         except Conflict:

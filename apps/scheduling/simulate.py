@@ -19,7 +19,14 @@ with when the job did start.
 
 Policies: `fifo` (strict submission order, no backfill, first-fit), `backfill` (FIFO plus EASY
 backfill with predicted runtimes), `trainyard` (the full policy: guarantees and borrowing, fair
-share, wait-ratio ordering with predictions, EASY backfill, best-fit packing).
+share, wait-ratio ordering with predictions, EASY backfill, best-fit packing, and least attained
+service: a job that has run an hour is demoted, and new jobs may preempt demoted ones beyond
+their team's guarantee). Jobs are checkpointed training, as in the Tiresias and Gavel
+simulations this trace comes from: under a policy that preempts, a stopped job loses its work
+since its last periodic checkpoint and pays a restart when it resumes (`Preemptible`, set with
+`--checkpoint-every`, `--grace` and `--restart`); the report counts the preemptions and the
+device-hours lost. The baselines never preempt. A job's wait, and its estimate's error, are
+measured to its first start.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from apps.scheduling.model import (
     TeamQuota,
     TeamUsage,
 )
-from apps.scheduling.policies import accrue_usage, limits_by_team
+from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team
 from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
 
 POOL = "trace"
@@ -90,10 +97,19 @@ class TraceJob:
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
+    """A finished job: `start` is its first start (what the at-submission estimate is judged
+    against), `end` its last end, and `attempts` every (start, end) it held devices: more than
+    one where it was preempted and resumed."""
+
     job: TraceJob
     start: float
     end: float
     estimated_start: float | None
+    attempts: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def preempted(self) -> int:
+        return max(0, len(self.attempts) - 1)
 
     @property
     def wait(self) -> float:
@@ -121,6 +137,11 @@ class Summary:
     estimate_median_abs_error_s: float
     estimate_median_abs_error_waited_s: float
     started_immediately: float
+    # Preemptions of the replay (stops of running jobs), the share of jobs stopped at least
+    # once, and the device-hours they lost: work since their last checkpoint, and restarts.
+    preemptions: int
+    preempted_jobs: float
+    lost_device_h: float
     scheduling_passes: int
     wall_s: float
     # CPU seconds of this process: the same figure on a busy and on an idle machine.
@@ -209,10 +230,39 @@ def jain(values: Sequence[float]) -> float:
     return (sum(values) ** 2) / (len(values) * square_sum) if square_sum > 0 else 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class Preemptible:
+    """How trace jobs behave when the policy preempts them (checkpointed training, as in the
+    Tiresias and Gavel simulations the trace comes from): each saves a checkpoint every
+    `checkpoint_every_s` of its attempt, a stopped one has `grace_s` to exit and loses its work
+    since its last periodic checkpoint (none is assumed to be written at the signal), and every
+    resume spends `restart_s` loading before it makes progress again. Policies that never
+    preempt never touch it."""
+
+    checkpoint_every_s: float = 1800.0
+    grace_s: float = 30.0
+    restart_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint_every_s > 0:
+            raise ValueError(f"checkpoint interval must be more than 0 seconds (got {self.checkpoint_every_s:g})")
+        if not (self.grace_s >= 0 and self.restart_s >= 0):
+            raise ValueError(f"grace and restart must be 0 seconds or more (got {self.grace_s:g} and {self.restart_s:g})")
+
+
 class Replay:
     """The simulated cluster: the trace's clock, nodes, queue and running jobs."""
 
-    def __init__(self, jobs: Sequence[TraceJob], *, nodes: int, gpus_per_node: int, policy: Policy, estimates: bool) -> None:
+    def __init__(
+        self,
+        jobs: Sequence[TraceJob],
+        *,
+        nodes: int,
+        gpus_per_node: int,
+        policy: Policy,
+        estimates: bool,
+        preemptible: Preemptible = Preemptible(),
+    ) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, int(j.id) if j.id.isdigit() else 0, j.id))
         self.by_id = {j.id: j for j in self.jobs}
         self.gpn = gpus_per_node
@@ -220,6 +270,7 @@ class Replay:
         self.free = {n: gpus_per_node for n in self.node_ids}
         self.policy = policy
         self.estimates = estimates
+        self.resume = preemptible
         self.quotas = equal_quotas([j.team for j in self.jobs], nodes * gpus_per_node)
         self.limits = limits_by_team(self.quotas, POOL, nodes * gpus_per_node)
         self.predictor = RuntimePredictor()
@@ -232,7 +283,9 @@ class Replay:
         self.outcomes: list[JobOutcome] = []
         self.usage: dict[str, float] = defaultdict(float)
         self.held: dict[str, int] = defaultdict(int)
+        # (time, job id) of every attempt's end, natural or stopped; `ends` says which is current.
         self.completions: list[tuple[float, str]] = []
+        self.ends: dict[str, float] = {}
         # Running jobs by predicted end, to re-predict only those that outlive their prediction.
         self.overdue: list[tuple[float, str]] = []
         # (team, job type, GPUs) -> (point runtime, expected runtime).
@@ -245,6 +298,22 @@ class Replay:
         self.estimate_max_ahead = MAX_AHEAD
         # Starts of jobs that waited, behind their rank times (deadline, or submission under FIFO).
         self.lag = QueueLag()
+        # Preemption: progress saved (seconds of the job's own duration), seconds run over ended
+        # attempts, each job's fixed deadline, the jobs told to stop, and the figures.
+        self.saved: dict[str, float] = defaultdict(float)
+        self.attained: dict[str, float] = defaultdict(float)
+        self.deadlines: dict[str, float] = {}
+        self.stopping: set[str] = set()
+        self.preemptions = 0
+        self.lost_device_s = 0.0
+        # (time, job id, attempt start) when a running job becomes one a waiting normal job may
+        # preempt (demoted, past its minimum attempt).
+        self.victim_ready: list[tuple[float, str, float]] = []
+        # Waiting jobs that have not been demoted: only they can preempt a demoted run.
+        self.fresh_waiting: set[str] = set()
+        # Jobs the last pass stopped runs for, and when those runs will have stopped.
+        self.making_room: dict[str, float] = {}
+        self.attempts: dict[str, list[tuple[float, float]]] = defaultdict(list)
 
     def shape(self, job: TraceJob) -> tuple[int, int]:
         return gang_shape(job.gpus, self.gpn)
@@ -258,6 +327,15 @@ class Replay:
             value = self.prediction_cache[key] = (pred.runtime_s, pred.expected_s)
         return value
 
+    def remaining(self, job: TraceJob) -> tuple[float, float]:
+        """`prediction` of what is left of a job that has made `saved` progress: its history
+        conditioned on having run that long (heavy tails: a job that ran long will run long)."""
+        done = self.saved.get(job.id, 0.0)
+        if done <= 0:
+            return self.prediction(job)
+        pred = self.predictor.predict(RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus, elapsed_s=done))
+        return max(60.0, pred.runtime_s - done), max(60.0, pred.expected_s - done)
+
     def state(self, now: float) -> ClusterState:
         return ClusterState(
             now=now,
@@ -269,37 +347,60 @@ class Replay:
             policies={POOL: self.policy},
         )
 
+    def _queue(self, job: TraceJob) -> None:
+        count, per_node = self.shape(job)
+        predicted, expected = self.remaining(job)
+        self.queued[job.id] = QueuedJob(
+            id=job.id,
+            team=job.team,
+            pool=POOL,
+            priority_class=PriorityClass.NORMAL,
+            submitted_at=job.submit_s,
+            nodes=count,
+            devices_per_node=per_node,
+            predicted_runtime=predicted,
+            preemptible=self.policy.preemption,
+            expected_runtime=expected,
+            deadline=self.deadlines.get(job.id),
+            attained_s=self.attained.get(job.id, 0.0),
+        )
+        self.queued_by_type[job.job_type][job.id] = None
+        if self.attained.get(job.id, 0.0) < demotion_threshold(self.policy):
+            self.fresh_waiting.add(job.id)
+
+    def _next_wake(self, after: float) -> float:
+        """When a demoted run next becomes a possible victim, while a normal job waits to use one
+        (passes otherwise run only on submissions and ends, as the portal's do on events)."""
+        heap = self.victim_ready
+        while heap and (heap[0][1] not in self.running or self.running[heap[0][1]].started_at != heap[0][2]):
+            heapq.heappop(heap)
+        if not heap or not self.fresh_waiting:
+            return math.inf
+        return max(heap[0][0], after)
+
     def run(self) -> None:
         submit_at = 0
         last = self.jobs[0].submit_s if self.jobs else 0.0
         half_life = self.policy.fair_share_half_life_s
         while submit_at < len(self.jobs) or self.completions:
             next_submit = self.jobs[submit_at].submit_s if submit_at < len(self.jobs) else math.inf
+            while self.completions and self.ends.get(self.completions[0][1]) != self.completions[0][0]:
+                heapq.heappop(self.completions)  # the end of an attempt that was stopped sooner
             next_end = self.completions[0][0] if self.completions else math.inf
-            now = min(next_submit, next_end)
+            now = min(next_submit, next_end, self._next_wake(last))
+            if now == math.inf:
+                break
             for team in set(self.usage) | set(self.held):
                 self.usage[team] = accrue_usage(self.usage[team], self.held.get(team, 0), now - last, half_life)
             last = now
+            while self.victim_ready and self.victim_ready[0][0] <= now:
+                heapq.heappop(self.victim_ready)
             stale = self._finish_due(now)
             new: list[str] = []
             while submit_at < len(self.jobs) and self.jobs[submit_at].submit_s <= now:
                 job = self.jobs[submit_at]
                 submit_at += 1
-                count, per_node = self.shape(job)
-                predicted, expected = self.prediction(job)
-                self.queued[job.id] = QueuedJob(
-                    id=job.id,
-                    team=job.team,
-                    pool=POOL,
-                    priority_class=PriorityClass.NORMAL,
-                    submitted_at=job.submit_s,
-                    nodes=count,
-                    devices_per_node=per_node,
-                    predicted_runtime=predicted,
-                    preemptible=False,
-                    expected_runtime=expected,
-                )
-                self.queued_by_type[job.job_type][job.id] = None
+                self._queue(job)
                 new.append(job.id)
             self._refresh_predictions(now, stale)
             state = self._fix_deadlines(self.state(now)) if new else None
@@ -308,6 +409,10 @@ class Replay:
                 self.passes += 1
                 for placement in decision.placements:
                     self._start(placement.job_id, placement.allocation, now)
+                self.making_room.clear()
+                for preemption in decision.preemptions:
+                    stop_at = self._stop(preemption.victim_id, now)
+                    self.making_room[preemption.for_job_id] = max(self.making_room.get(preemption.for_job_id, now), stop_at)
             if self.estimates:
                 self._estimate(new, now)
 
@@ -317,6 +422,7 @@ class Replay:
         if not due:
             return state
         for job_id, deadline in due.items():
+            self.deadlines[job_id] = deadline
             self.queued[job_id] = replace(self.queued[job_id], deadline=deadline)
         return replace(state, queued=tuple(self.queued.values()))
 
@@ -350,20 +456,30 @@ class Replay:
         return True
 
     def _finish_due(self, now: float) -> set[str]:
-        """Complete every job due by `now`; returns the job types whose predictions moved."""
+        """End every attempt due by `now` (finished, or stopped after preemption); returns the job
+        types whose predictions moved."""
         finished_types: set[str] = set()
         while self.completions and self.completions[0][0] <= now:
             end, job_id = heapq.heappop(self.completions)
+            if self.ends.get(job_id) != end:
+                continue
+            del self.ends[job_id]
             run = self.running.pop(job_id)
             job = self.by_id[job_id]
             for node_id, count in run.allocation:
                 self.free[node_id] += count
             self.held[job.team] -= run.devices
+            if job_id in self.stopping:
+                self._requeue(job, run, end)
+                continue
             self.predictor.observe(
                 FinishedRun(team=job.team, job_type=job.job_type, devices=job.gpus, runtime_s=job.duration_s, finished_at=end)
             )
             finished_types.add(job.job_type)
-            self.outcomes.append(JobOutcome(job, self.started[job_id], end, self.estimated.get(job_id)))
+            self.attempts[job_id].append((run.started_at, end))
+            self.outcomes.append(
+                JobOutcome(job, self.started[job_id], end, self.estimated.get(job_id), tuple(self.attempts.pop(job_id)))
+            )
         if finished_types:
             # A finished run can change predictions at every level that shares its job type.
             self.prediction_cache = {k: v for k, v in self.prediction_cache.items() if k[1] not in finished_types}
@@ -372,6 +488,8 @@ class Replay:
     def _refresh_predictions(self, now: float, stale_types: set[str]) -> None:
         for job_type in sorted(stale_types):
             for job_id in self.queued_by_type.get(job_type, ()):
+                if self.saved.get(job_id, 0.0) > 0:
+                    continue  # a resumed job keeps the prediction made when it stopped
                 queued = self.queued[job_id]
                 predicted, expected = self.prediction(self.by_id[job_id])
                 if predicted != queued.predicted_runtime or expected != queued.expected_runtime:
@@ -381,25 +499,28 @@ class Replay:
         while self.overdue and self.overdue[0][0] <= now:
             _, job_id = heapq.heappop(self.overdue)
             run = self.running.get(job_id)
-            if run is None:
+            if run is None or run.stopping:
                 continue
             expected_end = run.predicted_end if run.expected_end is None else run.expected_end
             if run.predicted_end > now and expected_end > now:
                 continue
             job = self.by_id[job_id]
-            query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus, elapsed_s=now - run.started_at)
+            done = self.saved.get(job_id, 0.0) + now - run.started_at
+            query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus, elapsed_s=done)
             pred = self.predictor.predict(query)
             predicted_end = run.predicted_end
             if predicted_end <= now:
-                predicted_end = max(run.started_at + pred.runtime_s, now + 60.0)
+                predicted_end = max(now + pred.runtime_s - done, now + 60.0)
             if expected_end <= now:
-                expected_end = max(run.started_at + pred.expected_s, now + 60.0)
+                expected_end = max(now + pred.expected_s - done, now + 60.0)
             self.running[job_id] = replace(run, predicted_end=predicted_end, expected_end=expected_end)
             heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
 
     def _start(self, job_id: str, allocation: tuple[tuple[str, int], ...], now: float) -> None:
         queued = self.queued.pop(job_id)
-        if self.estimates and now > queued.submitted_at:
+        self.fresh_waiting.discard(job_id)
+        first = job_id not in self.started
+        if first and self.estimates and now > queued.submitted_at:
             rank = queued.deadline if queued.deadline is not None and self.policy.ordering != Ordering.FIFO else None
             self.lag.observe(now, queued.submitted_at if rank is None else rank)
         job = self.by_id[job_id]
@@ -416,19 +537,64 @@ class Replay:
             allocation=allocation,
             started_at=now,
             predicted_end=predicted_end,
-            preemptible=False,
+            preemptible=self.policy.preemption,
             expected_end=expected_end,
+            attained_s=queued.attained_s,
+            checkpoint_every_s=self.resume.checkpoint_every_s if self.policy.preemption else None,
         )
         self.held[job.team] += queued.devices
-        self.started[job_id] = now
-        heapq.heappush(self.completions, (now + job.duration_s, job_id))
+        if first:
+            self.started[job_id] = now
+        # A resumed job loads its checkpoint first, then does what it had left.
+        restart = 0.0 if first else self.resume.restart_s
+        end = now + restart + job.duration_s - self.saved.get(job_id, 0.0)
+        self.ends[job_id] = end
+        heapq.heappush(self.completions, (end, job_id))
         heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
+        if self.policy.preemption:
+            threshold = demotion_threshold(self.policy)
+            if threshold < math.inf:
+                ready = now + max(threshold - queued.attained_s, self.policy.demoted_min_attempt_s, 0.0)
+                heapq.heappush(self.victim_ready, (ready, job_id, now))
+
+    def _stop(self, job_id: str, now: float) -> float:
+        """A preempted job: it exits within its grace (or ends by itself first) and requeues.
+        Returns when its devices come free."""
+        run = self.running[job_id]
+        stop_at = now + self.resume.grace_s
+        if self.ends[job_id] <= stop_at:
+            return self.ends[job_id]  # it finishes before it would have stopped
+        self.preemptions += 1
+        self.stopping.add(job_id)
+        self.running[job_id] = replace(run, stopping=True, predicted_end=stop_at, expected_end=stop_at)
+        self.ends[job_id] = stop_at
+        heapq.heappush(self.completions, (stop_at, job_id))
+        return stop_at
+
+    def _requeue(self, job: TraceJob, run: RunningJob, stopped_at: float) -> None:
+        self.stopping.discard(job.id)
+        self.attempts[job.id].append((run.started_at, stopped_at))
+        ran = stopped_at - run.started_at
+        restart = 0.0 if run.attained_s == 0 else self.resume.restart_s  # only a resume restarts
+        every = self.resume.checkpoint_every_s
+        kept = every * math.floor(ran / every)
+        progress = max(0.0, kept - restart)
+        self.saved[job.id] += progress
+        self.attained[job.id] += ran
+        self.lost_device_s += (ran - progress) * run.devices
+        self._queue(job)
 
     def _estimate(self, new: list[str], now: float) -> None:
-        waiting = [j for j in new if j not in self.started]
+        waiting = []
         for job_id in new:
             if job_id in self.started:
                 self.estimated[job_id] = now
+            elif job_id in self.making_room:
+                # The pass is stopping runs for it: it starts once they have, as a replay of this
+                # state would find (stopping runs end at their stop time), at a fraction of the cost.
+                self.estimated[job_id] = self.making_room[job_id]
+            else:
+                waiting.append(job_id)
         if not waiting:
             return
         result = queue_estimates(
@@ -486,6 +652,9 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
         estimate_median_abs_error_s=percentile([e for e in errors if e != math.inf] or [0.0], 0.5),
         estimate_median_abs_error_waited_s=percentile([e for e in waited_errors if e != math.inf] or [0.0], 0.5),
         started_immediately=sum(1 for w in waits if w <= 0) / n if n else 0.0,
+        preemptions=replay.preemptions,
+        preempted_jobs=sum(1 for o in outcomes if o.preempted) / n if n else 0.0,
+        lost_device_h=replay.lost_device_s / 3600.0,
         scheduling_passes=replay.passes,
         wall_s=wall_s,
         cpu_s=cpu_s,
@@ -500,9 +669,11 @@ def replay_trace(
     gpus_per_node: int = 8,
     policy: str = "trainyard",
     estimates: bool = True,
+    preemptible: Preemptible = Preemptible(),
 ) -> tuple[Summary, list[JobOutcome]]:
     started, cpu_started = time.perf_counter(), time.process_time()
-    sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates)
+    sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates,
+                 preemptible=preemptible)
     sim.run()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return summarize(sim, policy, wall, cpu), sim.outcomes
@@ -543,6 +714,9 @@ def format_table(summaries: Sequence[Summary]) -> str:
         ("estimate within", lambda s: f"{s.estimate_within:12.3f}"),
         ("est. median err", lambda s: _hours(s.estimate_median_abs_error_s)),
         ("est. median err (waited)", lambda s: _hours(s.estimate_median_abs_error_waited_s)),
+        ("preemptions", lambda s: f"{s.preemptions:12d}"),
+        ("jobs preempted", lambda s: f"{s.preempted_jobs:12.3f}"),
+        ("work lost", lambda s: f"{s.lost_device_h:8.0f} GPU-h"),
         ("replay wall time", lambda s: f"{s.wall_s:10.1f} s"),
         ("replay CPU time", lambda s: f"{s.cpu_s:10.1f} s"),
     ]
@@ -563,13 +737,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--no-estimates", action="store_true", help="skip the at-submission estimates")
     parser.add_argument("--perturb", type=int, metavar="SEED", help="replay another sample of the same kind (see `perturb`)")
+    defaults = Preemptible()
+    parser.add_argument("--checkpoint-every", type=float, default=defaults.checkpoint_every_s, metavar="S",
+                        help="seconds between a job's checkpoints (work since the last one is lost when it is stopped)")
+    parser.add_argument("--grace", type=float, default=defaults.grace_s, metavar="S",
+                        help="seconds a stopped job takes to exit")
+    parser.add_argument("--restart", type=float, default=defaults.restart_s, metavar="S",
+                        help="seconds a resumed job spends loading before it makes progress")
     args = parser.parse_args(argv)
+    try:
+        resume = Preemptible(checkpoint_every_s=args.checkpoint_every, grace_s=args.grace, restart_s=args.restart)
+    except ValueError as exc:
+        parser.error(str(exc))
     jobs = load_trace(args.trace, args.limit)
     if args.perturb is not None:
         jobs = perturb(jobs, seed=args.perturb)
     names = list(POLICIES) if args.policy == "all" else [args.policy]
     summaries = [
-        replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name, estimates=not args.no_estimates)[0]
+        replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name,
+                     estimates=not args.no_estimates, preemptible=resume)[0]
         for name in names
     ]
     print(format_table(summaries))

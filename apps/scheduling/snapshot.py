@@ -255,6 +255,22 @@ def queued_runs(*, lock: bool) -> QuerySet[Run]:
     return qs.select_for_update(of=("self",)) if lock else qs
 
 
+def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
+    """Seconds each queued or running run ran in its ended attempts (preempted, lost, ...):
+    its attained service, which demotes it past the pool's threshold (`Policy.demote_after_s`).
+    A running run's current attempt is not included; the core adds it from its start."""
+    seconds: dict[int, float] = defaultdict(float)
+    rows = (
+        Attempt.objects.filter(Q(run__status=RunStatus.QUEUED) | Q(run_id__in=list(running_run_ids)))
+        .filter(status__in=ATTEMPT_ENDED, started_at__isnull=False, ended_at__isnull=False)
+        .values_list("run_id", "started_at", "ended_at")
+    )
+    for run_id, started, ended in rows:
+        if started is not None and ended is not None:  # (the filter says so; the types do not)
+            seconds[run_id] += max(0.0, (ended - started).total_seconds())
+    return dict(seconds)
+
+
 def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     pools = {p.name: p for p in NodePool.objects.all()}
     policies = {name: policy_from_json(p.policy) for name, p in pools.items()}
@@ -302,6 +318,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
         Checkpoint.objects.filter(run_id__in=[a.run_id for a in attempt_list]).values("run_id").annotate(m=Max("created_at"))
         .values_list("run_id", "m")
     )
+    attained = attained_service(running_run_ids=[a.run_id for a in attempt_list])
     for attempt in attempt_list:
         run = attempt.run
         started = attempt.started_at or attempt.created_at
@@ -322,7 +339,8 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             started_at=ts(started), predicted_end=max(end, now_s), preemptible=run.preemptible,
             last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
             # Wait estimates add many runtimes up: they take the history's mean, not its median.
-            expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s)))
+            expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s),
+            attained_s=attained.get(run.pk, 0.0)))
 
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
     blocks = budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
@@ -338,7 +356,8 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             submitted_at=ts(run.created_at), nodes=run.nodes, devices_per_node=run.devices_per_node,
             predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
             blocked_reason="budget" if block else None, blocked_message=block or "",
-            deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None))
+            deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None,
+            attained_s=attained.get(run.pk, 0.0)))
 
     quotas = tuple(
         core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)

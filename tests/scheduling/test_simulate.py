@@ -68,7 +68,8 @@ def synthetic(count: int, *, seed: int, teams: int = 4, rate_s: float = 300.0) -
 
 
 def busy_intervals_fit(outcomes, capacity: int) -> bool:
-    events = sorted([(o.start, o.job.gpus) for o in outcomes] + [(o.end, -o.job.gpus) for o in outcomes], key=lambda e: (e[0], e[1]))
+    spans = [(a, b, o.job.gpus) for o in outcomes for a, b in o.attempts]
+    events = sorted([(a, g) for a, _, g in spans] + [(b, -g) for _, b, g in spans], key=lambda e: (e[0], e[1]))
     held = 0
     for _, delta in events:
         held += delta
@@ -127,8 +128,18 @@ def test_replay_is_consistent(policy: str) -> None:
     jobs = synthetic(300, seed=3)
     summary, outcomes = replay_trace(jobs, nodes=3, gpus_per_node=8, policy=policy)
     assert summary.jobs == len(outcomes) == len(jobs)
-    assert all(o.start >= o.job.submit_s and math.isclose(o.end - o.start, o.job.duration_s) for o in outcomes)
+    assert all(o.start >= o.job.submit_s and o.attempts[0][0] == o.start and o.attempts[-1][1] == o.end for o in outcomes)
+    # A job never stopped ran its duration in one go; a preempted one ran at least its duration
+    # over its attempts (more: work since its last checkpoint is lost, and a resume reloads).
+    assert all(math.isclose(o.end - o.start, o.job.duration_s) for o in outcomes if not o.preempted)
+    assert all(sum(b - a for a, b in o.attempts) > o.job.duration_s for o in outcomes if o.preempted)
+    assert all(b1 <= a2 for o in outcomes for (_, b1), (a2, _) in zip(o.attempts, o.attempts[1:], strict=False))
     assert busy_intervals_fit(outcomes, capacity=24)
+    assert summary.preemptions == sum(o.preempted for o in outcomes)
+    if policy == "trainyard":
+        assert summary.preemptions > 0 and summary.lost_device_h > 0
+    else:
+        assert summary.preemptions == 0 and summary.lost_device_h == 0
     # A job that started at once was estimated to start at once.
     assert all(o.estimated_start == o.start for o in outcomes if o.wait == 0)
     assert 0 < summary.utilization <= 1
@@ -219,21 +230,18 @@ def test_cli_prints_a_table_and_writes_json(tmp_path: Path, capsys: pytest.Captu
 # -- acceptance on the real trace ----------------------------------------------------------------
 
 # Issue #6 item 3 asks that >= 70% of runs start within max(10 min, 25% of their wait) of their
-# at-submission estimate. The trainyard replay reaches 0.367 (0.351 before deadlines were fixed
-# at submission; 0.219 before the estimator summed mean rather than median runtimes and placed
-# jobs far back in line by the measured lag of starts behind their rank times, `QueueLag`): that
-# target is NOT met. At 40 x 8 GPUs the first 50 days of this trace offer about twice the work
-# the cluster holds: 88% of jobs wait, the median wait is 5.8 days, and how fast the line moves
-# over a wait is set by work not yet submitted and by heavy-tailed runtimes. Measured on this
-# replay (session notes on issue #6): even knowing each width's future front exactly would
-# place only 75% of runs within tolerance; replaying with every job's true duration, 36% (55%
-# if also told every future arrival); no causal forecast of the line tried (constant lag, lag
-# trend, per-width fluid with expected arrivals, throughput calibration, promise calendars)
-# passed 45%. This floor guards what is reached; bench/simulate.py reports the figure against
-# the 0.70 target.
-ESTIMATE_WITHIN_FLOOR = 0.35
-# The median miss among runs that waited was 54.6 h (the median wait is 140 h).
-ESTIMATE_MEDIAN_ERROR_CEILING_S = 72 * 3600.0
+# at-submission estimate. At 40 x 8 GPUs the first 50 days of this trace offer about twice the
+# work the cluster holds, and runtimes are heavy-tailed and mostly unpredictable (team, type and
+# width explain about a fifth of the variance of log runtime). Without preemption, 88% of jobs
+# waited a median 5.8 days and no forecast of such a line passed 45% (session notes on #6).
+# Least attained service (`Policy.demote_after_s`) changes the line instead of guessing it: a
+# job that has run an hour is demoted, and new jobs preempt demoted ones beyond their team's
+# guarantee, so most jobs start within their victims' grace and the estimate says so (0.895 on
+# this replay, 0.97-0.98 on three perturbed samples; bench/simulate.py).
+ESTIMATE_WITHIN_TARGET = 0.70
+# Preemption is not free: jobs lose their work since the last checkpoint (every 30 minutes in
+# the replay) and reload on resume. The replay lost 0.8% of the trace's 763k GPU-hours.
+LOST_WORK_CEILING = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -272,9 +280,12 @@ def test_real_trace_jct_and_fairness(real_replay: Callable[[str], tuple[Summary,
 def test_real_trace_estimate_accuracy(real_replay: Callable[[str], tuple[Summary, list[JobOutcome]]]) -> None:
     trainyard, outcomes = real_replay("trainyard")
     assert all(o.estimated_start is not None for o in outcomes)
-    assert trainyard.estimate_within >= ESTIMATE_WITHIN_FLOOR, trainyard
-    assert trainyard.estimate_median_abs_error_waited_s <= ESTIMATE_MEDIAN_ERROR_CEILING_S, trainyard
-    # Not biased to one side: of the runs that waited, 62% were estimated early.
-    waited = [o for o in outcomes if o.wait > 0]
-    early = sum(1 for o in waited if o.estimated_start is not None and o.estimated_start < o.start)
-    assert 0.4 <= early / len(waited) <= 0.75
+    assert trainyard.estimate_within >= ESTIMATE_WITHIN_TARGET, trainyard
+    # Most jobs start once their victims have exited; the few that wait longer (gangs where no
+    # node's runs may be stopped) are estimated neither all early nor all late (44% early).
+    long_waits = [o for o in outcomes if o.wait > 600]
+    early = sum(1 for o in long_waits if o.estimated_start is not None and o.estimated_start < o.start)
+    assert 0.25 <= early / len(long_waits) <= 0.75
+    # What preemption cost: work since the last checkpoint and the restarts.
+    work_device_h = sum(o.job.gpus * o.job.duration_s for o in outcomes) / 3600
+    assert 0 < trainyard.lost_device_h <= LOST_WORK_CEILING * work_device_h, trainyard

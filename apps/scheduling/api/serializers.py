@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-CODE_HELP = ("Stable code: quota, budget, behind_higher_priority, preempting, ... "
+CODE_HELP = ("Stable code: quota, budget, behind_higher_priority, preempting, ran_longer_than_others, ... "
              "(empty until the first scheduling pass saw the run).")
 
 
