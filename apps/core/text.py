@@ -16,7 +16,10 @@ def fmt_duration(seconds: float) -> str:
 
 
 def hours_minutes(seconds: float) -> str:
-    """A length of time to the minute, as a clock-reader says it: "45 min", "2 h", "3 h 10 min"."""
+    """A length of time to the minute, as a clock-reader says it: "45 min", "2 h", "3 h 10 min"
+    ("40 s" under a minute)."""
+    if abs(seconds) < 59.5:
+        return f"{round(abs(seconds))} s"
     minutes = int(round(abs(seconds) / 60))
     hours, minutes = divmod(minutes, 60)
     if hours and minutes:
