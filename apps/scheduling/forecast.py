@@ -98,8 +98,12 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
         when = f"estimated start in {fmt_duration((start - now).total_seconds())}"
         if low is not None and high is not None:
             when += f" (between {fmt_duration((low - now).total_seconds())} and {fmt_duration((high - now).total_seconds())})"
-    summary = (f"Would wait: {position}{_ordinal(position)} in line in pool {pool.name}, {reason_label(entry.code.value).lower()}; "
-               f"{when}; {runtime_words}.")
+    if entry.code == WaitCode.PREEMPTING:
+        # Nobody is ahead of it: it waits only for the runs stopped for it to checkpoint and exit.
+        summary = f"Would start once the runs stopped to make room for it have checkpointed and exited; {when}; {runtime_words}."
+    else:
+        summary = (f"Would wait: {position}{_ordinal(position)} in line in pool {pool.name}, "
+                   f"{reason_label(entry.code.value).lower()}; {when}; {runtime_words}.")
     return Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
                     starts_now=False, position=position, ahead=position - 1, reason_code=entry.code.value,
                     reason=reason_label(entry.code.value), message=message, start=start,

@@ -17,6 +17,8 @@ from apps.runs.models import Attempt, Run, RunStatus
 from apps.scheduling.services import scheduling_pass
 from apps.scheduling.snapshot import attained_service, snapshot_load
 from tests.agents.server import register
+from tests.runs.factories import body as forecast_body
+from tests.runs.factories import make_template
 from tests.scheduling.test_django_scheduling import exit_, make, refresh, start
 
 
@@ -29,12 +31,20 @@ def test_a_run_demoted_after_an_hour_is_preempted_by_a_new_run_and_waits_with_it
     cast: Any, pool: NodePool
 ) -> None:
     register(pool, "n1")
+    make_template()
     Quota.objects.create(team=cast.nlp, pool=pool, guaranteed_devices=0, borrow_limit=1)
     long = make(cast, pool, team="nlp", max_runtime_s=86400)
     assert scheduling_pass().placed == [long.pk]
     attempt = start(long)
     # It has been running for two hours.
     Attempt.objects.filter(pk=attempt.pk).update(started_at=timezone.now() - timedelta(hours=2))
+
+    # Asked before submitting, the forecast says the run would make room for itself.
+    client = cast.client(cast.alice)
+    forecast = client.post("/api/v1/queue/forecast/", forecast_body(cast), format="json")
+    assert forecast.status_code == 200, forecast.content
+    assert forecast.json()["reason"]["code"] == "preempting"
+    assert forecast.json()["summary"].startswith("Would start once the runs stopped to make room for it have checkpointed")
 
     new = make(cast, pool, team="vision")
     result = scheduling_pass()
