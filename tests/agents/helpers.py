@@ -43,6 +43,18 @@ def run_row(stack: LiveStack, run_id: int) -> dict[str, Any]:
     return dict(zip(keys, rows[0], strict=True))
 
 
+def assert_resumes_after_preemption(stack: LiveStack, run_id: int, timeout: float) -> None:
+    """A preempted run finishes: it succeeds on its second attempt, which resumed from a
+    checkpoint, and the preemption did not count as a failure."""
+    final = stack.wait_for(lambda: (r := run_row(stack, run_id))["status"] in {"succeeded", "failed"} and r, timeout,
+                           "the preempted run to finish")
+    assert final["status"] == "succeeded", final
+    attempts = stack.query("SELECT number, status, resumed_from_step FROM runs_attempt WHERE run_id=? ORDER BY number", (run_id,))
+    assert [a[1] for a in attempts] == ["preempted", "succeeded"], attempts
+    assert attempts[1][2] and attempts[1][2] > 0, "the second attempt resumed from a checkpoint"
+    assert final["restarts"] == 0, "a preemption is not a failure"
+
+
 def wait_status(stack: LiveStack, run_id: int, statuses: set[str], timeout: float) -> dict[str, Any]:
     return stack.wait_for(lambda: (r := run_row(stack, run_id))["status"] in statuses and r, timeout,
                           f"run {run_id} to become one of {sorted(statuses)}")

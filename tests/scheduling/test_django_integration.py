@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.helpers import run_row, start_agent
+from tests.agents.helpers import assert_resumes_after_preemption, run_row, start_agent
 from tests.fixtures.live import LiveStack
 from tests.runs.live_helpers import TAGS, recipe_stack  # noqa: F401 - fixture
 
@@ -85,11 +85,5 @@ def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack:
     assert row["status"] in {"queued", "scheduled", "running"}
 
     stack.wait_for(lambda: run_row(stack, urgent)["status"] == "succeeded", 60, "the urgent run to succeed")
-    final = stack.wait_for(lambda: (r := run_row(stack, victim))["status"] in {"succeeded", "failed"} and r, 90,
-                           "the preempted run to finish")
-    assert final["status"] == "succeeded", final
-    attempts = stack.query("SELECT number, status, resumed_from_step FROM runs_attempt WHERE run_id=? ORDER BY number", (victim,))
-    assert [a[1] for a in attempts] == ["preempted", "succeeded"], attempts
-    assert attempts[1][2] and attempts[1][2] > 0, "the second attempt resumed from a checkpoint"
-    assert final["restarts"] == 0, "a preemption is not a failure"
+    assert_resumes_after_preemption(stack, victim, 90)
 
