@@ -39,12 +39,13 @@ The rules, per pool, in the order they apply:
 6. Least attained service (`Policy.demote_after_s`, after Tiresias). Runtimes of training jobs
    are heavy-tailed and mostly unknown at submission, so instead of guessing which job is short
    the pool watches how long each has run. A normal (or low) run that has run longer than the
-   threshold in all is demoted: it counts as low, at a level that deepens with every further
-   factor of service (`demotion_factor`). A waiting job may preempt runs at a lower standing
+   threshold in all is demoted: it stands below every run of its class that has not been, at a
+   level that deepens with every further factor of service (`demotion_factor`). A waiting job may preempt runs at a lower standing
    under rule 5 (beyond their guarantee, cheapest checkpoint first, and not in the first minutes
    of a resumed attempt), so a new job starts at once, and a demoted job that ran an hour is not
-   stuck behind runs that have run for days. Waiting demoted jobs sit behind every job that has
-   not been demoted, the one that has run least first, and resume from their checkpoints.
+   stuck behind runs that have run for days. Waiting demoted jobs sit behind every job of their
+   class that has not been demoted, the one that has run least first, and resume from their
+   checkpoints. A class still outweighs service: a low job never stops a normal run.
    Urgent runs are never demoted. Standing (`policies.STANDING_STEP`) orders all of this.
 
 Fragmentation figures count free devices that no queued shape could use after the pass.
@@ -198,7 +199,9 @@ class _PoolPass:
         # Shortest predicted runtime per gang shape: if not even that fits anywhere now, no job of
         # the shape can start in this pass. And the highest standing of any waiting job.
         shortest: dict[tuple[int, int], float] = {}
-        top_class, least_service = -1, INF
+        top_class = -1
+        # The least service of a demoted job in each class: the highest standing among them.
+        least_service: dict[int, float] = {}
         if self.queued:
             demote_after = demotion_threshold(policy)
             promote_before = now - policy.class_promotion_s if policy.class_promotion_s > 0 else -INF
@@ -211,18 +214,16 @@ class _PoolPass:
                     shortest[shape] = j.predicted_runtime
                 klass: int = j.priority_class
                 if klass <= normal and j.attained_s >= demote_after:
-                    if j.attained_s < least_service:
-                        least_service = j.attained_s
+                    if j.attained_s < least_service.get(klass, INF):
+                        least_service[klass] = j.attained_s
                     continue
                 if klass == low and j.submitted_at <= promote_before:
                     klass = normal
                 if klass > top_class:
                     top_class = klass
-        top_standing = (
-            top_class * STANDING_STEP if top_class >= 0
-            else standing(int(PriorityClass.LOW), service_level(least_service, policy)) if least_service < INF
-            else -INF
-        )
+        top_standing: float = top_class * STANDING_STEP if top_class >= 0 else -INF
+        for demoted_class, service in least_service.items():
+            top_standing = max(top_standing, standing(demoted_class, service_level(service, policy)))
         self.top_standing = top_standing
         if by_standing and lowest_victim is not None and top_standing <= lowest_victim:
             lowest_victim = None  # no waiting job stands above any possible victim

@@ -212,10 +212,11 @@ class Policy:
     headroom_devices: int = 0
     headroom_max_runtime_s: float = 2 * 3600.0
     # Least attained service (Tiresias' answer to runtimes nobody can predict): a normal or low
-    # run that has run this long in all, over every attempt, is demoted. Running, it counts as
-    # low, so a normal job that cannot start otherwise may preempt it (if it is preemptible and
-    # beyond its team's guarantee, as any preemption); waiting, it sits behind every job that
-    # has not been demoted, and among demoted jobs the one that has run least goes first. Short
+    # run that has run this long in all, over every attempt, is demoted. Running, it stands below
+    # the jobs of its class that have not been demoted, so such a job that cannot start otherwise
+    # may preempt it (if it is preemptible and beyond its team's guarantee, as any preemption);
+    # waiting, it sits behind every job of its class that has not been demoted, and among demoted
+    # jobs the one that has run least goes first. A class still outweighs service. Short
     # jobs, most of them, then start at once and finish without waiting behind long ones; long
     # ones take turns, each resuming from its checkpoint. Urgent runs are never demoted, and
     # aging never promotes a demoted job (it is not starving: it has run). 0 turns it off.
@@ -225,8 +226,8 @@ class Policy:
     # runs that reached a deeper one, so a demoted gang that ran an hour is not kept waiting for
     # weeks behind narrow runs that have run for days. 1 or less: one level, no such preemption.
     demotion_factor: float = 4.0
-    # A demoted run is not stopped again for a normal job in the first this-many seconds of an
-    # attempt, so a run that has just resumed (and paid its restart) gets to make progress.
+    # A demoted run is not stopped for a job of its own class in the first this-many seconds of
+    # an attempt, so a run that has just resumed (and paid its restart) gets to make progress.
     demoted_min_attempt_s: float = 900.0
 
 

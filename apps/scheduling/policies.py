@@ -98,10 +98,10 @@ def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass
     """Aging between classes: a low job that has waited long enough competes as normal.
 
     It never climbs to urgent, so urgent keeps meaning "someone decided this is urgent". A
-    demoted job (`demoted`) competes as low and is never promoted: it is not starving, it ran.
+    demoted job (`demoted`) is never promoted: it is not starving, it ran.
     """
     if demoted(job, policy):
-        return PriorityClass.LOW
+        return job.priority_class
     if (
         job.priority_class == PriorityClass.LOW
         and policy.class_promotion_s > 0
@@ -111,9 +111,10 @@ def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass
     return job.priority_class
 
 
-# A job's standing decides who may preempt whom: a class outweighs any number of service
-# levels (see `service_level`), and within the low class a lower level (less service) stands
-# higher. A job may preempt only runs of a lower standing.
+# A job's standing decides who may preempt whom: class x STANDING_STEP - service level (see
+# `service_level`). A class outweighs any number of levels, so demotion never lets a low job
+# stop a normal run; within a class, less service stands higher. A job may preempt only runs of
+# a lower standing (and, for runs only demoted below it, under the rules of `Policy`).
 STANDING_STEP = 1000
 
 
@@ -139,21 +140,21 @@ def service_level(service_s: float, policy: Policy) -> int:
 
 
 def standing(klass: int, level: int) -> int:
-    return int(PriorityClass.LOW) * STANDING_STEP - level if level > 0 else klass * STANDING_STEP
+    return klass * STANDING_STEP - level
 
 
 def running_standings(running: Iterable[RunningJob], now: float, policy: Policy) -> dict[str, int]:
-    """Each run's standing (`STANDING_STEP`): its class, or low at its service level once demoted."""
+    """Each run's standing (`STANDING_STEP`): its class, less its service level once demoted."""
     threshold = demotion_threshold(policy)
     if threshold == math.inf:
         return {run.id: int(run.priority_class) * STANDING_STEP for run in running}
     bounds = _level_bounds(threshold, policy.demotion_factor)
-    normal, low = PriorityClass.NORMAL, int(PriorityClass.LOW) * STANDING_STEP
+    normal = PriorityClass.NORMAL
     out: dict[str, int] = {}
     for run in running:
         service = run.attained_s + now - run.started_at
         if service >= threshold and run.priority_class <= normal:
-            out[run.id] = low - bisect_right(bounds, service)
+            out[run.id] = int(run.priority_class) * STANDING_STEP - bisect_right(bounds, service)
         else:
             out[run.id] = int(run.priority_class) * STANDING_STEP
     return out
@@ -162,7 +163,7 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
 def key_standing(key: OrderKey, policy: Policy) -> int:
     """A waiting job's standing from its order key (class with aging, or its service level)."""
     if key[1] == DEMOTED_TIER:
-        return standing(int(PriorityClass.LOW), service_level(key[2], policy))
+        return standing(-key[0], service_level(key[2], policy))
     return -key[0] * STANDING_STEP
 
 
@@ -272,7 +273,7 @@ def order_keys(
         submitted = j.submitted_at
         if j.attained_s >= demote_after and klass <= normal:
             # Demoted (see `demoted`): behind every job of its class, least service first.
-            append((-low, DEMOTED_TIER, j.attained_s, submitted, j.id, j))
+            append((-klass, DEMOTED_TIER, j.attained_s, submitted, j.id, j))
             continue
         if klass == low and submitted <= promote_before:
             klass = normal
@@ -394,10 +395,13 @@ def explain_policy(policy: Policy) -> list[str]:
     if demotion_threshold(policy) < math.inf and policy.preemption:
         rules.append(
             f"A job that has run for {hours_minutes(policy.demote_after_s)} in all is demoted: while it runs, a new "
-            "job that cannot start otherwise may stop it (if it is preemptible and beyond its team's guarantee, "
-            "never within it), and it resumes from its latest checkpoint when devices come free. Among demoted "
-            "jobs, the one that has run least goes first. Most jobs are short, so they start at once instead "
-            "of waiting behind long ones; long ones take turns. Urgent jobs are never demoted."
+            "job of its class (or higher) that cannot start otherwise may stop it (if it is preemptible and beyond "
+            "its team's guarantee, never within it), and it resumes from its latest checkpoint when devices come "
+            "free, behind the jobs of its class that have not been demoted. Among demoted jobs, the one that has "
+            "run least goes first, and may stop one that has run many times longer"
+            + (f" ({policy.demotion_factor:g} times)." if policy.demotion_factor > 1 else ".")
+            + " Most jobs are short, so they start at once instead of waiting behind long ones; long ones take "
+            "turns. Urgent jobs are never demoted."
         )
         if policy.demoted_min_attempt_s > 0:
             rules.append(

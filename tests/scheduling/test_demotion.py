@@ -97,8 +97,22 @@ def test_waiting_demoted_jobs_go_last_least_service_first_and_never_age() -> Non
         replace(job("ran-30m", submitted=5.0), attained_s=30 * 60),
     ]
     order = [j.id for j in queue_order(state([node("n1", 0)], queued, now=NOW, quotas=QUOTAS))[POOL]]
-    # Submitted long ago, the demoted ones would be promoted by aging if they were only low.
-    assert order == ["ran-30m", "normal-new", "low-never-ran", "ran-70m", "ran-2h"]
+    # Normal jobs that have not been demoted, then demoted normal ones (least service first),
+    # then low ones: a class outweighs service.
+    assert order == ["ran-30m", "normal-new", "ran-70m", "ran-2h", "low-never-ran"]
+    # A demoted low job submitted long ago is not promoted by aging (it ran; it is not starving).
+    old_low = replace(job("old-low", klass=L, submitted=0.0), attained_s=2 * HOUR)
+    fresh_low = job("fresh-low", klass=L, submitted=NOW - 60)
+    aged = [j.id for j in queue_order(state([node("n1", 0)], [old_low, fresh_low], now=NOW, quotas=QUOTAS))[POOL]]
+    assert aged == ["fresh-low", "old-low"]
+
+
+def test_a_low_job_never_stops_a_demoted_normal_run_but_stops_a_demoted_low_one() -> None:
+    decision = schedule(state([node("n1", 0)], [fresh(klass=L)], [long_run(hours=30)], now=NOW, quotas=QUOTAS))
+    assert decision.preemptions == ()
+    decision = schedule(state([node("n1", 0)], [fresh(klass=L)], [long_run(hours=30, klass=L)], now=NOW, quotas=QUOTAS))
+    assert [p.victim_id for p in decision.preemptions] == ["old"]
+    assert decision.preemptions[0].reason.startswith("demoted: run old")
 
 
 def test_a_demoted_job_waits_with_its_own_reason() -> None:
