@@ -411,8 +411,10 @@ class Replay:
                     self._start(placement.job_id, placement.allocation, now)
                 self.making_room.clear()
                 for preemption in decision.preemptions:
-                    stop_at = self._stop(preemption.victim_id, now)
-                    self.making_room[preemption.for_job_id] = max(self.making_room.get(preemption.for_job_id, now), stop_at)
+                    self._stop(preemption.victim_id, now)
+                    # Expected once the victims' grace is over (whether one ends sooner by itself is
+                    # the trace's secret: estimates never read a job's own duration).
+                    self.making_room[preemption.for_job_id] = now + self.resume.grace_s
             if self.estimates:
                 self._estimate(new, now)
 
@@ -557,19 +559,17 @@ class Replay:
                 ready = now + max(threshold - queued.attained_s, self.policy.demoted_min_attempt_s, 0.0)
                 heapq.heappush(self.victim_ready, (ready, job_id, now))
 
-    def _stop(self, job_id: str, now: float) -> float:
-        """A preempted job: it exits within its grace (or ends by itself first) and requeues.
-        Returns when its devices come free."""
+    def _stop(self, job_id: str, now: float) -> None:
+        """A preempted job: it exits within its grace (or ends by itself first) and requeues."""
         run = self.running[job_id]
         stop_at = now + self.resume.grace_s
         if self.ends[job_id] <= stop_at:
-            return self.ends[job_id]  # it finishes before it would have stopped
+            return  # it finishes before it would have stopped
         self.preemptions += 1
         self.stopping.add(job_id)
         self.running[job_id] = replace(run, stopping=True, predicted_end=stop_at, expected_end=stop_at)
         self.ends[job_id] = stop_at
         heapq.heappush(self.completions, (stop_at, job_id))
-        return stop_at
 
     def _requeue(self, job: TraceJob, run: RunningJob, stopped_at: float) -> None:
         self.stopping.discard(job.id)
@@ -591,7 +591,8 @@ class Replay:
                 self.estimated[job_id] = now
             elif job_id in self.making_room:
                 # The pass is stopping runs for it: it starts once they have, as a replay of this
-                # state would find (stopping runs end at their stop time), at a fraction of the cost.
+                # state would find (stopping runs end when their grace is over), at a fraction of
+                # the cost.
                 self.estimated[job_id] = self.making_room[job_id]
             else:
                 waiting.append(job_id)
