@@ -153,18 +153,14 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
     out: dict[str, int] = {}
     for run in running:
         service = run.attained_s + now - run.started_at
-        if service >= threshold and run.priority_class <= normal:
-            out[run.id] = int(run.priority_class) * STANDING_STEP - bisect_right(bounds, service)
-        else:
-            out[run.id] = int(run.priority_class) * STANDING_STEP
+        demoted_run = service >= threshold and run.priority_class <= normal
+        out[run.id] = standing(int(run.priority_class), bisect_right(bounds, service) if demoted_run else 0)
     return out
 
 
 def key_standing(key: OrderKey, policy: Policy) -> int:
     """A waiting job's standing from its order key (class with aging, or its service level)."""
-    if key[1] == DEMOTED_TIER:
-        return standing(-key[0], service_level(key[2], policy))
-    return -key[0] * STANDING_STEP
+    return standing(-key[0], service_level(key[2], policy) if key[1] == DEMOTED_TIER else 0)
 
 
 def job_size(job: QueuedJob, policy: Policy) -> float:
