@@ -505,6 +505,8 @@ class _PoolPass:
 
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
         when = "" if start is None else f" Reserved to start at about {_fmt_clock(start, self.now)}."
+        if demoted(job, self.policy):
+            when += f" It has run for {hours_minutes(job.attained_s)} in all and resumes from its latest checkpoint."
         if job.nodes > 1:
             ready = cap.count_free_at_least(job.devices_per_node)
             msg = (

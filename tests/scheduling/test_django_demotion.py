@@ -71,11 +71,19 @@ def test_a_run_demoted_after_an_hour_is_preempted_by_a_new_run_and_waits_with_it
     assert long.reason_code == "ran_longer_than_others"
     assert long.status_reason.startswith("It has run for 2 h in all, more than pool local's 1 h")
 
+    # At the front of the line, it says it is next and how long it has run.
+    start(new)
+    exit_(new)
+    scheduling_pass()
+    refresh(long, later)
+    assert later.status == RunStatus.SCHEDULED and long.queue_position == 1
+    assert long.reason_code == "waiting_for_resources"
+    assert "It has run for 2 h in all and resumes from its latest checkpoint." in long.status_reason
+
     # Resumed, the new attempt's time adds to the two hours it already ran.
-    for run in (new, later):
-        start(run)
-        exit_(run)
-        scheduling_pass()
+    start(later)
+    exit_(later)
+    scheduling_pass()
     long.refresh_from_db()
     assert long.status == RunStatus.SCHEDULED
     resumed = start(long)
