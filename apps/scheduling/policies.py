@@ -394,8 +394,9 @@ def explain_policy(policy: Policy) -> list[str]:
             "job of its class (or higher) that cannot start otherwise may stop it (if it is preemptible and beyond "
             "its team's guarantee, never within it), and it resumes from its latest checkpoint when devices come "
             "free, behind the jobs of its class that have not been demoted. Among demoted jobs, the one that has "
-            "run least goes first, and may stop one that has run many times longer"
-            + (f" ({policy.demotion_factor:g} times)." if policy.demotion_factor > 1 else ".")
+            "run least goes first"
+            + (f", and may stop one that has run {policy.demotion_factor:g} times as long or more." if policy.demotion_factor > 1
+               else ".")
             + " Most jobs are short, so they start at once instead of waiting behind long ones; long ones take "
             "turns. Urgent jobs are never demoted."
         )
