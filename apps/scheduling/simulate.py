@@ -299,11 +299,10 @@ class Replay:
         # Starts of jobs that waited, behind their rank times (deadline, or submission under FIFO).
         self.lag = QueueLag()
         # Preemption: progress saved (seconds of the job's own duration), seconds run over ended
-        # attempts, each job's fixed deadline, the jobs told to stop, and the figures.
+        # attempts, each job's fixed deadline, and the figures.
         self.saved: dict[str, float] = defaultdict(float)
         self.attained: dict[str, float] = defaultdict(float)
         self.deadlines: dict[str, float] = {}
-        self.stopping: set[str] = set()
         self.preemptions = 0
         self.lost_device_s = 0.0
         # (time, job id, attempt start) when a running job becomes one a waiting normal job may
@@ -471,7 +470,7 @@ class Replay:
             for node_id, count in run.allocation:
                 self.free[node_id] += count
             self.held[job.team] -= run.devices
-            if job_id in self.stopping:
+            if run.stopping:
                 self._requeue(job, run, end)
                 continue
             self.predictor.observe(
@@ -566,13 +565,11 @@ class Replay:
         if self.ends[job_id] <= stop_at:
             return  # it finishes before it would have stopped
         self.preemptions += 1
-        self.stopping.add(job_id)
         self.running[job_id] = replace(run, stopping=True, predicted_end=stop_at, expected_end=stop_at)
         self.ends[job_id] = stop_at
         heapq.heappush(self.completions, (stop_at, job_id))
 
     def _requeue(self, job: TraceJob, run: RunningJob, stopped_at: float) -> None:
-        self.stopping.discard(job.id)
         self.attempts[job.id].append((run.started_at, stopped_at))
         ran = stopped_at - run.started_at
         restart = 0.0 if run.attained_s == 0 else self.resume.restart_s  # only a resume restarts
