@@ -71,6 +71,7 @@ from apps.scheduling.model import (
     Placement,
     Policy,
     Preemption,
+    PreemptionKind,
     PriorityClass,
     QueuedJob,
     QueueEntry,
@@ -112,6 +113,7 @@ __all__ = [
     "Placement",
     "Policy",
     "Preemption",
+    "PreemptionKind",
     "PriorityClass",
     "QueueEntry",
     "QueuedJob",
@@ -435,11 +437,13 @@ class _PoolPass:
         for victim in plan.victims:
             taken.add(victim.id)
             if victim.priority_class < klass:
+                kind = PreemptionKind.LOWER_CLASS
                 reason = (
                     f"lower class: run {victim.id} ({victim.priority_class.label}, team {victim.team}) is beyond "
                     f"its team's guarantee and makes room for {klass.label} job {job.id}"
                 )
             elif standings.get(victim.id, mine) < mine:
+                kind = PreemptionKind.DEMOTED
                 ran = hours_minutes(victim.service(self.now))
                 if job.attained_s > 0:
                     who = f"job {job.id}, which has run for {hours_minutes(job.attained_s)}"
@@ -451,6 +455,7 @@ class _PoolPass:
                     f"that has run less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
                 )
             else:
+                kind = PreemptionKind.RECLAIMED
                 reason = (
                     f"borrowed devices reclaimed: run {victim.id} ({victim.priority_class.label}, team {victim.team}) "
                     f"is beyond its team's guarantee and makes room for {klass.label} job {job.id}"
@@ -461,6 +466,7 @@ class _PoolPass:
                     for_job_id=job.id,
                     reason=reason,
                     work_lost_device_s=victim.work_at_risk(self.now),
+                    kind=kind,
                 )
             )
         if self.explain:

@@ -48,6 +48,15 @@ class Packing(StrEnum):
     FIRST_FIT = "first_fit"
 
 
+class PreemptionKind(StrEnum):
+    # The victim is of a lower class than the job it makes room for.
+    LOWER_CLASS = "lower_class"
+    # Same class, but demoted for its service (`Policy.demote_after_s`) below the job.
+    DEMOTED = "demoted"
+    # Same class, beyond its guarantee, reclaimed for a job inside its own (`reclaim_borrowed`).
+    RECLAIMED = "reclaimed"
+
+
 class WaitCode(StrEnum):
     """Why a queued job is not running. Values are stable: the API and pages show them."""
 
@@ -266,6 +275,9 @@ class Preemption:
     for_job_id: str
     reason: str
     work_lost_device_s: float
+    # Why the victim may be stopped, for callers that word it their own way (`reason` is the
+    # core's own sentence, which names the other team's job).
+    kind: PreemptionKind
 
 
 @dataclass(frozen=True, slots=True)

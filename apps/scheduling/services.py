@@ -203,12 +203,13 @@ def estimate_errors_record(*, run_ids: list[int], started_at: datetime) -> int:
 
 # --- preemptions ---------------------------------------------------------------------------------
 
-def _victim_reason(victim: Run, for_run: Run | None, core_reason: str, *, ran_s: float, demote_after_s: float) -> str:
+def _victim_reason(victim: Run, for_run: Run | None, kind: core.PreemptionKind, *, ran_s: float,
+                   demote_after_s: float) -> str:
     """Why a run is being preempted, in words for its owner (the other team's run is named by team only)."""
     whom = f"a {for_run.priority}-priority job of team {for_run.project.team.slug}" if for_run else "a higher-priority job"
-    if core_reason.startswith("lower class"):
+    if kind == core.PreemptionKind.LOWER_CLASS:
         why = "it is lower priority and"
-    elif core_reason.startswith("demoted"):
+    elif kind == core.PreemptionKind.DEMOTED:
         why = (f"it has run for {hours_minutes(ran_s)} in all, more than the pool's {hours_minutes(demote_after_s)} after which "
                "runs that have run less go first, and it")
     else:
@@ -228,7 +229,7 @@ def apply_preemptions(*, snap: Snapshot, decision: Decision) -> list[int]:
         for_run = snap.queued.get(pre.for_job_id)
         core_run = running.get(pre.victim_id)
         policy = snap.state.policies.get(victim.pool.name, snap.state.default_policy)
-        reason = _victim_reason(victim, for_run, pre.reason, ran_s=core_run.service(snap.state.now) if core_run else 0.0,
+        reason = _victim_reason(victim, for_run, pre.kind, ran_s=core_run.service(snap.state.now) if core_run else 0.0,
                                 demote_after_s=policy.demote_after_s)
         try:
             run_preempt(run=victim, reason=reason)

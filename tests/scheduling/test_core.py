@@ -363,6 +363,7 @@ def test_same_class_never_preempts_unless_reclaiming() -> None:
     d = schedule(state([node("n1", 0)], queue, running, quotas=quotas, policy=Policy(reclaim_borrowed=True)))
     assert [p.victim_id for p in d.preemptions] == ["borrowed"]
     assert "reclaimed" in d.preemptions[0].reason
+    assert d.preemptions[0].kind == "reclaimed"
 
 
 def test_runs_already_stopping_are_not_preempted_twice() -> None:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from apps.scheduling.core import (
     Policy,
+    PreemptionKind,
     PriorityClass,
     QueuedJob,
     RunningJob,
@@ -46,6 +47,7 @@ def test_a_new_job_preempts_a_run_demoted_after_the_threshold() -> None:
     decision = schedule(state([node("n1", 0)], [fresh(team="vision")], [long_run()], now=NOW, quotas=QUOTAS))
     assert [p.victim_id for p in decision.preemptions] == ["old"]
     reason = decision.preemptions[0].reason
+    assert decision.preemptions[0].kind == PreemptionKind.DEMOTED
     assert reason.startswith("demoted: run old (team nlp) has run for 2 h in all, more than pool a100's 1 h")
     assert "new job new" in reason and "latest checkpoint" in reason
     assert entry(decision, "new").code == WaitCode.PREEMPTING
@@ -86,6 +88,7 @@ def test_urgent_jobs_still_preempt_a_run_in_its_minimum_attempt() -> None:
     decision = schedule(state([node("n1", 0)], [fresh(klass=U)], [resumed], now=NOW, quotas=QUOTAS))
     assert [p.victim_id for p in decision.preemptions] == ["old"]
     assert decision.preemptions[0].reason.startswith("lower class")
+    assert decision.preemptions[0].kind == PreemptionKind.LOWER_CLASS
 
 
 def test_waiting_demoted_jobs_go_last_least_service_first_and_never_age() -> None:
