@@ -4,7 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench clean-var
+# System packages the whole suite needs (PACKAGE:FILE it installs); scripts/system-packages
+# installs the missing ones once (root with apt-get) or stops, naming the command to run.
+TEST_PACKAGES := chromium:/usr/bin/chromium
+
+.PHONY: run test test-fast test-packages lint bench clean-var
 
 $(STAMP): requirements.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,7 +20,10 @@ $(STAMP): requirements.txt sdk/pyproject.toml
 run: $(STAMP)
 	$(PY) -m portal.launch
 
-test: $(STAMP)
+test-packages:
+	@scripts/system-packages "make test" $(TEST_PACKAGES)
+
+test: test-packages $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
