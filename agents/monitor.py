@@ -103,8 +103,21 @@ class Monitor:
         self.thread.join(5)
 
     def samples(self) -> list[protocol.DeviceSample]:
+        """The last readings, with each GPU's health read now: a fault shows in the next heartbeat,
+        not one sampling interval later."""
         with self.lock:
-            return list(self.device_samples)
+            readings = list(self.device_samples)
+        health = self.nvml.health_samples() if self.nvml.available else {}
+        out: list[protocol.DeviceSample] = []
+        for reading in readings:
+            merged = health.pop(reading["index"], None)
+            if merged is None:
+                out.append(reading)
+                continue
+            merged["utilization"], merged["power_w"] = reading["utilization"], reading["power_w"]
+            out.append(merged)
+        out.extend(health.values())  # before the first sample
+        return sorted(out, key=lambda s: s["index"])
 
     @staticmethod
     def _machine_cpu_s() -> float:
