@@ -18,7 +18,6 @@ from apps.core.errors import Conflict
 from apps.runs.models import (
     ASSIGNMENT_HOLDS_DEVICES,
     ATTEMPT_ENDED,
-    FINISHED_STATUSES,
     Assignment,
     AssignmentState,
     Attempt,
@@ -28,6 +27,7 @@ from apps.runs.models import (
     StopKind,
 )
 from apps.runs.services.placement import request_scheduling_pass
+from apps.runs.services.transitions import run_transition
 
 LOG_TAIL_CHARS = 2000
 # The agent's own stop kind (not stored on the attempt): the job ran past the run's max_runtime_s.
@@ -42,20 +42,7 @@ def _team_id(run: Run) -> int | None:
 
 
 def _set_run(run: Run, *, status: str, action: str, reason: str = "", reason_code: str = "", **extra: Any) -> None:
-    before = {"status": run.status}
-    run.status = status
-    run.status_reason = reason
-    run.reason_code = reason_code
-    fields = ["status", "status_reason", "reason_code", "updated_at"]
-    for key, value in extra.items():
-        setattr(run, key, value)
-        fields.append(key)
-    if status in FINISHED_STATUSES and run.finished_at is None:
-        run.finished_at = timezone.now()
-        fields.append("finished_at")
-    run.save(update_fields=fields)
-    audit_record(action=action, target=run, team_id=run.project.team_id, before=before,
-                 after={"status": status, "reason": reason[:500]})
+    run_transition(run, to=status, action=action, reason=reason, reason_code=reason_code, **extra)
 
 
 def _set_attempt(attempt: Attempt, *, status: str, reason: str = "", **extra: Any) -> None:
