@@ -23,12 +23,13 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from apps.audit.context import acting_as
-from apps.audit.services import audit_record, audit_record_many
+from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.core.text import hours_minutes
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.services.lifecycle import run_preempt
 from apps.runs.services.placement import master_port_for
+from apps.runs.services.transitions import runs_transition_many
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import Decision, QueueEntry, WaitCode
@@ -161,18 +162,19 @@ def apply_placements(*, snap: Snapshot, decision: Decision) -> list[int]:
                 raise RuntimeError(f"node {node_id} has {len(free)} free devices, placement wants {count}")
             taken.append((node_id, free[:count]))
             snap.free_indexes[node_id] = free[count:]
-        run.status = RunStatus.SCHEDULED
         number = int(numbers.get(run.pk) or 0) + 1
         rank0 = snap.nodes[taken[0][0]]
         attempt = Attempt(run=run, number=number, master_addr=rank0.address or "127.0.0.1",
                           master_port=master_port_for(run_id=run.pk, number=number))
         plans.append((run, attempt, taken))
-    chosen = [run.pk for run, _, _ in plans]
-    updated = Run.objects.filter(pk__in=chosen, status=RunStatus.QUEUED).update(
-        status=RunStatus.SCHEDULED, reason_code="", status_reason="", queue_position=None, updated_at=now)
-    if updated != len(chosen):
-        # Only possible if the row locks did not hold (a bug): undo the pass rather than double-place.
-        raise RuntimeError(f"placed {updated} of {len(chosen)} runs: another writer changed them")
+    # One conditional UPDATE (queued -> scheduled) and one audit INSERT for the whole pass. It
+    # raises if a run was no longer queued: only possible if the row locks did not hold (a bug),
+    # and the pass is undone rather than double-place.
+    runs_transition_many(
+        runs=[run for run, _, _ in plans], from_=RunStatus.QUEUED, to=RunStatus.SCHEDULED, action="run.scheduled", now=now,
+        fields={"queue_position": None},
+        after={run.pk: {"attempt": attempt.number, "pool": run.pool.name, "nodes": [snap.nodes[n].hostname for n, _ in taken]}
+               for run, attempt, taken in plans})
     # Attempt (run, number) is unique: a second placement of the same run fails here, too.
     Attempt.objects.bulk_create([attempt for _, attempt, _ in plans], batch_size=BATCH)
     Assignment.objects.bulk_create(
@@ -180,12 +182,6 @@ def apply_placements(*, snap: Snapshot, decision: Decision) -> list[int]:
          for _, attempt, taken in plans for rank, (node_id, devices) in enumerate(taken)],
         batch_size=BATCH,
     )
-    audit_record_many(records=[
-        {"action": "run.scheduled", "target": run, "team_id": run.project.team_id, "before": {"status": RunStatus.QUEUED},
-         "after": {"status": RunStatus.SCHEDULED, "attempt": attempt.number, "pool": run.pool.name,
-                   "nodes": [snap.nodes[n].hostname for n, _ in taken]}}
-        for run, attempt, taken in plans
-    ])
     placed = [run.pk for run, _, _ in plans]
     estimate_errors_record(run_ids=placed, started_at=now)
     return placed
