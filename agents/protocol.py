@@ -46,14 +46,14 @@ class DeviceInfo(TypedDict):
     uuid: str
     model: str
     memory_bytes: int
+    # A GPU with a fatal fault at registration (see DeviceSample); older agents leave these out.
+    healthy: NotRequired[bool]
+    health_reason: NotRequired[str]
 
 
 class RunningAttempt(TypedDict):
     attempt_id: int
     number: int
-    # A GPU with a fatal fault at registration (see DeviceSample); older agents leave these out.
-    healthy: NotRequired[bool]
-    health_reason: NotRequired[str]
     node_rank: int
 
 
@@ -85,11 +85,6 @@ class DeviceSample(TypedDict):
     index: int
     utilization: float | None
     power_w: float | None
-
-
-class HeartbeatRequest(TypedDict):
-    session: int
-    draining: bool
     # GPU health from NVML, read for every heartbeat (older agents and CPU slots leave it out).
     # healthy False: a fatal fault (uncorrectable ECC errors, pages or rows waiting for a reset,
     # failed row remapping, a lost GPU); nothing new is placed on the device and its runs requeue.
@@ -98,6 +93,11 @@ class HeartbeatRequest(TypedDict):
     memory_used_bytes: NotRequired[int | None]
     ecc_uncorrected: NotRequired[int | None]  # volatile uncorrectable ECC errors; None: not supported
     throttle: NotRequired[list[str] | None]  # why clocks are held down, in words ("hardware slowdown")
+
+
+class HeartbeatRequest(TypedDict):
+    session: int
+    draining: bool
     devices: list[DeviceSample]
     running: list[RunningAttempt]
     # The agent's last word on a clean exit: the node is offline (not lost) until it registers again.
