@@ -80,6 +80,12 @@ class Device(models.Model):
     memory_bytes = models.BigIntegerField(default=0)
     utilization = models.FloatField(null=True, blank=True)
     power_w = models.FloatField(null=True, blank=True)
+    memory_used_bytes = models.BigIntegerField(null=True, blank=True)
+    # A fatal fault the agent reported (NVML: uncorrectable ECC errors, ...): nothing new is placed
+    # on an unhealthy device until the agent reports it healthy again (after a reset).
+    healthy = models.BooleanField(default=True)
+    health_reason = models.CharField(max_length=500, blank=True)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["node_id", "index"]

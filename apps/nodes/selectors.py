@@ -57,9 +57,15 @@ def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = No
             for d in a.devices:
                 device_runs[int(d)] = info
         devices = [{"index": d.index, "kind": d.kind, "model": d.model, "uuid": d.uuid, "memory_bytes": d.memory_bytes,
-                    "utilization": d.utilization, "power_w": d.power_w, "used": d.index in device_runs,
-                    "run": device_runs.get(d.index)} for d in node.devices.all()]
+                    "utilization": d.utilization, "power_w": d.power_w, "memory_used_bytes": d.memory_used_bytes,
+                    "used": d.index in device_runs, "run": device_runs.get(d.index), "healthy": d.healthy,
+                    "health_reason": d.health_reason,
+                    "health_changed_at": d.health_changed_at.isoformat() if d.health_changed_at else None}
+                   for d in node.devices.all()]
         used = len(device_runs)
+        # An unhealthy device takes no new work: it is not free, whether or not a run still holds it.
+        unhealthy = sum(1 for d in devices if not d["healthy"])
+        free = sum(1 for d in devices if d["healthy"] and not d["used"])
         age = (now - node.last_heartbeat_at).total_seconds() if node.last_heartbeat_at else None
         rows.append({"id": node.pk, "hostname": node.hostname, "address": node.address, "pool": node.pool.name,
                      "state": node_display_state(node=node, used=used, total=len(devices)), "cpus": node.cpus,
@@ -68,8 +74,8 @@ def node_rows(*, user: AnyUser, nodes: Iterable[Node], now: datetime | None = No
                      "last_heartbeat_at": node.last_heartbeat_at.isoformat() if node.last_heartbeat_at else None,
                      "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None,
                      "drained_by_admin": node.drained_by_admin,
-                     "devices_total": len(devices), "devices_used": used, "devices_free": len(devices) - used,
-                     "devices": devices, "runs": runs})
+                     "devices_total": len(devices), "devices_used": used, "devices_free": free,
+                     "devices_unhealthy": unhealthy, "devices": devices, "runs": runs})
     return rows
 
 
@@ -100,9 +106,10 @@ def pool_summaries() -> list[dict[str, Any]]:
         held.setdefault(node_id, set()).update(int(d) for d in devices or [])
     total: dict[int, int] = {}
     used: dict[int, int] = {}
-    for pool_id, node_id, index in Device.objects.values_list("node__pool_id", "node_id", "index"):
+    for pool_id, node_id, index, healthy in Device.objects.values_list("node__pool_id", "node_id", "index", "healthy"):
         total[pool_id] = total.get(pool_id, 0) + 1
-        used[pool_id] = used.get(pool_id, 0) + (index in held.get(node_id, ()))
+        # Not free: held by a run, or unhealthy.
+        used[pool_id] = used.get(pool_id, 0) + (index in held.get(node_id, ()) or not healthy)
     out = []
     for pool in NodePool.objects.order_by("name"):
         row = _pool_row(pool, [], total.get(pool.pk, 0), total.get(pool.pk, 0) - used.get(pool.pk, 0))

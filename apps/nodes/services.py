@@ -141,6 +141,7 @@ def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str
         audit_record(action="node.registered", target=node, before=before,
                      after={"state": node.state, "session": node.session, "pool": node.pool.name, "devices": len(data["devices"])})
         kill = _reconcile(node, data.get("running") or [])
+    devices_health_record(node=node, devices=data["devices"])
     request_scheduling_pass()
     return node, credential, kill
 
@@ -205,18 +206,91 @@ def _number(value: Any) -> float | None:
 def _devices_update(node_id: int, devices: list[Any]) -> None:
     """The reported utilization and power of every device: one UPDATE per device, in raw SQL
     (the heartbeat path; the ORM's query building cost more than the statement)."""
-    rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), node_id, dev.get("index"))
+    rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), _bytes(dev.get("memory_used_bytes")), node_id,
+             dev.get("index"))
             for dev in devices[:1024] if isinstance(dev, dict) and isinstance(dev.get("index"), int)]
     if rows:
         with connection.cursor() as cursor:
-            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s "
+            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s, memory_used_bytes = %s "
                                f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
+
+
+def _bytes(value: Any) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None and 0 <= number < 2**63 else None
 
 
 def _readings_clear(node_id: int) -> None:
     """Forget a node's device readings when it stops reporting (lost, offline): a reading shown
-    for a node that measures nothing would pass for a current one."""
-    Device.objects.filter(node_id=node_id).update(utilization=None, power_w=None)
+    for a node that measures nothing would pass for a current one. Health stays: a faulty GPU is
+    faulty until its agent reports it healthy again."""
+    Device.objects.filter(node_id=node_id).update(utilization=None, power_w=None, memory_used_bytes=None)
+
+
+def _health_reported(devices: list[Any]) -> dict[int, tuple[bool, str]]:
+    """index -> (healthy, reason) for the devices whose health the agent reported."""
+    out: dict[int, tuple[bool, str]] = {}
+    for dev in devices[:1024]:
+        if isinstance(dev, dict) and isinstance(dev.get("index"), int) and isinstance(dev.get("healthy"), bool):
+            reason = "" if dev["healthy"] else (str(dev.get("health_reason") or "") or "its agent reported a fault")
+            out[dev["index"]] = (dev["healthy"], reason[:500])
+    return out
+
+
+def _health_news(previous: Any, devices: list[Any]) -> bool:
+    """Whether a heartbeat needs the health path: a device is reported unhealthy (its runs may
+    still need requeueing), or a device's health differs from the last heartbeat's. The usual
+    heartbeat, all healthy as before, costs no query for it."""
+    now = _health_reported(devices)
+    if any(not healthy for healthy, _ in now.values()):
+        return True
+    before = _health_reported(previous.get("devices") or []) if isinstance(previous, dict) else {}
+    return any(before.get(index) != health for index, health in now.items())
+
+
+def devices_health_record(*, node: Node, devices: list[Any]) -> None:
+    """Record the health the agent reported for the node's devices: a change is audited
+    (device.unhealthy, device.healthy), and every attempt holding an unhealthy device is lost and
+    its run requeued (an infrastructure failure: it resumes from its checkpoint elsewhere)."""
+    reported = _health_reported(devices)
+    if not reported:
+        return
+    sick: dict[int, Device] = {}
+    recovered = False
+    with transaction.atomic(), acting_as(label=f"agent:{node.hostname}"):
+        for device in Device.objects.select_for_update().filter(node_id=node.pk, index__in=list(reported)).order_by("pk"):
+            healthy, reason = reported[device.index]
+            if not healthy:
+                sick[device.index] = device
+            if (device.healthy, device.health_reason) == (healthy, reason):
+                continue
+            flipped = device.healthy != healthy
+            device.healthy, device.health_reason = healthy, reason
+            if flipped:
+                device.health_changed_at = timezone.now()
+            device.save(update_fields=["healthy", "health_reason", "health_changed_at"])
+            if flipped:
+                recovered |= healthy
+                audit_record(action="device.healthy" if healthy else "device.unhealthy", target=node,
+                             before={"device": device.index, "healthy": not healthy},
+                             after={"device": device.index, "uuid": device.uuid, "healthy": healthy, "reason": reason})
+        if recovered:
+            request_scheduling_pass()
+    if sick:
+        _requeue_holders(node, sick)
+
+
+def _requeue_holders(node: Node, sick: dict[int, Device]) -> None:
+    held = Assignment.objects.filter(node_id=node.pk, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", "devices")
+    for attempt_id, devices in sorted(held):
+        bad = sorted(int(d) for d in devices or [] if int(d) in sick)
+        if not bad:
+            continue
+        device = sick[bad[0]]
+        name = f"GPU {device.index}" if device.kind == "gpu" else f"device {device.index}"
+        reason = f"{name} ({device.uuid or 'no UUID'}) on {node.hostname} is unhealthy: {device.health_reason}"
+        with acting_as(label=f"agent:{node.hostname}"):
+            lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason)
 
 
 def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:
@@ -256,6 +330,8 @@ def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatRes
                 request_scheduling_pass()
     else:
         _devices_update(node.pk, devices)
+    if not offline and _health_news(node.last_status, devices):
+        devices_health_record(node=node, devices=devices)
     if offline:
         # A drained agent leaves nothing behind; whatever it still held cannot run anymore.
         for attempt_id in sorted(set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES)

@@ -278,7 +278,8 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
 
     node_rows = {str(n.pk): n for n in Node.objects.select_related("pool").order_by("pk")}
     indexes: dict[str, list[int]] = defaultdict(list)
-    for device_node, index in Device.objects.order_by("node_id", "index").values_list("node_id", "index"):
+    # An unhealthy device (a fatal GPU fault) is no capacity: nothing is placed on it.
+    for device_node, index in Device.objects.filter(healthy=True).order_by("node_id", "index").values_list("node_id", "index"):
         indexes[str(device_node)].append(int(index))
 
     # Devices held now, per node and per attempt (allocation in rank order).

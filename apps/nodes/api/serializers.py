@@ -28,8 +28,16 @@ class NodeDeviceSerializer(serializers.Serializer[Any]):
     power_w = serializers.FloatField(
         allow_null=True, help_text="Watts at the last heartbeat; null when not reported. A GPU's is measured (NVML); a CPU "
                                    "slot's is an estimate (CPU time x the agent's --watts-per-core).")
+    memory_used_bytes = serializers.IntegerField(
+        allow_null=True, help_text="Device memory in use at the last heartbeat (GPUs, NVML); null when not reported.")
     used = serializers.BooleanField()
     run = NodeRunSerializer(allow_null=True, help_text="The run holding this device, if any.")
+    healthy = serializers.BooleanField(
+        help_text="False after its agent reported a fatal fault (uncorrectable ECC errors, memory pages or rows waiting for "
+                  "a reset, failed row remapping, a lost GPU): nothing new is placed on it and its runs were requeued. It "
+                  "is healthy again when the agent says so (after the GPU is reset).")
+    health_reason = serializers.CharField(help_text="Why it is unhealthy, in plain words; empty when healthy.")
+    health_changed_at = serializers.DateTimeField(allow_null=True, help_text="When it last became (un)healthy (UTC).")
 
 
 class NodeSerializer(serializers.Serializer[Any]):
@@ -50,7 +58,8 @@ class NodeSerializer(serializers.Serializer[Any]):
                   "restarts) until undrained.")
     devices_total = serializers.IntegerField()
     devices_used = serializers.IntegerField()
-    devices_free = serializers.IntegerField()
+    devices_free = serializers.IntegerField(help_text="Healthy devices no run holds.")
+    devices_unhealthy = serializers.IntegerField(help_text="Devices with a fatal fault (see a device's health_reason).")
     devices = NodeDeviceSerializer(many=True)
     runs = NodeRunSerializer(many=True)
 
@@ -61,7 +70,7 @@ class PoolSummarySerializer(serializers.Serializer[Any]):
     description = serializers.CharField()
     price_per_device_hour = serializers.CharField(help_text="A decimal number as a string.")
     devices_total = serializers.IntegerField(help_text="Over all the pool's nodes, not only this page's.")
-    devices_free = serializers.IntegerField()
+    devices_free = serializers.IntegerField(help_text="Healthy devices no run holds.")
 
 
 class NodePageSerializer(serializers.Serializer[Any]):

@@ -84,5 +84,6 @@ def table_rows(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     a run holds several of them: written once per stretch, the fleet's tables are a fraction of
     the page they were when every row repeated them."""
     models = _spans([(d["model"], d["memory_bytes"]) for d in devices])
-    runs = _spans([d["run"] for d in devices])
+    # An unhealthy device's cell says so: it is not one of a stretch of free devices.
+    runs = _spans([d["run"] if d["run"] or d.get("healthy", True) else ("unhealthy", d["index"]) for d in devices])
     return [{"device": d, "model_rows": m, "run_rows": r} for d, m, r in zip(devices, models, runs, strict=True)]
