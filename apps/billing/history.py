@@ -25,6 +25,7 @@ from apps.nodes.models import Node, NodePool, NodeState
 from apps.runs.models import Assignment, AssignmentState, Attempt, AttemptStatus, Run, RunStatus
 from apps.runs.services.demo import runs_seeded_record
 from apps.runs.services.params import params_resolve
+from apps.runs.services.transitions import run_new
 from apps.tenants.models import Project
 
 HISTORY_NODE = "demo-history"
@@ -72,14 +73,16 @@ def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
                 start = now - timedelta(days=HISTORY_DAYS) + timedelta(hours=rng.uniform(0, 24 * (HISTORY_DAYS - 1)))
                 status = rng.choice(OUTCOMES)
                 runtime = timedelta(hours=hours * rng.lognormvariate(0, 0.35) * (0.4 if status != RunStatus.SUCCEEDED else 1))
-                run = Run.objects.create(
+                run = run_new(
+                    status=status,
                     project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get(owner),
                     name=f"{slug} history #{i + 1}", params=_history_params(template),
                     tags={"owner": owner, "task": template.kind, "dataset": "sklearn-digits", "candidate": "baseline",
                           "family": family},
-                    family=family, nodes=1, devices_per_node=devices, max_runtime_s=int(hours * 3 * 3600), status=status,
+                    family=family, nodes=1, devices_per_node=devices, max_runtime_s=int(hours * 3 * 3600),
                     status_reason=HISTORY_REASONS[status], started_at=start, finished_at=start + runtime,
                 )
+                run.save(force_insert=True)
                 Run.objects.filter(pk=run.pk).update(created_at=start - timedelta(minutes=rng.uniform(1, 30)))
                 # About 40-70 W a device: what the CPU fallback of the energy meter reports here.
                 attempt = Attempt.objects.create(run=run, number=1, status=_attempt_status(status), started_at=start,

@@ -20,6 +20,7 @@ from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
 from apps.runs.services.demo import runs_seeded_record
 from apps.runs.services.params import params_resolve
+from apps.runs.services.transitions import run_new
 from apps.tracking.services import metric_points_store
 
 DEMO_FAMILY = "demo-lr-sweep"
@@ -53,13 +54,14 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
         for i, (name, family, lr, steps) in enumerate(plan):
             finished = started + timedelta(seconds=START_UP_S + steps * SECONDS_PER_STEP)
             params = params_resolve(schema=template.param_schema or {}, params={"lr": lr, template.total_steps_param: steps})
-            run = Run.objects.create(
+            run = run_new(
+                status=RunStatus.SUCCEEDED,
                 project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get("alice"),
                 name=name, params=params, family=family,
                 tags={"owner": "alice", "task": "digits", "dataset": "sklearn-digits", "candidate": "baseline", "family": family},
-                status=RunStatus.SUCCEEDED, total_steps=steps, steps_done=steps, queued_at=started,
-                started_at=started, finished_at=finished,
+                total_steps=steps, steps_done=steps, queued_at=started, started_at=started, finished_at=finished,
             )
+            run.save(force_insert=True)
             Run.objects.filter(pk=run.pk).update(created_at=started)
             Attempt.objects.create(run=run, number=1, status="succeeded", started_at=started, ended_at=finished,
                                    lineage={"dataset": "sklearn-digits", "seed": 1234})

@@ -10,10 +10,10 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
 from apps.runs.services.lifecycle import run_cancel
+from apps.runs.services.transitions import run_transition
 
 
 @transaction.atomic
@@ -39,13 +39,8 @@ def run_family_refresh(*, parent: Run) -> Run:
         status, reason = RunStatus.CANCELLED, "every run was cancelled"
     else:
         status, reason = RunStatus.SUCCEEDED, f"{len(statuses) - cancelled} of {len(statuses)} runs succeeded"
-    before = {"status": locked.status}
     now = timezone.now()
-    locked.status, locked.status_reason, locked.reason_code = status, reason, ""
-    locked.steps_done, locked.progress_at, locked.finished_at = done, now, now
-    locked.save(update_fields=["status", "status_reason", "reason_code", "steps_done", "progress_at", "finished_at", "updated_at"])
-    audit_record(action=f"run.{status}", target=locked, team_id=locked.project.team_id, before=before,
-                 after={"status": status, "reason": reason})
+    run_transition(locked, to=status, action=f"run.{status}", reason=reason, steps_done=done, progress_at=now, finished_at=now)
     return locked
 
 

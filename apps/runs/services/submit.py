@@ -29,6 +29,7 @@ from apps.runs.selectors import run_list
 from apps.runs.services.params import params_resolve
 from apps.runs.services.placement import request_scheduling_pass
 from apps.runs.services.sweep import sweep_points
+from apps.runs.services.transitions import run_new
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role
 
@@ -230,8 +231,10 @@ def _total_steps(template: JobTemplate, params: dict[str, Any]) -> int | None:
 
 def _build_run(*, project: Project, template: JobTemplate, params: dict[str, Any], tags: dict[str, str], priority: str,
                resources: Resources, user: AnyUser, name: str, now: Any, init_checkpoint: Checkpoint | None,
-               code_snapshot: CodeSnapshot | None, parent: Run | None = None, secrets: list[str] | None = None) -> Run:
-    return Run(
+               code_snapshot: CodeSnapshot | None, parent: Run | None = None, secrets: list[str] | None = None,
+               status: str = RunStatus.QUEUED) -> Run:
+    return run_new(
+        status=status,
         project=project,
         template=template,
         submitted_by=user if isinstance(user, AbstractBaseUser) else None,  # type: ignore[misc]
@@ -249,7 +252,6 @@ def _build_run(*, project: Project, template: JobTemplate, params: dict[str, Any
         max_restarts=template.max_restarts,
         entrypoint=_entrypoint(template, params),
         checkpoint_policy=dict(template.checkpoint_policy or {}),
-        status=RunStatus.QUEUED,
         queued_at=now,
         parent=parent,
         init_checkpoint=init_checkpoint,
@@ -459,10 +461,11 @@ def _sweep_submit(*, project: Project, template: JobTemplate, raw_params: dict[s
         locked = Project.objects.select_for_update().get(pk=project.pk)
         now = timezone.now()
         parent = _build_run(project=locked, template=template, params=sweep, tags=tags, priority=priority, resources=clean_resources,
-                            user=user, name=name or f"sweep {tags['family']}", now=now, init_checkpoint=None, code_snapshot=None)
+                            user=user, name=name or f"sweep {tags['family']}", now=now, init_checkpoint=None, code_snapshot=None,
+                            status=RunStatus.RUNNING)
         # The controller needs no devices and must never be placed: it is running from the start
         # and run_family_refresh finishes it when its last child ends.
-        parent.status, parent.started_at, parent.devices_per_node, parent.nodes = RunStatus.RUNNING, now, 0, 1
+        parent.started_at, parent.devices_per_node, parent.nodes = now, 0, 1
         parent.total_steps, parent.max_restarts = len(child_params), 0
         parent.save()
         audit_record(action="run.submit", target=parent, team_id=locked.team_id, after=snapshot(parent, RUN_AUDIT_FIELDS))
