@@ -29,11 +29,12 @@ def uuid(i: int) -> str:
     return f"GPU-{i:08x}-1111-2222-3333-444455550000"
 
 
-def register_gpus(pool: NodePool, uid: str = "g1", count: int = 4, **health: Any) -> tuple[APIClient, int]:
+def register_gpus(pool: NodePool, uid: str = "g1", count: int = 4,
+                  health: dict[int, dict[str, Any]] | None = None) -> tuple[APIClient, int]:
     _, secret = join_token_create(pool=pool)
     client = APIClient()
     devices = [{"index": i, "kind": "gpu", "uuid": uuid(i), "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * 2**30,
-                **health.get(str(i), {})} for i in range(count)]
+                **(health or {}).get(i, {})} for i in range(count)]
     body = {"protocol_version": 2, "agent_version": "t", "agent_uid": uid, "join_token": secret, "pool": "local",
             "hostname": uid, "name": uid, "address": "127.0.0.1", "cpus": 8, "memory_bytes": 1, "devices": devices, "running": []}
     resp = client.post(A + "register/", body, format="json")
@@ -116,7 +117,7 @@ def test_the_scheduler_places_nothing_on_an_unhealthy_gpu(cast: Any, pool: NodeP
 
 
 def test_a_gpu_unhealthy_at_registration_takes_no_work(cast: Any, pool: NodePool) -> None:
-    register_gpus(pool, count=2, **{"0": {"healthy": False, "health_reason": ECC}})
+    register_gpus(pool, count=2, health={0: {"healthy": False, "health_reason": ECC}})
     node = Node.objects.get(agent_uid="g1")
     assert [(d.index, d.healthy) for d in node.devices.all()] == [(0, False), (1, True)]
     make_run(cast, pool)
