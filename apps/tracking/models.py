@@ -98,3 +98,33 @@ class MetricSummary(_Aggregate):
 
     def __str__(self) -> str:
         return f"run {self.run_id} {self.key} summary"
+
+
+class PackageSet(models.Model):
+    """One distinct list of installed distributions ("name==version", sorted), stored once and
+    referenced by every attempt environment that had exactly it."""
+
+    sha256 = models.CharField(max_length=64, unique=True, help_text="Of the sorted packages joined with newlines.")
+    packages = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{len(self.packages)} packages {self.sha256[:12]}"
+
+
+class AttemptEnvironment(models.Model):
+    """The environment one node ran an attempt in, as its agent captured it: written once, never
+    changed (apps.tracking.services.attempt_environment_record refuses a different second report)."""
+
+    attempt = models.ForeignKey("runs.Attempt", on_delete=models.CASCADE, related_name="environments")
+    node_rank = models.PositiveIntegerField()
+    hostname = models.CharField(max_length=253, help_text="The reporting node's name, as it registered.")
+    environment = models.JSONField(default=dict)
+    package_set = models.ForeignKey(PackageSet, on_delete=models.PROTECT, related_name="environments")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["attempt", "node_rank"], name="attemptenvironment_unique_rank")]
+
+    def __str__(self) -> str:
+        return f"{self.attempt} rank {self.node_rank} on {self.hostname}"

@@ -22,6 +22,7 @@ from apps.runs.detail_selectors import run_cost, run_energy
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
 from apps.tracking.display import energy_text, energy_unit, run_label, value_text
 from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
+from apps.tracking.environment_selectors import environment_compare
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
 
 DEFAULT_MAX_POINTS = 500
@@ -343,6 +344,8 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
         "params": _diff_rows([_flatten(r.params) for r in runs]),
         "lineage": _diff_rows([_flatten(lineages[r.pk]) for r in runs]),
         "tags": _diff_rows([_flatten(r.tags) for r in runs]),
+        # What the agents captured (latest attempt, rank 0), apart from what the jobs reported.
+        "environment": environment_compare(run_ids=run_ids),
         "series": series,
     }
 

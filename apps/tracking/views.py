@@ -30,7 +30,7 @@ from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
-from apps.tracking import selectors
+from apps.tracking import environment_selectors, selectors
 from apps.tracking.display import (
     deleted_checkpoints_text,
     energy_text,
@@ -177,7 +177,9 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     events, older_events = run_history(run=run, attempts=history)
     lineage = selectors.run_lineage(run=run, attempt=history[-1] if history else None)
     sweep = selectors.sweep_trials(parent=run, runs=visible) if run.template.kind == TemplateKind.SWEEP else None
+    environments = environment_selectors.run_environments(run=run)
     return render(request, "tracking/run_detail.html", {
+        "environments": environments, "package_sets": _package_sets(environments),
         "run": run, "progress": selectors.run_progress(run=run), "events": events, "older_events": older_events,
         "lineage": lineage, "reported": _value_rows(lineage["reported"]), "params": _value_rows(run.params),
         "attempt_rows": attempt_rows, "sweep": sweep, "summary": _run_summary(run, sweep),
@@ -185,6 +187,15 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "page_data": {"run": run.pk, "finished": run.is_finished, "sweep": sweep is not None,
                       "attempts": selectors.attempt_timeline(run=run, rows=attempt_rows)},
     })
+
+
+def _package_sets(environments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each distinct package list once (attempts on one image share it), for the rows to link to."""
+    sets: dict[str, dict[str, Any]] = {}
+    for e in environments:
+        sets.setdefault(e["packages_sha256"], {"sha256": e["packages_sha256"], "packages": e["packages"], "used_by": []})
+        sets[e["packages_sha256"]]["used_by"].append(f"attempt {e['attempt']} rank {e['node_rank']}")
+    return list(sets.values())
 
 
 def _checkpoints_fragment(request: HttpRequest, run: Run) -> HttpResponse:
@@ -264,9 +275,14 @@ def compare_page(request: HttpRequest) -> HttpResponse:
                        + (" Compare the others below." if len(names) >= selectors.COMPARE_MIN_RUNS else ""))
             context = {"problem": problem, "ids": ids, "runs_param": ",".join(str(i) for i in ids if i in names)}
             return render(request, "tracking/compare.html", context, status=404)
+        environment = environment_selectors.environment_compare(run_ids=ids)
         return render(request, "tracking/compare.html", {"problem": None, "ids": ids, "runs_param": ",".join(map(str, ids)),
                                                          "compare_runs": _compare_looks(ids, names),
-                                                         "compare_metrics": selectors.metric_coverage(run_ids=ids)})
+                                                         "compare_metrics": selectors.metric_coverage(run_ids=ids),
+                                                         "environment": environment,
+                                                         "environment_differs": [f for f in environment["fields"] if f["differs"]],
+                                                         "environment_same": [f["label"] for f in environment["fields"]
+                                                                              if not f["differs"]]})
     return render(request, "tracking/compare.html", {"problem": problem, "ids": ids or [], "runs_param": ",".join(map(str, ids or []))})
 
 

@@ -238,6 +238,7 @@ OBJECTS: dict[str, Factory | Owned] = {
     "api/v1/runs/<run_pk>/checkpoints/<pk>/download/": make_checkpoint,
     "api/v1/runs/<pk>/logs/": make_run,
     "api/v1/runs/<pk>/energy/": make_run,
+    "api/v1/runs/<pk>/environment/": make_run,
     "api/v1/runs/<pk>/history/": make_run,
     "api/v1/code-snapshots/<pk>/": make_code_snapshot,
     "api/v1/finance/budgets/<pk>/": make_budget,

@@ -208,6 +208,44 @@ class CompareRunSerializer(serializers.Serializer[Any]):
     summaries = serializers.DictField(child=MetricSummarySerializer(), help_text="Per chosen key.")
 
 
+class EnvironmentAttemptSerializer(serializers.Serializer[Any]):
+    run = serializers.IntegerField()
+    attempt = serializers.IntegerField(allow_null=True, help_text="The attempt compared; null when the run has no record.")
+
+
+class EnvironmentCompareSerializer(serializers.Serializer[Any]):
+    attempts = EnvironmentAttemptSerializer(many=True, help_text="Per run: its latest attempt with a rank 0 record.")
+    recorded = serializers.IntegerField(help_text="How many of the runs have a record.")
+    # As CompareRunSerializer.label: the metaclass takes it out of the class body, Serializer.fields stays.
+    fields = DiffRowSerializer(  # type: ignore[assignment]
+        many=True, help_text="host, devices, gpu_driver, cuda_driver, torch, torch_cuda, cudnn, python, platform, seed, packages "
+                             "(count and sha256 prefix), as display text.")
+    packages = DiffRowSerializer(many=True, help_text="Distributions whose version differs (null: not installed), at most 500.")
+    packages_differing = serializers.IntegerField()
+
+
+class RunEnvironmentRecordSerializer(serializers.Serializer[Any]):
+    attempt = serializers.IntegerField()
+    node_rank = serializers.IntegerField()
+    hostname = serializers.CharField()
+    recorded_at = serializers.DateTimeField()
+    fields = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.CharField(), help_text="The comparable fields as display text.")
+    devices = serializers.ListField(child=serializers.DictField(), help_text="kind, index, model, uuid of the assigned devices.")
+    cuda_available = serializers.BooleanField()
+    problems = serializers.DictField(child=serializers.CharField(), help_text="Parts the agent could not read, and why.")
+    packages_sha256 = serializers.CharField()
+    packages_count = serializers.IntegerField()
+    packages = serializers.ListField(child=serializers.CharField(), help_text='"name==version", sorted.')
+    environment = serializers.DictField(help_text="The record as the agent sent it.")
+
+
+class RunEnvironmentSerializer(serializers.Serializer[Any]):
+    run = serializers.IntegerField()
+    environments = RunEnvironmentRecordSerializer(many=True, help_text="By attempt, then node rank.")
+    reported = serializers.DictField(help_text="What the job reported through the SDK (latest attempt), apart.")
+
+
 class CompareResponseSerializer(serializers.Serializer[Any]):
     runs = CompareRunSerializer(many=True)
     keys = serializers.ListField(child=serializers.CharField(), help_text="The keys compared.")
@@ -215,6 +253,7 @@ class CompareResponseSerializer(serializers.Serializer[Any]):
     params = DiffRowSerializer(many=True)
     lineage = DiffRowSerializer(many=True)
     tags = DiffRowSerializer(many=True)
+    environment = EnvironmentCompareSerializer(help_text="The agents' environment records: latest attempt, rank 0 node.")
     series = serializers.DictField(child=serializers.ListField(child=SeriesSerializer()),
                                    help_text="Per key: one downsampled series per run, in the runs' order.")
 

@@ -4,6 +4,7 @@ from apps.tracking.api import views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("agent/metrics/", views.MetricIngestView.as_view(), name="agent-metrics"),
+    path("agent/lineage/", views.LineageReportView.as_view(), name="agent-lineage"),
     path("runs/<int:pk>/metrics/", views.RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:pk>/metrics/keys/", views.RunMetricKeysView.as_view(), name="run-metric-keys"),
     path("runs/<int:pk>/checkpoints/", views.RunCheckpointsView.as_view(), name="run-checkpoints"),
@@ -12,5 +13,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<int:pk>/logs/", views.RunLogsView.as_view(), name="run-logs"),
     path("runs/<int:pk>/history/", views.RunHistoryView.as_view(), name="run-history"),
     path("runs/<int:pk>/energy/", views.RunEnergyView.as_view(), name="run-energy"),
+    path("runs/<int:pk>/environment/", views.RunEnvironmentView.as_view(), name="run-environment"),
     path("compare/", views.CompareView.as_view(), name="compare-api"),
 ]

@@ -19,7 +19,8 @@ from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
 from apps.nodes.auth import AgentAPIView
 from apps.runs.models import Attempt, Checkpoint, Run
-from apps.tracking import selectors
+from apps.runs.selectors import attempt_for_node_report
+from apps.tracking import environment_selectors, selectors
 from apps.tracking.api.serializers import (
     CheckpointPageSerializer,
     CompareResponseSerializer,
@@ -28,8 +29,10 @@ from apps.tracking.api.serializers import (
     MetricIngestResponseSerializer,
     MetricKeysResponseSerializer,
     MetricSeriesResponseSerializer,
+    RunEnvironmentSerializer,
     RunHistorySerializer,
 )
+from apps.tracking.environment_services import attempt_environment_record, environment_report_parse
 from apps.tracking.history import run_history
 from apps.tracking.services import MAX_BODY_BYTES, PayloadTooLarge, metric_batch_ingest, metric_batch_parse
 
@@ -103,6 +106,43 @@ class MetricIngestView(AgentAPIView):
         batch = metric_batch_parse(body=body)
         accepted = metric_batch_ingest(node_id=self.node.pk, batch=batch)
         return Response({"accepted": accepted})
+
+
+# 5,000 packages of 200 characters and a 100,000-character environment, as JSON, with room.
+MAX_LINEAGE_BODY_BYTES = 2 * 1024 * 1024
+
+
+class LineageReportView(AgentAPIView):
+    """POST /api/v1/agent/lineage/: the environment a node ran its rank of an attempt in, stored once."""
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+        description=(
+            'Body {"attempt_id", "number", "node_rank", "environment": {...} (at most 100,000 characters as JSON), '
+            '"packages": ["name==version", ...] (at most 5,000 of 200 characters), "packages_sha256"}. 201 stores it; the same '
+            "report again is 200. A different report for an attempt and rank that has one is 409 lineage_immutable, and a stale "
+            "attempt or finished run 409 as for every agent report."
+        ),
+        tags=["agent"],
+    )
+    def post(self, request: Request) -> Response:
+        declared = request.META.get("CONTENT_LENGTH") or ""
+        if declared.isascii() and declared.isdecimal() and int(declared) > MAX_LINEAGE_BODY_BYTES:
+            raise PayloadTooLarge(f"body of {declared} bytes is larger than the limit of {MAX_LINEAGE_BODY_BYTES} bytes")
+        data = request.data
+        if not isinstance(data, dict):
+            raise FieldError("body", "a JSON object")
+        attempt_id, number = data.get("attempt_id"), data.get("number")
+        if isinstance(attempt_id, bool) or not isinstance(attempt_id, int) or attempt_id < 1:
+            raise FieldError("attempt_id", "a positive integer")
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 1_000_000:
+            raise FieldError("number", "an integer from 1 to 1000000")
+        report = environment_report_parse(data=data)
+        attempt = attempt_for_node_report(node_id=self.node.pk, attempt_id=attempt_id, number=number, allow_finished=True)
+        record, created = attempt_environment_record(attempt=attempt, node_id=self.node.pk, hostname=self.node.hostname,
+                                                     report=report)
+        return Response({"stored": created, "id": record.pk}, status=201 if created else 200)
 
 
 class _RunScoped(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
@@ -222,6 +262,17 @@ class RunEnergyView(_RunScoped):
     @extend_schema(responses={200: EnergyResponseSerializer}, description="Energy samples per device and the cumulative total.")
     def get(self, request: Request, pk: int) -> Response:
         return Response(selectors.energy_series(run=self.get_object()))
+
+
+class RunEnvironmentView(_RunScoped):
+    @extend_schema(responses={200: RunEnvironmentSerializer},
+                   description="The environment each attempt ran in, per node, as its agent captured it (immutable), and the "
+                               "lineage the job itself reported through the SDK, apart.")
+    def get(self, request: Request, pk: int) -> Response:
+        run = self.get_object()
+        latest = Attempt.objects.filter(run=run).order_by("-number").first()
+        return Response({"run": run.pk, "environments": environment_selectors.run_environments(run=run),
+                         "reported": latest.lineage if latest else {}})
 
 
 class CompareView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
