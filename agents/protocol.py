@@ -16,6 +16,8 @@ Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` 
   PUT  checkpoints/<id>/file/    raw bytes, header X-Sha256 -> {"stored": true}
   GET  checkpoints/<id>/file/    raw bytes (for resume and init checkpoints)
   POST metrics/                  MetricBatch (owned by apps.tracking) -> {"accepted": n}
+  POST lineage/                  LineageReport (owned by apps.tracking) -> {"stored": bool} (409 code
+                                 lineage_immutable: this attempt and rank already hold another record)
 Every report carries the attempt id and its number (the fencing token): 409 means the attempt is
 stale or its run is finished, and the agent must stop sending for it and kill it.
 """
@@ -242,3 +244,14 @@ class MetricBatch(TypedDict):
     attempt_id: int
     attempt: int
     points: list[list[object]]  # [key, step, value, wall_time]
+
+
+class LineageReport(TypedDict):
+    """The environment one node ran an attempt in (agents/lineage.py), written once."""
+
+    attempt_id: int
+    number: int
+    node_rank: int
+    environment: dict[str, object]
+    packages: list[str]  # "name==version", sorted
+    packages_sha256: str  # of the packages joined with newlines: the server stores each distinct set once

@@ -28,7 +28,7 @@ from typing import Any
 
 from trainyard.snapshot import snapshot_unpack
 
-from agents import protocol
+from agents import lineage, protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config
 from agents.redact import Redactor, pump
@@ -159,6 +159,7 @@ class Runner:
         except (ApiError, Unreachable, OSError, ValueError) as err:
             log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
             env["__error__"] = f"preparing the run directory failed: {err}"
+        lineage.report_on_node(self.shipper, spec=spec, env={**self._env(spec, run_dir, ckpt_dir), **env}, slots=self.config.slots)
         self.ready.put((spec, env))
 
     def _fetch(self, ref: protocol.CheckpointRef, directory: Path) -> Path:

@@ -123,6 +123,11 @@ class Tail:
             self.progress_sent = tuple(data.get("progress_sent") or (None, None))  # type: ignore[assignment]
 
 
+def _error_code(err: ApiError) -> str:
+    error = err.body.get("error") if isinstance(err.body, dict) else None
+    return str(error.get("code", "")) if isinstance(error, dict) else ""
+
+
 def _read_new(path: Path, offset: int, *, final: bool, limit: int = 8 << 20) -> tuple[bytes, int]:
     """New complete lines from offset (a trailing fragment waits, unless the writer has exited)."""
     try:
@@ -192,6 +197,9 @@ class Shipper:
 
     def energy(self, body: protocol.EnergyBatch) -> None:
         self.spool.put("energy", {"path": P + "energy/", "attempt_id": body["attempt_id"], "body": body})
+
+    def lineage(self, body: protocol.LineageReport) -> None:
+        self.spool.put("lineage", {"path": P + "lineage/", "attempt_id": body["attempt_id"], "body": body})
 
     # --- tailing ----------------------------------------------------------------------
     def _tail_loop(self) -> None:
@@ -339,7 +347,10 @@ class Shipper:
             if item["kind"] == "checkpoint" and isinstance(resp, dict) and not resp.get("stored"):
                 self._upload(int(resp["id"]), Path(item["file"]))
         except ApiError as err:
-            if err.status == 409:
+            if err.status == 409 and _error_code(err) == "lineage_immutable":
+                # Another record for this attempt and rank is already stored: lineage is written once.
+                log.error("attempt %d: the server keeps the lineage it has: %s", attempt_id, err)
+            elif err.status == 409:
                 log.warning("attempt %d is stale or finished (%s); dropping its reports and killing it", attempt_id, err)
                 self.stale.add(attempt_id)
                 self.on_stale(attempt_id, str(err))
