@@ -148,6 +148,7 @@ class Agent:
         self.spool = Spool(config.spool_dir, config.spool_max_bytes)
         self.shipper = Shipper(self.client, self.spool, interval=config.ship_interval_s, on_stale=self._stale)
         self.runner = Runner(config, self.client, self.shipper)
+        self.runner.inventory = self.registration.devices
         self.monitor = Monitor(config, self.runner, self.shipper, self.nvml)
         self.runner.on_exit = self.monitor.finish
         self.threads: list[threading.Thread] = []
@@ -271,8 +272,8 @@ class Agent:
                 if self.draining.is_set():
                     # Claimed as the drain began: it runs until the drain deadline like the others.
                     log.warning("claimed attempt %d while draining", spec["attempt_id"])
-                log.info("claimed attempt %d of run %d (rank %d of %d)", spec["attempt_id"], spec["run_id"], spec["node_rank"],
-                         spec["world_size"])
+                log.info("claimed attempt %d of run %d (node %d of %d)", spec["attempt_id"], spec["run_id"], spec["node_rank"],
+                         spec.get("nnodes", 1))
                 self.runner.submit(spec)
             return 0.0
         finally:

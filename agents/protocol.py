@@ -18,6 +18,7 @@ Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` 
   POST metrics/                  MetricBatch (owned by apps.tracking) -> {"accepted": n}
   POST lineage/                  LineageReport (owned by apps.tracking) -> {"stored": bool} (409 code
                                  lineage_immutable: this attempt and rank already hold another record)
+  POST rendezvous/               RendezvousReport -> RendezvousInfo (rank 0 reports its port; the others ask)
 Every report carries the attempt id and its number (the fencing token): 409 means the attempt is
 stale or its run is finished, and the agent must stop sending for it and kill it.
 """
@@ -28,7 +29,9 @@ from typing import Literal, NotRequired, TypedDict
 
 # 2: stop_kind "max_runtime", "resumed_from_step" on started events, POST checkpoints/deleted/,
 #    heartbeat "offline".
-PROTOCOL_VERSION = 2
+# 3: one process per device: world_size counts processes (nnodes x local_world_size), "launch",
+#    POST rendezvous/ (the port is rank 0's to choose), "ranks" and "failed_rank" on exits.
+PROTOCOL_VERSION = 3
 AGENT_VERSION = "0.1.0"
 API_PREFIX = "/api/v1/agent/"
 MAX_CLAIM_WAIT_S = 25
@@ -140,13 +143,21 @@ class SnapshotRef(TypedDict):
     size: int
 
 
+LaunchName = Literal["per_device", "per_node"]
+
+
 class AssignmentSpec(TypedDict):
     assignment_id: int
     attempt_id: int
     number: int
     run_id: int
     node_rank: int
+    # Processes in the whole gang: nnodes x local_world_size.
     world_size: int
+    nnodes: int
+    # Processes on this node: one per device ("per_device"), or one ("per_node": code that spawns its own).
+    local_world_size: int
+    launch: LaunchName
     devices: list[int]
     device_kind: str
     entrypoint: str
@@ -155,7 +166,7 @@ class AssignmentSpec(TypedDict):
     grace_period_s: int
     max_runtime_s: int
     master_addr: str
-    master_port: int
+    master_port: int  # a hint: rank 0's agent binds it if free, else any free port, and reports it
     resume_checkpoint: CheckpointRef | None
     init_checkpoint: CheckpointRef | None
     # Numbers of this run's earlier attempts that were declared lost (their late reports refused).
@@ -184,7 +195,31 @@ class AttemptEvent(TypedDict):
     log_tail: NotRequired[str]
     # On "started" of attempt N>1: the step of the newest whole checkpoint the job finds on disk.
     resumed_from_step: NotRequired[int | None]
+    # On "exited": every local process's exit, and the global rank that failed first (exit_code,
+    # signal and log_tail are that rank's).
+    ranks: NotRequired[list[RankExit]]
+    failed_rank: NotRequired[int | None]
     time: float
+
+
+class RankExit(TypedDict):
+    rank: int
+    local_rank: int
+    exit_code: int | None
+    signal: int | None
+    seconds: float
+
+
+class RendezvousReport(TypedDict):
+    attempt_id: int
+    number: int
+    node_rank: int
+    master_port: NotRequired[int]  # rank 0 only: the port it bound
+
+
+class RendezvousInfo(TypedDict):
+    master_addr: str
+    master_port: int | None  # None until rank 0 has reported
 
 
 class LogChunkMsg(TypedDict):

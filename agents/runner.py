@@ -17,6 +17,7 @@ import os
 import queue
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,12 +32,15 @@ from trainyard.snapshot import snapshot_unpack
 from agents import lineage, protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config
-from agents.redact import Redactor, pump
+from agents.launch import Plan
+from agents.redact import Redactor
 from agents.shipper import Shipper, Tail
 
 log = logging.getLogger("agents.runner")
 PR_SET_PDEATHSIG = 1
 LOG_TAIL_LINES = 20
+# How long a rank >0 node waits for rank 0's agent to report the rendezvous port.
+RENDEZVOUS_WAIT_S = 300.0
 
 
 def _die_with_parent() -> None:
@@ -69,8 +73,6 @@ class Job:
     cpu_s: float = 0.0
     # CPU seconds of the job and its reaped children, from wait4 at exit (for the last energy interval).
     exit_cpu_s: float | None = None
-    # Threads copying a job with secrets' output to its log files, redacted (agents/redact.py).
-    pumps: list[threading.Thread] = field(default_factory=list)
 
     @property
     def attempt_id(self) -> int:
@@ -88,6 +90,8 @@ class Runner:
         self.lock = threading.RLock()
         # Called (main thread) when a job has exited, before its "exited" event is queued.
         self.on_exit: Callable[[Job], None] | None = None
+        # The node's devices (index -> UUID for GPUs), for CUDA_VISIBLE_DEVICES by UUID.
+        self.inventory: Callable[[], list[protocol.DeviceInfo]] = list
         config.jobs_dir.mkdir(parents=True, exist_ok=True)
 
     # --- startup ----------------------------------------------------------------------
@@ -156,11 +160,40 @@ class Runner:
             snapshot = spec.get("code_snapshot")
             if snapshot:
                 self._unpack_snapshot(snapshot, root, run_dir)
+            env["MASTER_ADDR"], port = self._rendezvous(spec)
+            env["MASTER_PORT"] = str(port)
         except (ApiError, Unreachable, OSError, ValueError) as err:
             log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
             env["__error__"] = f"preparing the run directory failed: {err}"
         lineage.report_on_node(self.shipper, spec=spec, env={**self._env(spec, run_dir, ckpt_dir), **env}, slots=self.config.slots)
         self.ready.put((spec, env))
+
+    def _rendezvous(self, spec: protocol.AssignmentSpec) -> tuple[str, int]:
+        """(MASTER_ADDR, MASTER_PORT): rank 0's agent binds a free port (the server's hint first)
+        and reports it; the other nodes' agents wait for it from the server."""
+        body: protocol.RendezvousReport = {"attempt_id": spec["attempt_id"], "number": spec["number"],
+                                           "node_rank": spec["node_rank"]}
+        path = protocol.API_PREFIX + "rendezvous/"
+        if spec["node_rank"] == 0:
+            port = free_port(spec["master_port"])
+            if port != spec["master_port"]:
+                log.info("attempt %d: port %d is taken; rendezvous on %d", spec["attempt_id"], spec["master_port"], port)
+            body["master_port"] = port
+            addr = spec["master_addr"] or "127.0.0.1"
+            if spec.get("nnodes", 1) <= 1:
+                # Nobody waits on it: an outage must not keep a one-node job from starting.
+                self.shipper.rendezvous(body)
+                return "127.0.0.1", port
+            info: protocol.RendezvousInfo = self.client.request("POST", path, body, retry_for=60.0)
+            return info["master_addr"] or addr, port
+        deadline = time.monotonic() + RENDEZVOUS_WAIT_S
+        while True:
+            info = self.client.request("POST", path, body, retry_for=30.0)
+            if info.get("master_port"):
+                return info["master_addr"] or "127.0.0.1", int(info["master_port"])  # type: ignore[arg-type]
+            if time.monotonic() >= deadline:
+                raise ValueError(f"rank 0's node did not report its rendezvous port within {RENDEZVOUS_WAIT_S:.0f} s")
+            time.sleep(0.5)
 
     def _fetch(self, ref: protocol.CheckpointRef, directory: Path) -> Path:
         dest = directory / ref["file"]
@@ -207,6 +240,7 @@ class Runner:
             self._spawn(spec, extra)
 
     def _env(self, spec: protocol.AssignmentSpec, run_dir: Path, ckpt_dir: Path) -> dict[str, str]:
+        """The job's environment, less what differs per process (agents.launch.rank_env adds it)."""
         policy = spec.get("checkpoint_policy") or {}
         repo = str(self.config.repo_root)
         pythonpath = os.pathsep.join(p for p in [repo, str(self.config.repo_root / "sdk"), os.environ.get("PYTHONPATH", "")] if p)
@@ -219,60 +253,75 @@ class Runner:
             "TRAINYARD_CHECKPOINT_EVERY_SECONDS": str(int(policy.get("every_seconds", 0) or 0)),
             "TRAINYARD_CHECKPOINT_KEEP": str(int(policy.get("keep_last", 0) or 0)),
             "MASTER_ADDR": spec["master_addr"] or "127.0.0.1", "MASTER_PORT": str(spec["master_port"]),
-            "RANK": str(spec["node_rank"]), "WORLD_SIZE": str(spec["world_size"]), "LOCAL_RANK": "0",
         }
-        env.pop("TRAINYARD_INIT_CHECKPOINT", None)
-        if spec.get("device_kind") == "gpu":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec["devices"])
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = ""
+        for name in ("TRAINYARD_INIT_CHECKPOINT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                     "CUDA_VISIBLE_DEVICES"):
+            env.pop(name, None)
         for name in [k for k in env if k.startswith("TRAINYARD_AGENT_")]:
             env.pop(name)
         return env
+
+    def launch_plan(self, spec: protocol.AssignmentSpec, argv: list[str], run_dir: Path, log_dir: Path) -> Plan:
+        """One process per device (or one per node), each seeing only its own GPU, named by UUID
+        so that CUDA's numbering and NVML's can never disagree."""
+        per_node = spec.get("launch") == "per_node"
+        devices = [int(d) for d in spec["devices"]]
+        if spec.get("device_kind") == "gpu":
+            uuids = {d["index"]: d["uuid"] for d in self.inventory()}
+            visible = [uuids.get(d) or str(d) for d in devices]
+        else:
+            visible = ["" for _ in devices]
+        slots = [",".join(visible)] if per_node else visible
+        local_world = max(1, len(slots))
+        nnodes = int(spec.get("nnodes") or 1)
+        return {"argv": argv, "cwd": str(run_dir), "log_dir": str(log_dir), "node_rank": spec["node_rank"], "nnodes": nnodes,
+                "local_world_size": local_world, "world_size": nnodes * local_world, "visible_devices": slots or [""],
+                "grace_period_s": float(spec["grace_period_s"]), "secret_names": sorted(spec.get("secrets") or {})}
 
     def _spawn(self, spec: protocol.AssignmentSpec, extra: dict[str, str]) -> None:
         root, run_dir, ckpt_dir = self._paths(spec)
         base = {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": spec["node_rank"]}
         error = extra.pop("__error__", "")
         proc = None
+        plan: Plan | None = None
         if not error:
             try:
                 argv = shlex.split(spec["entrypoint"])
                 if argv and argv[0] in ("python", "python3"):
                     argv[0] = sys.executable  # the agent's interpreter: same venv, same torch
+                if not argv:
+                    raise ValueError("the run's entrypoint is empty")
                 env = {**self._env(spec, run_dir, ckpt_dir), **extra}
-                secrets = spec.get("secrets") or {}
-                redactor = Redactor(secrets)
-                if redactor:
-                    # Secret values live only in the job's environment; its output reaches the log
-                    # files (and so the shipper and the server) through the redactor.
-                    env.update(secrets)
-                    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
-                    assert proc.stdout is not None and proc.stderr is not None
-                    pumps = [pump(proc.stdout, str(root / "agent" / "stdout.log"), redactor),
-                             pump(proc.stderr, str(root / "agent" / "stderr.log"), redactor)]
-                else:
-                    pumps = []
-                    with open(root / "agent" / "stdout.log", "ab") as out, open(root / "agent" / "stderr.log", "ab") as err:
-                        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                                start_new_session=True, preexec_fn=_die_with_parent)
+                # Secret values live only in the job's environment; the launcher redacts them from
+                # the ranks' output before it reaches the log files (and so the server).
+                env.update(spec.get("secrets") or {})
+                log_dir = root / "agent"
+                (log_dir / "result.json").unlink(missing_ok=True)
+                plan = self.launch_plan(spec, argv, run_dir, log_dir)
+                plan_path = log_dir / "plan.json"
+                plan_path.write_text(json.dumps(plan))
+                with open(log_dir / "launcher.log", "ab") as out:
+                    proc = subprocess.Popen([sys.executable, "-m", "agents.launch", str(plan_path)], cwd=run_dir, env=env,
+                                            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
             except (OSError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.preparing.pop(spec["attempt_id"], None)
-            if proc is None:
+            if proc is None or plan is None:
                 log.error("attempt %d rank %d failed to start: %s", spec["attempt_id"], spec["node_rank"], error)
                 self.shipper.event({**base, "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
                 return
-            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic(), pumps=pumps)
+            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic())
             self.jobs[spec["attempt_id"]] = job
             self._record(job)
-        log.info("attempt %d (run %d, rank %d) started as pid %d: %s", spec["attempt_id"], spec["run_id"], spec["node_rank"],
-                 proc.pid, spec["entrypoint"])
+        first = spec["node_rank"] * plan["local_world_size"]
+        ranks = list(range(first, first + plan["local_world_size"]))
+        log.info("attempt %d (run %d, node %d of %d) started as pid %d: ranks %s of %d: %s", spec["attempt_id"], spec["run_id"],
+                 spec["node_rank"], plan["nnodes"], proc.pid, ", ".join(map(str, ranks)), plan["world_size"], spec["entrypoint"])
         self.shipper.add(Tail(attempt_id=spec["attempt_id"], number=spec["number"], rank=spec["node_rank"], run_dir=run_dir,
                               checkpoint_dir=ckpt_dir, log_dir=root / "agent", state_path=root / "agent" / "ship-state.json",
-                              redactor=Redactor(spec.get("secrets") or {})))
+                              redactor=Redactor(spec.get("secrets") or {}), ranks=ranks))
         started: protocol.AttemptEvent = {**base, "event": "started", "time": time.time()}  # type: ignore[typeddict-item]
         if spec["number"] > 1 and spec["node_rank"] == 0:
             started["resumed_from_step"] = resumable_step(ckpt_dir)
@@ -335,26 +384,40 @@ class Runner:
     def _exited(self, job: Job, code: int) -> None:
         # Whatever the job left behind in its group or tree goes with it.
         _signal_pids(job.proc.pid, job.tree, signal.SIGKILL)
-        for thread in job.pumps:
-            thread.join(timeout=5)  # the last redacted lines are on disk before the final ship
         with self.lock:
             self.jobs.pop(job.attempt_id, None)
         self.shipper.finish(job.attempt_id)
         if self.on_exit is not None:
             self.on_exit(job)  # the last energy sample goes out before the attempt ends on the server
-        exit_code, sig = (code, None) if code >= 0 else (None, -code)
-        log.info("attempt %d exited: %s%s", job.attempt_id, f"code {exit_code}" if sig is None else f"signal {sig}",
-                 f" after {job.stop_kind}" if job.stop_kind else "")
+        result = _launch_result(job.root / "agent" / "result.json")
+        ranks: list[protocol.RankExit] = list(result.get("ranks") or [])
+        failed = result.get("failed_rank")
+        failed_exit = next((r for r in ranks if r["rank"] == failed), None)
+        if failed_exit is None:
+            # Stopped by us (no rank failed first): the first rank that did not exit cleanly, if any.
+            failed_exit = next((r for r in ranks if r["exit_code"] != 0), ranks[0] if ranks else None)
+        if failed_exit is not None:
+            exit_code, sig = failed_exit["exit_code"], failed_exit["signal"]
+        else:
+            exit_code, sig = (code, None) if code >= 0 else (None, -code)  # the launcher itself (killed after grace)
+        log.info("attempt %d exited: %s%s%s", job.attempt_id, f"code {exit_code}" if sig is None else f"signal {sig}",
+                 f" (rank {failed} failed first)" if failed is not None else "", f" after {job.stop_kind}" if job.stop_kind else "")
         self.shipper.event({"attempt_id": job.attempt_id, "number": job.spec["number"], "node_rank": job.spec["node_rank"],
-                            "event": "exited", "exit_code": exit_code, "signal": sig,
-                            "stop_kind": job.stop_kind, "log_tail": self._log_tail(job), "time": time.time()})  # type: ignore[typeddict-item]
+                            "event": "exited", "exit_code": exit_code, "signal": sig, "ranks": ranks, "failed_rank": failed,
+                            "stop_kind": job.stop_kind, "log_tail": self._log_tail(job, failed), "time": time.time()})  # type: ignore[typeddict-item]
         (self.config.jobs_dir / f"{job.attempt_id}.json").unlink(missing_ok=True)
 
-    def _log_tail(self, job: Job) -> str:
+    def _log_tail(self, job: Job, rank: int | None) -> str:
+        """The last lines of the rank that failed first (every local rank's when none did)."""
+        log_dir = job.root / "agent"
+        if rank is not None:
+            names = [f"rank{rank}.stdout.log", f"rank{rank}.stderr.log"]
+        else:
+            names = sorted(p.name for p in log_dir.glob("rank*.log")) + ["launcher.log"]
         lines: list[str] = []
-        for stream in ("stdout", "stderr"):
+        for name in names:
             try:
-                with open(job.root / "agent" / f"{stream}.log", "rb") as fh:
+                with open(log_dir / name, "rb") as fh:
                     fh.seek(max(0, os.fstat(fh.fileno()).st_size - 8192))
                     lines += fh.read().decode("utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
             except FileNotFoundError:
@@ -374,6 +437,26 @@ class Runner:
             if job.kill_at is not None and new:
                 # A child born during the grace period still gets the stop signal.
                 _signal_pids(job.proc.pid, new, signal.SIGTERM if time.monotonic() < job.kill_at else signal.SIGKILL)
+
+
+def _launch_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # the launcher was killed before it could write one
+    return data if isinstance(data, dict) else {}
+
+
+def free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens on it, else a free port the kernel picks."""
+    for candidate in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", candidate))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError("no free TCP port for the rendezvous")
 
 
 def _reap(job: Job) -> int | None:

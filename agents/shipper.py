@@ -110,6 +110,8 @@ class Tail:
     progress_at: float = 0.0
     # Redacts the run's secret values from what the job wrote to its own files (lineage).
     redactor: Redactor = field(default_factory=lambda: Redactor({}))
+    # The global ranks of this node's processes: each writes rank<R>.<stream>.log (agents.launch).
+    ranks: list[int] = field(default_factory=list)
 
     def save(self) -> None:
         _atomic_write(self.state_path, json.dumps({"offsets": self.offsets, "log_seq": self.log_seq, "last_step": self.last_step,
@@ -195,6 +197,9 @@ class Shipper:
     def event(self, body: protocol.AttemptEvent) -> None:
         self.spool.put("event", {"path": P + "events/", "attempt_id": body["attempt_id"], "body": body})
 
+    def rendezvous(self, body: protocol.RendezvousReport) -> None:
+        self.spool.put("rendezvous", {"path": P + "rendezvous/", "attempt_id": body["attempt_id"], "body": body})
+
     def energy(self, body: protocol.EnergyBatch) -> None:
         self.spool.put("energy", {"path": P + "energy/", "attempt_id": body["attempt_id"], "body": body})
 
@@ -222,8 +227,9 @@ class Shipper:
         changed = self._tail_metrics(tail, final)
         changed |= self._put_checkpoints(tail, checkpoints)
         changed |= self._tail_events(tail, final)
-        for stream in ("stdout", "stderr"):
-            changed |= self._tail_log(tail, stream, final)
+        for rank in tail.ranks or [tail.rank]:
+            for stream in ("stdout", "stderr"):
+                changed |= self._tail_log(tail, rank, stream, final)
         progress = (tail.total_steps, tail.last_step)
         if progress != tuple(tail.progress_sent) and (final or time.monotonic() - tail.progress_at >= 2.0):
             body: protocol.ProgressReport = {"attempt_id": tail.attempt_id, "number": tail.number,
@@ -294,16 +300,17 @@ class Shipper:
                                           "file": str(tail.checkpoint_dir / str(rec.get("file", "")))})
         return bool(lines)
 
-    def _tail_log(self, tail: Tail, stream: str, final: bool) -> bool:
-        data, new = _read_new(tail.log_dir / f"{stream}.log", tail.offsets.get(stream, 0), final=final)
+    def _tail_log(self, tail: Tail, rank: int, stream: str, final: bool) -> bool:
+        key = f"rank{rank}.{stream}"
+        data, new = _read_new(tail.log_dir / f"{key}.log", tail.offsets.get(key, 0), final=final)
         if not data:
             return False
-        tail.offsets[stream] = new
+        tail.offsets[key] = new
         chunks: list[protocol.LogChunkMsg] = []
         size = protocol.MAX_LOG_CHUNK_BYTES // 2  # characters may take up to 2x after decoding/escaping
         for i in range(0, len(data), size):
             tail.log_seq += 1
-            chunks.append({"rank": tail.rank, "seq": tail.log_seq, "stream": stream,
+            chunks.append({"rank": rank, "seq": tail.log_seq, "stream": stream,
                            "text": data[i:i + size].decode("utf-8", errors="replace")})
         for i in range(0, len(chunks), protocol.MAX_LOG_CHUNKS):
             body: protocol.LogBatch = {"attempt_id": tail.attempt_id, "number": tail.number,

@@ -32,6 +32,7 @@ class FakeShipper:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self.energies: list[dict[str, Any]] = []
+        self.rendezvous_reports: list[dict[str, Any]] = []
 
     def add(self, tail: Any) -> None:
         pass
@@ -44,6 +45,12 @@ class FakeShipper:
 
     def energy(self, body: Any) -> None:
         self.energies.append(dict(body))
+
+    def rendezvous(self, body: Any) -> None:
+        self.rendezvous_reports.append(dict(body))
+
+    def lineage(self, body: Any) -> None:
+        pass
 
 
 def spec(attempt_id: int, script: Path, *, max_runtime_s: int = 0, grace_s: int = 30, number: int = 1) -> Any:

@@ -155,7 +155,7 @@ def test_secret_reaches_the_job_and_nowhere_else(tmp_path: Path, redis_url: str,
         # has the value in its environment and may write it anywhere it likes; what matters is
         # that nothing the agent ships or keeps carries it.
         files = [p for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "job"]
-        assert any("agent-node-a" in str(p) and p.name == "stdout.log" for p in files)
+        assert any("agent-node-a" in str(p) and p.name.endswith(".stdout.log") for p in files)
         for path in files:
             check(f"file {path.relative_to(tmp_path)}", path.read_bytes())
         lineage = stack.query("SELECT lineage FROM runs_attempt WHERE run_id=?", (run_id,))[0][0]
