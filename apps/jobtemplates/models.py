@@ -14,6 +14,11 @@ class TemplateKind(models.TextChoices):
     CUSTOM = "custom", "Custom code"
 
 
+class LaunchMode(models.TextChoices):
+    PER_DEVICE = "per_device", "One process per device"
+    PER_NODE = "per_node", "One process per node"
+
+
 class JobTemplate(models.Model):
     """One version of a paved-road template. Published versions are immutable: an edit is a new
     version, and runs keep the version they were submitted with."""
@@ -29,6 +34,10 @@ class JobTemplate(models.Model):
         default=dict, help_text="Defaults and limits: pool, nodes, devices_per_node, max_runtime_s (and max_* limits)."
     )
     checkpoint_policy = models.JSONField(default=dict, help_text="every_steps, every_seconds, keep_last.")
+    launch = models.CharField(
+        max_length=16, choices=LaunchMode.choices, default=LaunchMode.PER_DEVICE,
+        help_text="per_device: one process per device with torchrun's variables; per_node: one process that starts its own.",
+    )
     grace_period_s = models.PositiveIntegerField(default=30)
     max_restarts = models.PositiveIntegerField(default=3)
     environment = models.JSONField(default=dict, help_text="Approved environment: python, torch, image.")

@@ -26,6 +26,7 @@ EDITABLE_FIELDS = [
     "param_schema",
     "resources",
     "checkpoint_policy",
+    "launch",
     "grace_period_s",
     "max_restarts",
     "environment",

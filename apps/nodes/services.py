@@ -7,7 +7,7 @@ import math
 import secrets
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -17,6 +17,7 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
+from apps.jobtemplates.models import LaunchMode
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
 from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState, SweepWatch
 from apps.runs.models import (
@@ -31,7 +32,7 @@ from apps.runs.models import (
     RunStatus,
 )
 from apps.runs.services import lifecycle
-from apps.runs.services.placement import request_scheduling_pass
+from apps.runs.services.placement import master_port_for, request_scheduling_pass
 from apps.vault.services import run_secret_values
 
 log = logging.getLogger(__name__)
@@ -392,16 +393,31 @@ def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[p
     return kill, stop
 
 
+class _Gang(TypedDict):
+    world_size: int
+    nnodes: int
+    local_world_size: int
+    launch: protocol.LaunchName
+
+
+def _gang(run: Run, a: Assignment) -> _Gang:
+    """World size counts processes: one per device (the template's default) or one per node."""
+    launch = run.template.launch if run.template_id else LaunchMode.PER_DEVICE
+    local = 1 if launch == LaunchMode.PER_NODE else max(1, len(a.devices))
+    return {"world_size": run.nodes * local, "nnodes": run.nodes, "local_world_size": local,
+            "launch": "per_node" if launch == LaunchMode.PER_NODE else "per_device"}
+
+
 def _spec(a: Assignment) -> protocol.AssignmentSpec:
     attempt, run = a.attempt, a.attempt.run
     resume = Checkpoint.objects.filter(run=run, deleted_at__isnull=True).exclude(stored_path="").order_by("-step", "-pk").first()
     return {
         "assignment_id": a.pk, "attempt_id": attempt.pk, "number": attempt.number, "run_id": run.pk, "node_rank": a.node_rank,
-        "world_size": run.nodes, "devices": [int(d) for d in a.devices],
+        **_gang(run, a), "devices": [int(d) for d in a.devices],
         "device_kind": a.node.devices.filter(index__in=a.devices).values_list("kind", flat=True).first() or "cpu",
         "entrypoint": run.entrypoint, "params": run.params, "checkpoint_policy": run.checkpoint_policy or {},
         "grace_period_s": run.grace_period_s, "max_runtime_s": run.max_runtime_s,
-        "master_addr": attempt.master_addr, "master_port": attempt.master_port or 29500,
+        "master_addr": attempt.master_addr, "master_port": attempt.master_port or master_port_for(run_id=run.pk, number=attempt.number),
         "resume_checkpoint": _ref(resume) if attempt.number > 1 else None,
         # Attempts whose late reports were refused: what they left on a node is not to be resumed from.
         "lost_attempts": sorted(Attempt.objects.filter(run=run, status=AttemptStatus.LOST).values_list("number", flat=True))
@@ -451,7 +467,7 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
         return []
     out: list[protocol.AssignmentSpec] = []
     pending = Assignment.objects.filter(node=node, state=AssignmentState.PENDING, attempt__status=AttemptStatus.STARTING)
-    for a in pending.select_related("attempt__run", "node").order_by("pk"):
+    for a in pending.select_related("attempt__run__template", "node").order_by("pk"):
         if Assignment.objects.filter(pk=a.pk, state=AssignmentState.PENDING).update(state=AssignmentState.CLAIMED,
                                                                                     claimed_at=timezone.now()):
             with acting_as(label=f"agent:{node.hostname}"):

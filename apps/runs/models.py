@@ -148,6 +148,8 @@ class Attempt(models.Model):
     signal = models.IntegerField(null=True, blank=True)
     master_addr = models.CharField(max_length=253, blank=True)
     master_port = models.PositiveIntegerField(null=True, blank=True)
+    # When rank 0's agent reported the port it bound (master_port): other nodes wait for it.
+    rendezvous_at = models.DateTimeField(null=True, blank=True)
     # Set when the server wants the attempt stopped; agents see it on heartbeat and SIGTERM it.
     stop_kind = models.CharField(max_length=16, choices=StopKind.choices, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
@@ -188,6 +190,12 @@ class Assignment(models.Model):
     state = models.CharField(max_length=16, choices=AssignmentState.choices, default=AssignmentState.PENDING, db_index=True)
     exit_code = models.IntegerField(null=True, blank=True)
     signal = models.IntegerField(null=True, blank=True)
+    # Each process's exit on the node ({rank, local_rank, exit_code, signal, seconds}), and how
+    # the node's share failed, if it did (apps.runs.services.failures): the gang's outcome is
+    # decided from these once every node has reported.
+    ranks = models.JSONField(default=list, blank=True)
+    failure_code = models.CharField(max_length=32, blank=True)
+    failure = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

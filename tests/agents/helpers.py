@@ -30,8 +30,9 @@ def start_agent(stack: LiveStack, name: str, *, token: str | None = None, extra:
 
 
 def submit(stack: LiveStack, entrypoint: str, *, nodes: int = 1, grace: int = 30, every_steps: int = 0, keep: int = 0,
-           params: str = "{}") -> int:
+           params: str = "{}", devices: int = 1) -> int:
     out = stack.manage("debug_run", "submit", "--entrypoint", entrypoint, "--nodes", str(nodes), "--grace", str(grace),
+                       "--devices-per-node", str(devices),
                        "--checkpoint-every-steps", str(every_steps), "--checkpoint-keep", str(keep), "--params", params)
     return int(out.stdout.strip().splitlines()[-1])
 

@@ -23,7 +23,7 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
         model = JobTemplate
         fields = [
             "id", "slug", "version", "title", "description", "kind", "entrypoint", "param_schema", "defaults", "resources",
-            "checkpoint_policy", "grace_period_s", "max_restarts", "environment", "total_steps_param", "published",
+            "checkpoint_policy", "launch", "grace_period_s", "max_restarts", "environment", "total_steps_param", "published",
             "published_at", "created_at",
         ]
         read_only_fields = fields

@@ -146,16 +146,46 @@ class EventView(AgentView):
             stop_kind = data.get("stop_kind") or None
             if stop_kind not in (None, "cancel", "preempt", "drain", "abort", lifecycle.MAX_RUNTIME):
                 raise FieldError("stop_kind", "one of cancel, preempt, drain, abort, max_runtime")
+            failed = data.get("failed_rank")
             lifecycle.assignment_exited(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank,
                                         exit_code=code if isinstance(code, int) else None,
                                         signal=sig if isinstance(sig, int) else None, stop_kind=stop_kind,
-                                        log_tail=str(data.get("log_tail", ""))[-lifecycle.LOG_TAIL_CHARS:])
+                                        log_tail=str(data.get("log_tail", ""))[-lifecycle.LOG_TAIL_CHARS:],
+                                        ranks=_rank_exits(data), failed_rank=_int(data, "failed_rank", maximum=100_000)
+                                        if failed is not None else None)
         elif event == "failed_to_start":
             lifecycle.assignment_failed_to_start(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank,
                                                  message=str(data.get("message", ""))[:2000])
         else:
             raise FieldError("event", "one of started, exited, failed_to_start")
         return Response({"ok": True})
+
+
+def _rank_exits(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each local process's exit, as the launcher recorded it (bounded, typed; unknown keys dropped)."""
+    out = []
+    for i, item in enumerate(_list(data, "ranks", 1024) if data.get("ranks") is not None else []):
+        if not isinstance(item, dict):
+            raise FieldError(f"ranks[{i}]", "an object with rank, local_rank, exit_code, signal, seconds")
+        code, sig, secs = item.get("exit_code"), item.get("signal"), item.get("seconds")
+        out.append({"rank": _int(item, "rank", maximum=100_000), "local_rank": _int(item, "local_rank", maximum=100_000),
+                    "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None,
+                    "signal": sig if isinstance(sig, int) and not isinstance(sig, bool) else None,
+                    "seconds": float(secs) if isinstance(secs, int | float) and math.isfinite(secs) else None})
+    return out
+
+
+class RendezvousView(AgentView):
+    """Rank 0's agent reports the port it bound; the other nodes' agents poll until it is known."""
+
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request) -> Response:
+        data = _body(request)
+        attempt = _report(self, data, allow_finished=False)
+        port = _int(data, "master_port", minimum=1, maximum=65535) if data.get("master_port") is not None else None
+        addr, known = lifecycle.attempt_rendezvous(attempt_id=attempt.pk, node_rank=_int(data, "node_rank", maximum=100_000),
+                                                   master_port=port)
+        return Response({"master_addr": addr, "master_port": known})
 
 
 class LogView(AgentView):

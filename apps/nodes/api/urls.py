@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("agent/heartbeat/", agent.HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/claim/", agent.ClaimView.as_view(), name="agent-claim"),
     path("agent/events/", agent.EventView.as_view(), name="agent-events"),
+    path("agent/rendezvous/", agent.RendezvousView.as_view(), name="agent-rendezvous"),
     path("agent/logs/", agent.LogView.as_view(), name="agent-logs"),
     path("agent/energy/", agent.EnergyView.as_view(), name="agent-energy"),
     path("agent/progress/", agent.ProgressView.as_view(), name="agent-progress"),

@@ -26,15 +26,14 @@ from apps.runs.models import (
     RunStatus,
     StopKind,
 )
+from apps.runs.services import failures
 from apps.runs.services.placement import request_scheduling_pass
 from apps.runs.services.transitions import run_transition
 
 LOG_TAIL_CHARS = 2000
 # The agent's own stop kind (not stored on the attempt): the job ran past the run's max_runtime_s.
 MAX_RUNTIME = "max_runtime"
-# A SIGKILL the agent did not send is the kernel's OOM killer (or an operator): worth a retry,
-# unlike an exit code, which a deterministic bug would only repeat. 137 = a shell's 128 + 9.
-OOM_EXIT_CODE = 128 + signals.SIGKILL
+OOM_EXIT_CODE = failures.OOM_EXIT_CODE
 
 
 def _team_id(run: Run) -> int | None:
@@ -147,12 +146,15 @@ def assignment_started(*, attempt_id: int, node_id: int, node_rank: int, resumed
 
 @transaction.atomic
 def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_code: int | None, signal: int | None,
-                      stop_kind: str | None, log_tail: str = "") -> Attempt:
-    """One rank's process ended. The attempt ends with the first failure or when all ranks end."""
+                      stop_kind: str | None, log_tail: str = "", ranks: list[dict[str, Any]] | None = None,
+                      failed_rank: int | None = None) -> Attempt:
+    """One node's processes ended. The gang has one outcome: the first failure stops every other
+    rank, and the attempt ends once (on a communication error, once every node has reported,
+    since a peer's crash may be the cause)."""
     attempt = _locked(attempt_id)
     Assignment.objects.filter(attempt=attempt, node_id=node_id, node_rank=node_rank).exclude(
         state=AssignmentState.EXITED).update(state=AssignmentState.EXITED, exit_code=exit_code, signal=signal,
-                                             ended_at=timezone.now())
+                                             ranks=ranks or [], ended_at=timezone.now())
     if attempt.status in ATTEMPT_ENDED:
         return attempt
     run = attempt.run
@@ -175,26 +177,25 @@ def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_cod
         if not run.is_finished:
             _requeue(run, reason=why, reason_code="preempted", count_restart=False)
         return attempt
-    if kind == StopKind.ABORT:
-        return attempt  # the abort already ended the attempt; a late exit changes nothing
     if kind == MAX_RUNTIME:
         reason = f"exceeded max runtime of {run.max_runtime_s} s"
         _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, signal)
         _request_stop(attempt, StopKind.ABORT)
         _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="max_runtime")
         return attempt
+    if kind == StopKind.ABORT:
+        # The gang is stopping after a rank's failure: the signals we sent are not failures of their own.
+        if not clean and signal not in (signals.SIGTERM, signals.SIGKILL):
+            _record_failure(attempt, node_id, node_rank, failed_rank, exit_code, signal, log_tail)
+        if not attempt.assignments.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).exists():
+            _gang_failed(attempt)
+        return attempt
     if not clean:
-        how = f"exit code {exit_code}" if exit_code is not None else f"killed by signal {signal}"
-        oom = signal == signals.SIGKILL or exit_code == OOM_EXIT_CODE
-        reason = f"rank {node_rank} failed with {how}" + (" (out of memory?)" if oom else "")
-        if log_tail:
-            reason += ":\n" + log_tail[-LOG_TAIL_CHARS:]
-        _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, signal)
+        failure = _record_failure(attempt, node_id, node_rank, failed_rank, exit_code, signal, log_tail)
         _request_stop(attempt, StopKind.ABORT)  # the other ranks have nothing left to do
-        if oom:
-            _requeue(run, reason=reason, reason_code="oom_killed", count_restart=True)
-        else:
-            _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="exit_code")
+        if failure.symptom and attempt.assignments.filter(state__in=ASSIGNMENT_HOLDS_DEVICES).exists():
+            return attempt  # a communication error: a peer's own failure may be the cause
+        _gang_failed(attempt)
         return attempt
     if attempt.assignments.exclude(state=AssignmentState.EXITED).exists():
         return attempt
@@ -204,9 +205,53 @@ def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_cod
     return attempt
 
 
+def _record_failure(attempt: Attempt, node_id: int, node_rank: int, failed_rank: int | None, exit_code: int | None,
+                    signal: int | None, log_tail: str) -> failures.Failure:
+    failure = failures.classify_exit(rank=failed_rank if failed_rank is not None else node_rank, exit_code=exit_code,
+                                     signal=signal, log_tail=log_tail)
+    text = failure.words + (":\n" + log_tail[-LOG_TAIL_CHARS:] if log_tail else "")
+    Assignment.objects.filter(attempt=attempt, node_id=node_id, node_rank=node_rank).update(
+        failure_code=failure.code, failure=text)
+    return failure
+
+
+def _gang_failed(attempt: Attempt) -> None:
+    """End the attempt on its most telling failure: the user's fails the run; the infrastructure's
+    requeues it (it resumes from its checkpoint, up to max_restarts)."""
+    rows = list(attempt.assignments.exclude(failure_code="").values_list("failure_code", "failure", "exit_code", "signal"))
+    found = [(failures.failure_of(code, text), text, code_, sig) for code, text, code_, sig in rows]
+    cause = failures.gang_cause([f for f, *_ in found])
+    run = attempt.run
+    if cause is None:
+        reason, exit_code, sig = "the gang stopped after a failure it did not report", None, None
+        cause = failures.Failure(failures.INFRA, "comm_error", reason)
+    else:
+        _, reason, exit_code, sig = next(item for item in found if item[0] == cause)
+    _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, sig)
+    if run.is_finished:
+        return
+    if cause.requeue:
+        _requeue(run, reason=reason, reason_code=cause.code, count_restart=True)
+    else:
+        _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code=cause.code)
+
+
 def _finish_attempt(attempt: Attempt, status: str, reason: str, exit_code: int | None, signal: int | None) -> None:
     _set_attempt(attempt, status=status, reason=reason, exit_code=exit_code, signal=signal)
     _release_assignments(attempt)
+
+
+@transaction.atomic
+def attempt_rendezvous(*, attempt_id: int, node_rank: int, master_port: int | None) -> tuple[str, int | None]:
+    """Rank 0's agent reports the port it bound; the other nodes' agents ask for it until it is known.
+    Returns (master_addr, master_port or None while rank 0 has not reported)."""
+    attempt = _locked(attempt_id)
+    if node_rank == 0 and master_port is not None and attempt.status not in ATTEMPT_ENDED:
+        if attempt.rendezvous_at is None or attempt.master_port != master_port:
+            attempt.master_port = master_port
+            attempt.rendezvous_at = timezone.now()
+            attempt.save(update_fields=["master_port", "rendezvous_at"])
+    return attempt.master_addr, attempt.master_port if attempt.rendezvous_at is not None else None
 
 
 @transaction.atomic

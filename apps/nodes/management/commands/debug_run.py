@@ -32,6 +32,7 @@ class Command(BaseCommand):
         s.add_argument("--entrypoint", required=True)
         s.add_argument("--pool", default="local")
         s.add_argument("--nodes", type=int, default=1)
+        s.add_argument("--devices-per-node", type=int, default=1)
         s.add_argument("--params", default="{}")
         s.add_argument("--grace", type=int, default=30)
         s.add_argument("--max-restarts", type=int, default=3)
@@ -55,7 +56,8 @@ class Command(BaseCommand):
             template, _ = JobTemplate.objects.get_or_create(slug="debug-entrypoint", version=1, defaults={
                 "title": "Debug entrypoint", "kind": TemplateKind.CUSTOM, "entrypoint": "(per run)"})
             run = Run.objects.create(project=project, template=template, pool=pool, entrypoint=o["entrypoint"],
-                                     nodes=o["nodes"], params=json.loads(o["params"]), grace_period_s=o["grace"],
+                                     nodes=o["nodes"], devices_per_node=o["devices_per_node"], params=json.loads(o["params"]),
+                                     grace_period_s=o["grace"],
                                      max_restarts=o["max_restarts"], max_runtime_s=o["max_runtime"], queued_at=timezone.now(),
                                      checkpoint_policy={"every_steps": o["checkpoint_every_steps"],
                                                         "keep_last": o["checkpoint_keep"]})
