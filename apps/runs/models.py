@@ -52,6 +52,10 @@ class Run(models.Model):
     grace_period_s = models.PositiveIntegerField(default=30)
     max_restarts = models.PositiveIntegerField(default=3)
     restarts = models.PositiveIntegerField(default=0)
+    # After an infrastructure failure: not placed again before retry_at (backoff), nor on the
+    # nodes suspected of causing it (Node ids).
+    retry_at = models.DateTimeField(null=True, blank=True)
+    avoid_nodes = models.JSONField(default=list, blank=True)
     entrypoint = models.CharField(max_length=500)
     checkpoint_policy = models.JSONField(default=dict)
     # Names (never values) of project secrets (apps.vault) the job gets in its environment.
