@@ -291,7 +291,7 @@ def _requeue_holders(node: Node, sick: dict[int, Device]) -> None:
         name = f"GPU {device.index}" if device.kind == "gpu" else f"device {device.index}"
         reason = f"{name} ({device.uuid or 'no UUID'}) on {node.hostname} is unhealthy: {device.health_reason}"
         with acting_as(label=f"agent:{node.hostname}"):
-            lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason)
+            lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason, reason_code="device_unhealthy", suspect_node=node.pk)
 
 
 def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:

@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 
 from apps.core.text import hours_minutes, plural  # plain Python, no Django
 from apps.scheduling.model import (
+    RETRY_BACKOFF,
     ClusterState,
     Decision,
     Fragmentation,
@@ -287,7 +288,8 @@ class _PoolPass:
             job = item[5]
             shape = (job.nodes, job.devices_per_node)
             if job.blocked_reason is not None:
-                self._entry(job, position, WaitCode.BUDGET, job.blocked_message or job.blocked_reason)
+                code = WaitCode.RETRY_BACKOFF if job.blocked_reason == RETRY_BACKOFF else WaitCode.BUDGET
+                self._entry(job, position, code, job.blocked_message or job.blocked_reason)
                 continue
             fits_hardware = hardware.get(shape)
             if fits_hardware is None:
@@ -316,8 +318,9 @@ class _PoolPass:
                     self._behind(job, PriorityClass(klass), position, blockers, fair_share)
                 continue
             end = now + max(job.predicted_runtime, 0.0)
+            avoid = cap.avoidable(job.avoid_nodes, job.nodes, job.devices_per_node) if job.avoid_nodes else frozenset()
             if end < failed_end.get(shape, INF):
-                chosen = cap.find(job.nodes, job.devices_per_node, end)
+                chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid)
                 if chosen is not None and headroom and not self._clears_headroom(cap, job.devices, job.predicted_runtime):
                     # It fits, but only by eating the devices kept for short jobs. Not a capacity
                     # failure, so it takes no reservation (that would fence off the headroom).
@@ -340,8 +343,10 @@ class _PoolPass:
                         self._entry(job, position, WaitCode.PLACED, f"Starting on {where}.")
                     continue
                 # Capacity only shrinks and reservations only tighten during a pass, so any later
-                # job of this shape that runs at least as long cannot fit either.
-                failed_end[shape] = end
+                # job of this shape that runs at least as long cannot fit either (unless this one
+                # was kept off some nodes).
+                if not avoid:
+                    failed_end[shape] = end
                 if not explain and cap.find(job.nodes, job.devices_per_node, now + shortest[shape]) is None:
                     live.discard(shape)
                     live_short.discard(shape)
@@ -362,7 +367,7 @@ class _PoolPass:
                 if not policy.backfill:
                     # The first blocked job stops the line; its reservation only feeds the message.
                     stop_all = True
-                start = cap.reserve(job.nodes, job.devices_per_node, now) if policy.backfill or explain else None
+                start = cap.reserve(job.nodes, job.devices_per_node, now, avoid) if policy.backfill or explain else None
                 blockers.append(_Blocker(job, PriorityClass(klass), start))
                 if explain:
                     self._head(job, position, start, cap)

@@ -57,6 +57,10 @@ class PreemptionKind(StrEnum):
     RECLAIMED = "reclaimed"
 
 
+# QueuedJob.blocked_reason of a run waiting out its backoff after an infrastructure failure.
+RETRY_BACKOFF = "retry_backoff"
+
+
 class WaitCode(StrEnum):
     """Why a queued job is not running. Values are stable: the API and pages show them."""
 
@@ -75,6 +79,8 @@ class WaitCode(StrEnum):
     HEADROOM = "headroom_kept_for_short_jobs"
     # It has run longer than the pool's demotion threshold: runs that have run less go first.
     DEMOTED = "ran_longer_than_others"
+    # Requeued after an infrastructure failure: it waits out its backoff before it is placed.
+    RETRY_BACKOFF = "retrying_after_failure"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +171,8 @@ class QueuedJob:
     # Seconds it already ran in earlier attempts (a preempted or requeued run): its attained
     # service, which decides whether it is demoted (`Policy.demote_after_s`).
     attained_s: float = 0.0
+    # Nodes suspected of an infrastructure failure of this run: not used while others can host it.
+    avoid_nodes: frozenset[str] = frozenset()
     devices: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -59,6 +59,14 @@ class PoolCapacity:
     def ready_nodes_with_total(self, devices: int) -> int:
         return sum(1 for i, t in enumerate(self.total) if self.ready[i] and t >= devices)
 
+    def avoidable(self, node_ids: frozenset[str], nodes: int, devices: int) -> frozenset[int]:
+        """The indexes of `node_ids` to keep a job off, or none when the rest could never host it."""
+        avoid = frozenset(self.index[n] for n in node_ids if n in self.index)
+        if not avoid:
+            return avoid
+        others = sum(1 for i, t in enumerate(self.total) if self.ready[i] and t >= devices and i not in avoid)
+        return avoid if others >= nodes else frozenset()
+
     def _candidates(self, devices: int) -> Iterator[int]:
         if self.packing == Packing.BEST_FIT:
             # Tightest fit first; within a count, lowest node id (buckets stay sorted).
@@ -67,13 +75,16 @@ class PoolCapacity:
         else:
             yield from heapq.merge(*self.buckets[devices:])
 
-    def find(self, nodes: int, devices: int, end: float, *, honour_reservations: bool = True) -> list[int] | None:
+    def find(self, nodes: int, devices: int, end: float, *, honour_reservations: bool = True,
+             avoid: frozenset[int] = frozenset()) -> list[int] | None:
         """Nodes for a gang of `nodes` x `devices` ending at `end`, or None (all-or-nothing)."""
         if devices <= 0 or nodes <= 0 or devices > self.max_devices or nodes * devices > self.free_sum:
             return None
         chosen: list[int] = []
         for i in self._candidates(devices):
             if honour_reservations and end > self.shadow[i] and devices > self.spare[i]:
+                continue
+            if i in avoid:
                 continue
             chosen.append(i)
             if len(chosen) == nodes:
@@ -117,7 +128,7 @@ class PoolCapacity:
             self._releases = releases
         return self._releases
 
-    def reserve(self, nodes: int, devices: int, now: float) -> float | None:
+    def reserve(self, nodes: int, devices: int, now: float, avoid: frozenset[int] = frozenset()) -> float | None:
         """Reserve the earliest moment a gang fits, judged by predicted ends; None if never.
 
         Earlier reservations keep their devices for good (conservative: a later reservation
@@ -126,7 +137,7 @@ class PoolCapacity:
         releases = self._release_lists()
         options: list[tuple[float, int, int]] = []
         for i in range(len(self.ids)):
-            if not self.ready[i] or self.total[i] - self.reserved[i] < devices:
+            if not self.ready[i] or self.total[i] - self.reserved[i] < devices or i in avoid:
                 continue
             avail = self.free[i] - self.reserved[i]
             when = now if avail >= devices else INF

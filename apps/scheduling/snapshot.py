@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.billing.models import Quota
 from apps.billing.selectors import budget_name, budgets_for_projects, budgets_spent, period_for
+from apps.core.text import hours_minutes
 from apps.nodes.models import Device, Node, NodePool
 from apps.nodes.models import NodeState as DbNodeState
 from apps.runs.models import (
@@ -205,6 +206,16 @@ def _node_state(node: Node, fresh_after: datetime) -> core.NodeState:
     return core.NodeState.LOST
 
 
+def retry_words(run: Run, now: datetime) -> str:
+    """Why a requeued run waits out its backoff, in plain words."""
+    assert run.retry_at is not None
+    wait = max(1, round((run.retry_at - now).total_seconds()))
+    avoid = f"; it will avoid the node{'s' if len(run.avoid_nodes) > 1 else ''} it failed on while others can host it" \
+        if run.avoid_nodes else ""
+    return (f"Requeued after an infrastructure failure (restart {run.restarts} of {run.max_restarts}); it is retried in "
+            f"{hours_minutes(wait)}, at {run.retry_at:%H:%M:%S} UTC{avoid}.")
+
+
 def budget_blocks(projects: Iterable[Any], now: datetime) -> dict[int, str]:
     """Project id -> plain words, for projects whose budget (own or team's) is used up."""
     period = period_for(at=now)
@@ -350,15 +361,18 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     for run_id, run in queued.items():
         pred = predictions[run_id] = predict_queued(predictor, run)
         block = blocks.get(run.project_id)
+        blocked = "budget" if block else None
+        if not block and run.retry_at is not None and run.retry_at > now:
+            blocked, block = core.RETRY_BACKOFF, retry_words(run, now)
         jobs.append(core.QueuedJob(
             id=run_id, team=run.project.team.slug, pool=run.pool.name,
             priority_class=CLASS_OF.get(run.priority, core.PriorityClass.NORMAL),
             # The original submission time: a preempted or requeued run keeps its place in line.
             submitted_at=ts(run.created_at), nodes=run.nodes, devices_per_node=run.devices_per_node,
             predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
-            blocked_reason="budget" if block else None, blocked_message=block or "",
+            blocked_reason=blocked, blocked_message=block or "",
             deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None,
-            attained_s=attained.get(run.pk, 0.0)))
+            attained_s=attained.get(run.pk, 0.0), avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or [])))
 
     quotas = tuple(
         core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)

@@ -201,6 +201,10 @@ TRAINYARD_NODE_TIMEOUT_S = env_int("TRAINYARD_NODE_TIMEOUT_S", 30)
 # sweeper was down: silent nodes then get one node timeout of grace (apps.nodes.services).
 TRAINYARD_SWEEP_GAP_S = env_int("TRAINYARD_SWEEP_GAP_S", 20)
 TRAINYARD_GANG_START_TIMEOUT_S = env_int("TRAINYARD_GANG_START_TIMEOUT_S", 120)
+# A run requeued after an infrastructure failure waits this long before its first retry, twice
+# as long before each further one, at most TRAINYARD_RETRY_BACKOFF_MAX_S (apps.runs.services.failures).
+TRAINYARD_RETRY_BACKOFF_S = env_int("TRAINYARD_RETRY_BACKOFF_S", 30)
+TRAINYARD_RETRY_BACKOFF_MAX_S = env_int("TRAINYARD_RETRY_BACKOFF_MAX_S", 600)
 
 # Project secrets (apps.vault): Fernet keys, newest first. Empty is allowed only with DEBUG on
 # (a key derived from SECRET_KEY); `check --deploy` refuses it otherwise.

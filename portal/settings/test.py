@@ -20,3 +20,5 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+# In-process tests re-place a requeued run at once; tests of the backoff itself set their own.
+TRAINYARD_RETRY_BACKOFF_S = 0

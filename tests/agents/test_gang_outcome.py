@@ -4,14 +4,16 @@ for the other nodes' reports, since a peer's crash may be its cause."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.audit.models import AuditEvent
 from apps.jobtemplates.models import JobTemplate
-from apps.nodes.models import NodePool
+from apps.nodes.models import Node, NodePool
 from apps.runs.models import Assignment, Attempt, Run
 from apps.runs.services.failures import INFRA, USER, classify_exit, gang_cause
 from apps.runs.services.placement import placement_pass
@@ -144,3 +146,32 @@ def test_gang_cause_prefers_a_ranks_own_failure_to_its_peers_reaction() -> None:
     assert gang_cause([comm, user]) == user
     assert gang_cause([comm, killed]) == killed
     assert gang_cause([comm]) == comm and gang_cause([]) is None
+
+
+def test_an_infrastructure_failure_backs_off_and_avoids_the_suspect_node(cast: Any, pool: NodePool, settings: Any) -> None:
+    settings.TRAINYARD_RETRY_BACKOFF_S = 60
+    run, [(c0, b0), (c1, b1)] = two_node_gang(cast, pool)
+    third_client, third = register(pool, "n2", slots=2)
+    node1 = Assignment.objects.get(attempt_id=b1["attempt_id"], node_rank=1).node_id
+    exited(c1, b1, exit_code=None, signal=9, failed_rank=3)  # node 1's rank was killed: node 1 is suspect
+    run.refresh_from_db()
+    assert run.status == "queued" and run.avoid_nodes == [node1]
+    assert 55 <= (run.retry_at - timezone.now()).total_seconds() <= 60
+    exited(c0, b0, exit_code=None, signal=15, stop_kind="abort")
+    placement_pass()
+    run.refresh_from_db()
+    assert run.status == "queued", "not placed during its backoff"
+    assert run.reason_code == "retrying_after_failure" and "retried in" in run.status_reason, run.status_reason
+    # Once the backoff is over it goes to the two nodes that are not suspect.
+    Run.objects.filter(pk=run.pk).update(retry_at=timezone.now() - timedelta(seconds=1))
+    placement_pass()
+    second = Attempt.objects.get(run=run, number=2)
+    assert sorted(Assignment.objects.filter(attempt=second).values_list("node_id", flat=True)) == sorted(
+        n for n in Node.objects.filter(pool=pool).values_list("pk", flat=True) if n != node1)
+    # A second infrastructure failure doubles the backoff.
+    spec = claim(third_client, third["session"], [0, 1])
+    base = {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": spec["node_rank"], "time": 0}
+    exited(third_client, base, exit_code=1, signal=None, log_tail="RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    run.refresh_from_db()
+    assert run.restarts == 2 and 115 <= (run.retry_at - timezone.now()).total_seconds() <= 120
+    assert third["node_id"] in run.avoid_nodes and node1 in run.avoid_nodes

@@ -77,6 +77,11 @@ def failure_of(code: str, words: str) -> Failure:
     return Failure(_CLASS.get(code, INFRA), code, words)
 
 
+def retry_backoff_s(*, restarts: int, base_s: float, max_s: float) -> float:
+    """Seconds before retry `restarts` (1 = the first): base, then doubling, capped."""
+    return float(min(max_s, base_s * 2 ** max(0, restarts - 1)))
+
+
 def gang_cause(failures: list[Failure]) -> Failure | None:
     """The failure the gang's outcome follows: a rank's own cause before a peer's reaction."""
     if not failures:

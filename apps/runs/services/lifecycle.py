@@ -8,8 +8,10 @@ two agents (ranks of one gang) may report at the same moment.
 from __future__ import annotations
 
 import signal as signals
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -92,8 +94,11 @@ def _request_stop(attempt: Attempt, kind: str) -> None:
                  after={"kind": kind})
 
 
-def _requeue(run: Run, *, reason: str, reason_code: str, count_restart: bool) -> None:
-    """Back to the queue (resumes from its latest checkpoint), or failed past max_restarts."""
+def _requeue(run: Run, *, reason: str, reason_code: str, count_restart: bool, suspect_nodes: list[int] | None = None) -> None:
+    """Back to the queue (resumes from its latest checkpoint), or failed past max_restarts.
+
+    A counted restart (an infrastructure failure) waits out a backoff and keeps off the nodes
+    suspected of the failure while others can host it."""
     if run.cancel_requested_at is not None:
         _set_run(run, status=RunStatus.CANCELLED, action="run.cancelled", reason=f"cancelled ({reason})")
         return
@@ -102,8 +107,14 @@ def _requeue(run: Run, *, reason: str, reason_code: str, count_restart: bool) ->
         _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=f"{reason}; gave up after {run.max_restarts} restarts",
                  reason_code=reason_code, restarts=restarts)
         return
+    retry: dict[str, Any] = {}
+    if count_restart:
+        wait = failures.retry_backoff_s(restarts=restarts, base_s=settings.TRAINYARD_RETRY_BACKOFF_S,
+                                        max_s=settings.TRAINYARD_RETRY_BACKOFF_MAX_S)
+        retry = {"retry_at": timezone.now() + timedelta(seconds=wait),
+                 "avoid_nodes": sorted({*(run.avoid_nodes or []), *(suspect_nodes or [])})}
     _set_run(run, status=RunStatus.QUEUED, action="run.requeued", reason=reason, reason_code=reason_code, restarts=restarts,
-             queued_at=timezone.now())
+             queued_at=timezone.now(), **retry)
     request_scheduling_pass()
 
 
@@ -218,20 +229,24 @@ def _record_failure(attempt: Attempt, node_id: int, node_rank: int, failed_rank:
 def _gang_failed(attempt: Attempt) -> None:
     """End the attempt on its most telling failure: the user's fails the run; the infrastructure's
     requeues it (it resumes from its checkpoint, up to max_restarts)."""
-    rows = list(attempt.assignments.exclude(failure_code="").values_list("failure_code", "failure", "exit_code", "signal"))
-    found = [(failures.failure_of(code, text), text, code_, sig) for code, text, code_, sig in rows]
+    rows = list(attempt.assignments.exclude(failure_code="").values_list("failure_code", "failure", "exit_code", "signal",
+                                                                         "node_id"))
+    found = [(failures.failure_of(code, text), text, code_, sig, node) for code, text, code_, sig, node in rows]
     cause = failures.gang_cause([f for f, *_ in found])
     run = attempt.run
+    suspect: list[int] = []
     if cause is None:
         reason, exit_code, sig = "the gang stopped after a failure it did not report", None, None
         cause = failures.Failure(failures.INFRA, "comm_error", reason)
     else:
-        _, reason, exit_code, sig = next(item for item in found if item[0] == cause)
+        _, reason, exit_code, sig, node = next(item for item in found if item[0] == cause)
+        # A communication error cannot tell which side failed: no node is blamed for it.
+        suspect = [node] if cause.requeue and not cause.symptom else []
     _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, sig)
     if run.is_finished:
         return
     if cause.requeue:
-        _requeue(run, reason=reason, reason_code=cause.code, count_restart=True)
+        _requeue(run, reason=reason, reason_code=cause.code, count_restart=True, suspect_nodes=suspect)
     else:
         _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code=cause.code)
 
@@ -270,8 +285,9 @@ def assignment_failed_to_start(*, attempt_id: int, node_id: int, node_rank: int,
 
 
 @transaction.atomic
-def attempt_lost(*, attempt_id: int, reason: str) -> Attempt:
-    """The node running (part of) the attempt went silent or restarted: requeue the run."""
+def attempt_lost(*, attempt_id: int, reason: str, reason_code: str = "node_lost", suspect_node: int | None = None) -> Attempt:
+    """The node running (part of) the attempt went silent or restarted, or a device of it failed:
+    requeue the run (keeping off `suspect_node` while other nodes can host it)."""
     attempt = _locked(attempt_id)
     if attempt.status in ATTEMPT_ENDED:
         return attempt
@@ -279,8 +295,9 @@ def attempt_lost(*, attempt_id: int, reason: str) -> Attempt:
     _request_stop(attempt, StopKind.ABORT)  # surviving ranks elsewhere must stop too
     run = attempt.run
     if not run.is_finished:
-        _set_run(run, status=RunStatus.LOST, action="run.lost", reason=reason, reason_code="node_lost")
-        _requeue(run, reason=reason, reason_code="node_lost", count_restart=True)
+        _set_run(run, status=RunStatus.LOST, action="run.lost", reason=reason, reason_code=reason_code)
+        _requeue(run, reason=reason, reason_code=reason_code, count_restart=True,
+                 suspect_nodes=[suspect_node] if suspect_node is not None else None)
     return attempt
 
 
