@@ -149,6 +149,8 @@ class Agent:
         self.shipper = Shipper(self.client, self.spool, interval=config.ship_interval_s, on_stale=self._stale)
         self.runner = Runner(config, self.client, self.shipper)
         self.runner.inventory = self.registration.devices
+        if self.nvml.available:
+            self.runner.drivers = lambda: (self.nvml.driver_version(), self.nvml.cuda_driver_version())
         self.monitor = Monitor(config, self.runner, self.shipper, self.nvml)
         self.runner.on_exit = self.monitor.finish
         self.threads: list[threading.Thread] = []

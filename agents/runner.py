@@ -92,6 +92,8 @@ class Runner:
         self.on_exit: Callable[[Job], None] | None = None
         # The node's devices (index -> UUID for GPUs), for CUDA_VISIBLE_DEVICES by UUID.
         self.inventory: Callable[[], list[protocol.DeviceInfo]] = list
+        # (GPU driver, CUDA driver) versions for lineage; empty without NVML.
+        self.drivers: Callable[[], tuple[str, str]] = lambda: ("", "")
         config.jobs_dir.mkdir(parents=True, exist_ok=True)
 
     # --- startup ----------------------------------------------------------------------
@@ -165,7 +167,14 @@ class Runner:
         except (ApiError, Unreachable, OSError, ValueError) as err:
             log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
             env["__error__"] = f"preparing the run directory failed: {err}"
-        lineage.report_on_node(self.shipper, spec=spec, env={**self._env(spec, run_dir, ckpt_dir), **env}, slots=self.config.slots)
+        job_env = {**self._env(spec, run_dir, ckpt_dir), **env}
+        devices = self.inventory()
+        if devices:
+            gpu_driver, cuda_driver = self.drivers()
+            lineage.report(self.shipper, python=lineage.interpreter(spec["entrypoint"]), env=job_env, spec=spec, devices=devices,
+                           gpu_driver=gpu_driver, cuda_driver=cuda_driver)
+        else:  # a runner without the agent's inventory (tests): lineage finds the node's devices itself
+            lineage.report_on_node(self.shipper, spec=spec, env=job_env, slots=self.config.slots)
         self.ready.put((spec, env))
 
     def _rendezvous(self, spec: protocol.AssignmentSpec) -> tuple[str, int]:
