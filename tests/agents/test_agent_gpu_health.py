@@ -1,6 +1,6 @@
 """Issue 23 acceptance on a real agent over a fake NVML exposing 4 GPUs (tests/agents/fakenvml,
 the mock of the GPU this machine lacks): the node registers 4 GPUs with their UUIDs; a 4-device
-run's energy is the sum of the 4 counters' deltas; an ECC fault injected on GPU 2 marks it
+run starts 4 processes, each seeing one distinct GPU by UUID, and its energy is the sum of the 4 counters' deltas; an ECC fault injected on GPU 2 marks it
 unhealthy within one heartbeat, and no run queued afterwards is placed on it."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from tests.fixtures.live import LiveStack
 
 pytestmark = pytest.mark.live
 
-# Each process of the job appends "start end" (unix times) to the file named on its command line.
+# Each process of the job appends "start end rank visible-GPUs" to the file named on its command line.
 JOB = """
-import sys, time
+import os, sys, time
 start = time.time()
 time.sleep(float(sys.argv[2]))
 with open(sys.argv[1], "a") as fh:
-    fh.write(f"{start} {time.time()}\\n")
+    fh.write(f"{start} {time.time()} {os.environ['RANK']} {os.environ.get('CUDA_VISIBLE_DEVICES', '')}\\n")
 """
 
 SUBMIT = """
@@ -71,7 +71,10 @@ def test_four_fake_gpus_energy_and_an_ecc_fault(live_stack: LiveStack, tmp_path:
     job = write(tmp_path / "job.py", JOB)
     run = submit_devices(stack, f"python {job} {marks} 5", 4)
     assert wait_status(stack, run, {"succeeded", "failed"}, 90)["status"] == "succeeded"
-    spans = [tuple(map(float, line.split())) for line in marks.read_text().splitlines()]
+    lines = [line.split() for line in marks.read_text().splitlines()]
+    # One process per device, each seeing exactly its own GPU, named by UUID.
+    assert sorted((int(rank), visible) for _, _, rank, visible in lines) == [(i, g.uuid) for i, g in enumerate(fake.gpus)]
+    spans = [(float(start), float(end)) for start, end, _, _ in lines]
     ran = max(end for _, end in spans) - min(start for start, _ in spans)
     watts = sum(POWER_MW) / 1000
 
