@@ -1,7 +1,8 @@
 """Issue 23 acceptance on a real agent over a fake NVML exposing 4 GPUs (tests/agents/fakenvml,
 the mock of the GPU this machine lacks): the node registers 4 GPUs with their UUIDs; a 4-device
-run starts 4 processes, each seeing one distinct GPU by UUID, and its energy is the sum of the 4 counters' deltas; an ECC fault injected on GPU 2 marks it
-unhealthy within one heartbeat, and no run queued afterwards is placed on it."""
+run starts 4 processes, each seeing one distinct GPU by UUID, and its energy is the sum of the 4
+counters' deltas; an ECC fault injected on GPU 2 marks it unhealthy within one heartbeat, and no
+run queued afterwards is placed on it."""
 
 from __future__ import annotations
 
