@@ -21,7 +21,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record, snapshot
 from apps.core.errors import Forbidden, ServiceError
 from apps.core.text import is_id
-from apps.jobtemplates.models import JobTemplate, TemplateKind
+from apps.jobtemplates.models import JobTemplate, LaunchMode, TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.models import Checkpoint, CodeSnapshot, Priority, Run, RunStatus
@@ -135,9 +135,12 @@ def resources_resolve(*, template: JobTemplate, resources: dict[str, Any] | None
     return Resources(pool=pool, nodes=nodes, devices_per_node=devices, max_runtime_s=runtime, preemptible=preemptible)
 
 
-def world_size_of(resources: Resources | None) -> int | None:
-    """How many ranks the run gets (None while its resources are invalid)."""
-    return resources.nodes * resources.devices_per_node if resources is not None else None
+def world_size_of(resources: Resources | None, template: JobTemplate) -> int | None:
+    """How many ranks the run gets: one per device, or one per node for a per_node template
+    (None while its resources are invalid)."""
+    if resources is None:
+        return None
+    return resources.nodes * (1 if template.launch == LaunchMode.PER_NODE else resources.devices_per_node)
 
 
 def tags_resolve(*, tags: dict[str, Any] | None, user: AnyUser, errors: Errors) -> dict[str, str]:
@@ -334,7 +337,7 @@ def run_submit(
     clean_params: dict[str, Any] = {}
     try:
         clean_params = params_resolve(schema=template.param_schema or {}, params=raw_params,
-                                      world_size=world_size_of(clean_resources))
+                                      world_size=world_size_of(clean_resources, template))
     except ServiceError as err:
         errors.merge(err)
     _check_kind_inputs(template=template, checkpoint=checkpoint, init_given=init_run not in (None, "") or
@@ -378,7 +381,7 @@ def submission_check(*, user: AnyUser, template: JobTemplate, params: Any, prior
     else:
         try:
             clean_params = params_resolve(schema=template.param_schema or {}, params=params,
-                                          world_size=world_size_of(clean_resources))
+                                          world_size=world_size_of(clean_resources, template))
         except ServiceError as err:
             errors.merge(err)
     return Checked(priority=clean_priority, resources=clean_resources, params=clean_params)
@@ -448,7 +451,7 @@ def _sweep_submit(*, project: Project, template: JobTemplate, raw_params: dict[s
         for point in points:
             try:
                 child_params.append(params_resolve(schema=child_template.param_schema or {}, params={**base, **point},
-                                                   world_size=world_size_of(clean_resources)))
+                                                   world_size=world_size_of(clean_resources, child_template)))
             except ServiceError as err:
                 errors.merge(err, rename)
                 break
