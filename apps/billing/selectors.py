@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +18,8 @@ from django.utils import timezone
 from apps.billing import costmodel
 from apps.billing.costmodel import ZERO, PricePoint
 from apps.billing.models import Budget, BudgetAlert, EntryKind, PoolPrice, Quota, UsageEntry
+from apps.core.dates import datetime_utc
+from apps.core.errors import FieldError
 from apps.core.text import is_id, plural
 from apps.nodes.models import Device, NodePool
 from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
@@ -364,8 +366,11 @@ def ledger_filter(*, params: dict[str, str]) -> tuple[QuerySet[UsageEntry], dict
             except ValueError:
                 errors[name] = ["use an ISO date or date-time, e.g. 2026-11-01"]
                 continue
-            if timezone.is_naive(when):
-                when = timezone.make_aware(when, costmodel.EPOCH.tzinfo)
+            try:
+                when = datetime_utc(when, field=name, naive_tz=costmodel.EPOCH.tzinfo or UTC)
+            except FieldError as exc:
+                errors.update(exc.fields)
+                continue
             qs = qs.filter(**{lookup: when})
     return qs, errors
 

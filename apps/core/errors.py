@@ -10,13 +10,17 @@ import logging
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.db.models import ProtectedError, RestrictedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+from apps.core.jsonlimits import too_large_message
 
 
 class ServiceError(Exception):
@@ -163,6 +167,14 @@ def handler403(request: HttpRequest, exception: Exception | None = None) -> Any:
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> Any:
+    if isinstance(exception, RequestDataTooBig) and settings.DATA_UPLOAD_MAX_MEMORY_SIZE is not None:
+        # Django refused a body over DATA_UPLOAD_MAX_MEMORY_SIZE (a form; JSON is refused earlier,
+        # by JsonLimitsMiddleware): say what the limit is instead of a bare "Bad request".
+        length = str(request.META.get("CONTENT_LENGTH") or "")
+        detail = too_large_message(int(length) if length.isdigit() else 0, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        if request.path.startswith("/api/"):
+            return JsonResponse(error_body(400, "too_large", f"body: {detail}", {"body": [detail]}), status=400)
+        return HttpResponse(f"body: {detail}", status=400, content_type="text/plain; charset=utf-8")
     if request.path.startswith("/api/"):
         return json_error_response(400, "bad_request", "Bad request.")
     from django.views.defaults import bad_request

@@ -12,8 +12,10 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 
 from apps.core.errors import DATABASE_UNAVAILABLE, database_unavailable_response, error_body, handler404, is_database_unavailable
+from apps.core.jsonlimits import json_too_deep, too_deep_message, too_large_message
 
 MESSAGE = DATABASE_UNAVAILABLE
 
@@ -75,3 +77,77 @@ class NulByteMiddleware:
         if request.path.startswith("/api/"):
             return JsonResponse(error_body(400, "invalid", message, {field: [message.split(": ", 1)[1]]}), status=400)
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+
+
+# A refused oversized JSON body is read and dropped up to this much, so that the client gets
+# the 400 rather than a connection reset mid-upload; anything larger is not worth the reading.
+DRAIN_MAX_BYTES = 32 * 1024 * 1024
+
+
+class JsonLimitsMiddleware:
+    """JSON bodies over the upload limit, or nested deeper than JSON_MAX_DEPTH, are a 400 that
+    names the limit, before any parser sees them (a 100,000-deep ``params`` was a RecursionError
+    and a 500). Form fields get the same depth check: the new-run page takes JSON params in a
+    textarea, and DRF's JSONField parses a form's value as JSON. DRF reads the body from
+    ``request.body`` (or ``request.POST``) afterwards, so it is read once."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        content_type = request.content_type or ""
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return self.get_response(request)
+        if content_type == "application/json" or content_type.endswith("+json"):
+            refused = self._check_json(request)
+        elif content_type == "application/x-www-form-urlencoded" or (
+                content_type == "multipart/form-data" and not request.path.startswith("/api/")):
+            # Multipart API bodies are left to DRF's parsers (apps.core.api.parsers checks them
+            # there): reading an upload here would take it from the view's own upload handling.
+            refused = self._check_form(request)
+        else:
+            refused = None
+        return refused or self.get_response(request)
+
+    def _check_json(self, request: HttpRequest) -> HttpResponse | None:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            size = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            size = 0  # Django reads no body then either
+        if limit is not None and size > limit:
+            _drain(request, size)
+            return _refuse(request, "too_large", "body", too_large_message(size, limit=limit), as_json=True)
+        depth = json_too_deep(request.body)
+        if depth is not None:
+            return _refuse(request, "too_deep", "body", too_deep_message(depth), as_json=True)
+        return None
+
+    def _check_form(self, request: HttpRequest) -> HttpResponse | None:
+        try:
+            fields = request.POST
+        except MultiPartParserError:
+            return None  # a broken upload is the view's (or CSRF's) to refuse, as before
+        for name, values in fields.lists():
+            for value in values:
+                depth = json_too_deep(value)
+                if depth is not None:
+                    return _refuse(request, "too_deep", name[:40], too_deep_message(depth))
+        return None
+
+
+def _drain(request: HttpRequest, size: int) -> None:
+    if size > DRAIN_MAX_BYTES:
+        return
+    try:
+        while request.read(1024 * 1024):
+            pass
+    except OSError:
+        pass  # the client went away: nothing to answer anyway
+
+
+def _refuse(request: HttpRequest, code: str, field: str, message: str, *, as_json: bool = False) -> HttpResponse:
+    text = f"{field}: {message}"
+    if as_json or request.path.startswith("/api/") or "json" in request.headers.get("Accept", ""):
+        return JsonResponse(error_body(400, code, text, {field: [message]}), status=400)
+    return HttpResponseBadRequest(text, content_type="text/plain; charset=utf-8")

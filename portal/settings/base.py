@@ -53,6 +53,8 @@ MIDDLEWARE = [
     "apps.core.conditional.ApiConditionalGetMiddleware",
     "apps.core.middleware.DatabaseUnavailableMiddleware",
     "apps.core.middleware.NulByteMiddleware",
+    # Before anything parses a body (CSRF reads forms): deep or oversized JSON is a 400 naming the limit.
+    "apps.core.middleware.JsonLimitsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -147,8 +149,9 @@ LOGOUT_REDIRECT_URL = "/login/"
 REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
         "apps.core.api.parsers.JSONParser",  # refuses NUL characters, which PostgreSQL cannot store
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        # Refuse fields nested past JSON_MAX_DEPTH: DRF's JSONField json.loads a form's value.
+        "apps.core.api.parsers.FormParser",
+        "apps.core.api.parsers.MultiPartParser",
     ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.accounts.authentication.ApiTokenAuthentication",

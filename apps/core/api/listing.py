@@ -16,7 +16,7 @@ Views that are not list actions (a run's checkpoints, the nodes overview) call
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -26,6 +26,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
+from apps.core.dates import datetime_utc
 from apps.core.errors import FieldError
 
 ORDERING_PARAM = "ordering"
@@ -78,7 +79,8 @@ def ordering_parameter(fields: Mapping[str, str] | Sequence[str], default: str) 
 
 
 def datetime_param(request: Request, name: str) -> datetime | None:
-    """An ISO 8601 date-time query parameter (naive = UTC), None when absent; FieldError when bad."""
+    """An ISO 8601 date-time query parameter (naive = UTC) in UTC, None when absent; FieldError
+    when bad or out of range (apps.core.dates)."""
     raw = request.query_params.get(name)
     if raw is None or not raw.strip():
         return None
@@ -94,7 +96,7 @@ def datetime_param(request: Request, name: str) -> datetime | None:
             break
     if parsed is None:
         raise FieldError(name, f"must be an ISO 8601 date-time such as 2025-01-31T12:00:00Z (got {raw[:40]!r})")
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return datetime_utc(parsed, field=name)
 
 
 def updated_after_apply(queryset: QuerySet[Any], request: Request, *, field: str = "updated_at") -> QuerySet[Any]:
