@@ -188,7 +188,9 @@ class BudgetStatus:
 
     @property
     def remaining(self) -> Decimal | None:
-        return None if self.budget is None else self.budget.amount - self.spent
+        """What is left to admit new work against: the amount less this period's spend and what
+        unfinished runs may still spend (admission counts both, apps.billing.services)."""
+        return None if self.budget is None else self.budget.amount - self.spent - self.reserved
 
     @property
     def percent(self) -> float | None:

@@ -33,6 +33,8 @@ class RunCreateSerializer(serializers.Serializer[Run]):
 
 
 class TrialsRequestSerializer(serializers.Serializer[Any]):
+    project = serializers.CharField(required=False, help_text="Project id or 'team/project' the submission would go to: "
+                                                              "one of your teams' projects, else a 400 naming it.")
     template = serializers.CharField(help_text="Template slug; the latest published version unless template_version is given.")
     template_version = serializers.IntegerField(required=False, min_value=1)
     params = serializers.JSONField(required=False, default=dict, help_text="The parameters the submission would send.")

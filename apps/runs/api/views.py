@@ -175,10 +175,12 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
     def trials(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """How many runs a submission of `template` with `params` would queue: a sweep's trial
         count, as the submission counts it (the submit page multiplies a trial's cost by it), else 1.
-        Nothing is written; a bad sweep is a 400 naming the field."""
+        Nothing is written; a bad sweep, or a `project` not of your teams, is a 400 naming the field."""
         body = TrialsRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        if "project" in data:  # as a submission would: another team's project is answered as a missing one
+            project_from_ref(user=request.user, ref=data["project"])
         try:
             template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
         except NotFound as err:
