@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import dj_database_url
@@ -193,7 +194,21 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Login lockouts and API throttles are counted in Redis, in one place for every web process and
+# host (a per-process cache let each gunicorn worker count alone). It answers as an empty cache
+# while Redis is down (apps.core.cache), so an outage costs the counting, not the logins. Keys
+# are per database: portals sharing one Redis (staging beside production, the live tests'
+# stacks) do not count each other's failures.
+_DB = DATABASES["default"]
+_DB_ID = hashlib.sha256(f"{_DB.get('HOST')}:{_DB.get('PORT')}/{_DB.get('NAME')}".encode()).hexdigest()[:12]
+CACHES = {
+    "default": {
+        "BACKEND": "apps.core.cache.SharedCache",
+        "LOCATION": env_str("TRAINYARD_CACHE_URL", env_str("REDIS_URL", "redis://127.0.0.1:6379/0")),
+        "KEY_PREFIX": env_str("TRAINYARD_CACHE_PREFIX", f"trainyard:{_DB_ID}"),
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    }
+}
 
 EMAIL_BACKEND = env_str("TRAINYARD_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("TRAINYARD_FROM_EMAIL", "trainyard@localhost")

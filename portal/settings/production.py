@@ -6,7 +6,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from portal.settings.base import *  # noqa: F403
 from portal.settings.base import DEFAULT_SECRET_KEY, SECRET_KEY
-from portal.settings.env import env_bool, env_int, env_str
+from portal.settings.env import env_bool, env_int
 
 if SECRET_KEY == DEFAULT_SECRET_KEY or len(SECRET_KEY) < 50:
     raise ImproperlyConfigured("TRAINYARD_SECRET_KEY must be set to a random value of at least 50 characters")
@@ -28,13 +28,3 @@ SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]}  # noqa: F405
-
-# Several web processes and hosts: login lockout counters and API throttles must be counted in
-# one place, not per process (the default in-memory cache would let each worker count alone).
-CACHES = {
-    "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": env_str("TRAINYARD_CACHE_URL", REDIS_URL),  # noqa: F405
-        "KEY_PREFIX": "trainyard",
-    }
-}

@@ -15,6 +15,9 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("TRAINYARD_CELERY_EAGER", True)
 CELERY_TASK_EAGER_PROPAGATES = True
 # Test receivers listen on 127.0.0.1; the guard's refusals have their own tests (override_settings).
 TRAINYARD_WEBHOOK_ALLOW_PRIVATE = True
+# In-process tests count lockouts per process; the shared Redis cache has its own tests
+# (tests/foundation/test_shared_lockout.py).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"login": "1000/min", "token": "1000/min", "forecast": "1000/min"}}  # noqa: F405
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -24,7 +24,35 @@ class LockedOut(ServiceError):
 
 
 class TokenThrottle(AnonRateThrottle):
+    """Failed password checks per address: a burst of correct logins behind one address (a
+    team's NAT, a CI fleet) must not lock its other users out. A request is refused once the
+    address has `rate` failures in the window; only ObtainTokenView's failures are counted, in
+    the shared cache, so every web process sees them."""
+
     scope = "token"
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        limit, window = self._limit()
+        self.key = self.get_cache_key(request, view)
+        if not limit or self.key is None:
+            return True
+        self.now = self.timer()
+        self.history = [at for at in self.cache.get(self.key, []) if at > self.now - window]
+        return self.throttle_failure() if len(self.history) >= limit else True
+
+    def failure_record(self, request: Any, view: Any) -> None:
+        limit, window = self._limit()
+        key = self.get_cache_key(request, view)
+        if not limit or key is None:
+            return
+        now = self.timer()
+        history = [at for at in self.cache.get(key, []) if at > now - window]
+        self.cache.set(key, [now, *history][:limit + 1], window)
+
+    def _limit(self) -> tuple[int, int]:
+        """(failures allowed, window in seconds); (0, 0) when unthrottled."""
+        count, window = self.parse_rate(self.rate)
+        return int(count or 0), int(window or 0)
 
 
 class TokenRequest(serializers.Serializer[Any]):
@@ -60,6 +88,7 @@ class ObtainTokenView(APIView):
         user = authenticate(request._request, username=username, password=data.validated_data["password"])
         if user is None:
             login_failure_record(ip=ip, username=username)
+            TokenThrottle().failure_record(request, self)
             raise ServiceError("Wrong username or password.", code="invalid_credentials")
         token, key = api_token_create(user=user, name=data.validated_data["name"])
         return Response({"token": key, "id": token.pk}, status=status.HTTP_201_CREATED)
