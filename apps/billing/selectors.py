@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from apps.core.dates import datetime_utc
 from apps.core.errors import FieldError
 from apps.core.text import is_id, plural
 from apps.nodes.models import Device, NodePool
-from apps.runs.models import FINISHED_STATUSES, Run, RunStatus
+from apps.runs.models import FINISHED_STATUSES, Attempt, Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.runs.services.runtime import runs_expected_runtimes
 from apps.tenants.models import Project
@@ -504,13 +505,16 @@ def top_runs(*, entries: QuerySet[UsageEntry], limit: int = 10) -> list[dict[str
         .annotate(cost=Sum("cost"), energy=Sum("energy_kwh"), device_seconds=Sum("device_seconds"))
         .order_by("-cost")[:limit]
     )
-    runs = Run.objects.select_related("project__team", "template").in_bulk([r["run_id"] for r in rows])
-    summaries = final_metrics(run_ids=[r["run_id"] for r in rows])
+    run_ids = [r["run_id"] for r in rows]
+    runs = Run.objects.select_related("project__team", "template").in_bulk(run_ids)
+    summaries = final_metrics(run_ids=run_ids)
+    # Per step, the run's whole energy as its attempts recorded it (every device of the gang, in
+    # joules): the period's ledger rounds energy to the milliwatt-hour and may hold only part of a run.
+    joules = dict(Attempt.objects.filter(run_id__in=run_ids).values("run_id").annotate(j=Sum("energy_j")).values_list("run_id", "j"))
     out = []
     for row in rows:
         run = runs.get(row["run_id"])
-        steps = run.steps_done if run else 0
-        energy_wh = float(row["energy"] or 0) * 1000
+        per_step = _wh_per_step(joules=float(joules.get(row["run_id"]) or 0.0), steps=run.steps_done if run else 0)
         out.append(
             {
                 "run_id": row["run_id"],
@@ -518,11 +522,28 @@ def top_runs(*, entries: QuerySet[UsageEntry], limit: int = 10) -> list[dict[str
                 "cost": costmodel.to_cents(row["cost"] or ZERO),
                 "device_hours": round(float(row["device_seconds"] or 0) / 3600, 3),
                 "energy_kwh": float(row["energy"] or 0),
-                "wh_per_step": round(energy_wh / steps, 4) if steps else None,
+                "wh_per_step": per_step,
+                "wh_per_step_text": _significant(per_step),
+                "energy_estimated": bool(run and run.energy_estimated),
                 "final_metric": summaries.get(row["run_id"]),
             }
         )
     return out
+
+
+def _wh_per_step(*, joules: float, steps: int) -> float | None:
+    """Energy of all attempts over the steps done: a resumed run's repeated steps count once, their
+    energy in full (as apps.tracking.energy_selectors). None without energy or steps, not 0."""
+    return joules / 3600 / steps if joules > 0 and steps > 0 else None
+
+
+def _significant(value: float | None, digits: int = 3) -> str:
+    """Three significant figures in plain decimals (0.0000891, 10.0): rounding to places made
+    every CPU run's figure 0.0 or 0.0001."""
+    if value is None:
+        return "–"
+    places = max(0, digits - 1 - math.floor(math.log10(value)))
+    return f"{value:,.{places}f}"
 
 
 def final_metrics(*, run_ids: Iterable[int]) -> dict[int, str]:
