@@ -2,7 +2,8 @@
 
 4xx answers are the server's verdict and raise ApiError at once (never retried); 5xx answers
 and connection errors are retried with exponential backoff and full jitter until `retry_for`
-seconds have passed (then Unreachable), or until the stop event is set.
+seconds have passed (then Unreachable), or until the stop event is set. A JSON body over the
+server's limit is refused here as a 413: sent, it only broke the connection (a broken pipe).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import IO, Any
+
+from agents import protocol
 
 log = logging.getLogger("agents.client")
 
@@ -65,6 +68,9 @@ class Client:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.credential = ""
+        # When the server last answered anything (monotonic; 0.0: never): tells a request that
+        # keeps failing on its own from a server that is away.
+        self.answered_at = 0.0
 
     def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
         headers = {"Accept": "application/json", **(extra or {})}
@@ -80,6 +86,9 @@ class Client:
         if body is not None:
             payload = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
             extra["Content-Type"] = "application/json"
+            if len(payload) > protocol.MAX_BODY_BYTES:
+                words = f"a {len(payload):,}-byte body is over the server's limit of {protocol.MAX_BODY_BYTES:,} bytes"
+                raise ApiError(413, {"error": {"status": 413, "code": "too_large", "message": words, "fields": {}}}, path)
         deadline = None if retry_for is None else time.monotonic() + retry_for
         tries = 0
         while True:
@@ -90,9 +99,12 @@ class Client:
                 req = urllib.request.Request(self.server + path, data=payload, method=method, headers=self._headers(extra))
                 with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                     raw = resp.read()
+                    self.answered_at = time.monotonic()
                     return json.loads(raw) if raw else None
             except urllib.error.HTTPError as err:
                 raw = err.read()
+                if err.code < 500:
+                    self.answered_at = time.monotonic()
                 try:
                     parsed: Any = json.loads(raw)
                 except ValueError:

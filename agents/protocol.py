@@ -8,7 +8,7 @@ Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` 
   POST heartbeat/                HeartbeatRequest -> HeartbeatResponse (409 = session superseded)
   POST claim/                    ClaimRequest -> ClaimResponse (long poll, at most MAX_CLAIM_WAIT_S)
   POST events/                   AttemptEvent -> {"ok": true}
-  POST logs/                     LogBatch -> {"accepted": n}
+  POST logs/                     LogBatch -> {"accepted": n} (each body under MAX_BODY_BYTES)
   POST energy/                   EnergyBatch -> {"accepted": n}
   POST progress/                 ProgressReport -> {"ok": true}
   POST checkpoints/              CheckpointReport -> {"id", "stored"}
@@ -31,13 +31,19 @@ from typing import Literal, NotRequired, TypedDict
 #    heartbeat "offline".
 # 3: one process per device: world_size counts processes (nnodes x local_world_size), "launch",
 #    POST rendezvous/ (the port is rank 0's to choose), "ranks" and "failed_rank" on exits.
-PROTOCOL_VERSION = 3
+# 4: log chunks of stream "agent": the agent's note of output it dropped from a flooding job.
+PROTOCOL_VERSION = 4
 AGENT_VERSION = "0.1.0"
 API_PREFIX = "/api/v1/agent/"
 MAX_CLAIM_WAIT_S = 25
 MAX_METRIC_POINTS = 10_000
 MAX_LOG_CHUNK_BYTES = 64 * 1024
 MAX_LOG_CHUNKS = 200
+# The server refuses a request body over this many bytes (Django's DATA_UPLOAD_MAX_MEMORY_SIZE,
+# its default stated here): the agent keeps every JSON body under it (tests/agents/test_log_flood.py).
+MAX_BODY_BYTES = 2_621_440
+# "agent": a line the agent wrote itself (how much of a rank's stdout or stderr it dropped).
+LOG_STREAMS = ("stdout", "stderr", "agent")
 MAX_ENERGY_SAMPLES = 1000
 
 # "max_runtime" is the agent's own: the job ran past its run's max_runtime_s.
@@ -225,7 +231,7 @@ class RendezvousInfo(TypedDict):
 class LogChunkMsg(TypedDict):
     rank: int
     seq: int
-    stream: str
+    stream: str  # one of LOG_STREAMS
     text: str
 
 

@@ -3,9 +3,12 @@ measures (energy) and decides (attempt events) to the server, through a bounded 
 
 Tailers read new complete lines from each attempt's files, turn them into spool items (one JSON
 file each, fsync'd) and only then advance their durable offsets, so a crash replays at worst a
-batch the server already has (replays are idempotent server-side). One sender thread posts
-items oldest first; when the server is unreachable it backs off and keeps them, so jobs keep
-running. Past `spool_max_bytes` the oldest metric batches are dropped, and counted.
+batch the server already has (replays are idempotent server-side). Logs are capped per rank and
+stream (agents.logcap). One sender thread posts items oldest first in two lanes per attempt,
+logs and the rest, so that a log upload that fails cannot hold back an exit; when the server is
+unreachable it backs off and keeps them, so jobs keep running. An item that keeps failing while
+the server answers others is dropped after MAX_STRIKES. Past `spool_max_bytes` the oldest metric
+batches are dropped, and counted.
 """
 
 from __future__ import annotations
@@ -22,10 +25,20 @@ from typing import Any
 
 from agents import protocol
 from agents.client import ApiError, Client, Unreachable
+from agents.logcap import LogCap, LogLimits
 from agents.redact import Redactor
 
 log = logging.getLogger("agents.shipper")
 P = protocol.API_PREFIX
+# A log batch is kept to half the server's limit: room for a proxy's or a setting's lower one.
+LOG_BATCH_BYTES = protocol.MAX_BODY_BYTES // 2
+# Text per log chunk, in bytes: decoded and escaped, it stays under the server's per-chunk limit.
+LOG_CHUNK_BYTES = protocol.MAX_LOG_CHUNK_BYTES // 2
+# Failures of one item while the server answered others, before the item is dropped.
+MAX_STRIKES = 5
+STRIKE_BACKOFF_S = 2.0  # doubled with each strike, at most a minute
+# The server answered something this recently (the heartbeat does every few seconds): it is there.
+ANSWERED_RECENTLY_S = 15.0
 
 
 def _atomic_write(path: Path, text: str, *, fsync: bool = True) -> None:
@@ -56,7 +69,7 @@ class Spool:
         text = json.dumps({"kind": kind, **item}, separators=(",", ":"), allow_nan=False)
         with self.lock:
             self.counter += 1
-            path = self.dir / f"{self.counter:020d}-{kind}.json"
+            path = self.dir / f"{self.counter:020d}-{kind}.{int(item.get('attempt_id', 0))}.json"
             _atomic_write(path, text)
             self.bytes += len(text)
             if self.bytes > self.max_bytes:
@@ -64,7 +77,7 @@ class Spool:
         self.wake.set()
 
     def _shed(self) -> None:
-        for path in sorted(self.dir.glob("*-metrics.json")):
+        for path in sorted(self.dir.glob("*-metrics.*json")):
             if self.bytes <= self.max_bytes:
                 return
             try:
@@ -81,6 +94,17 @@ class Spool:
     def items(self) -> list[Path]:
         return sorted(self.dir.glob("*.json"))
 
+    def rewrite(self, path: Path, item: dict[str, Any]) -> None:
+        """Keep what the sender learned about an item (its strikes) across restarts."""
+        text = json.dumps(item, separators=(",", ":"), allow_nan=False)
+        with self.lock:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                return  # shed or sent meanwhile
+            _atomic_write(path, text)
+            self.bytes += len(text) - size
+
     def remove(self, path: Path) -> None:
         with self.lock:
             try:
@@ -89,6 +113,13 @@ class Spool:
                 self.bytes -= size
             except FileNotFoundError:
                 return
+
+
+def lane(path: Path) -> tuple[str, str]:
+    """Items in one lane go in order; lanes do not wait for each other. Names are
+    <counter>-<kind>.<attempt>.json (<counter>-<kind>.json before lanes)."""
+    kind, _, attempt = path.name.removesuffix(".json").partition("-")[2].partition(".")
+    return ("logs" if kind == "logs" else "reports", attempt)
 
 
 @dataclass
@@ -112,10 +143,13 @@ class Tail:
     redactor: Redactor = field(default_factory=lambda: Redactor({}))
     # The global ranks of this node's processes: each writes rank<R>.<stream>.log (agents.launch).
     ranks: list[int] = field(default_factory=list)
+    # Per "rank<R>.<stream>": how much of that log is shipped, skipped or still undecided.
+    logs: dict[str, LogCap] = field(default_factory=dict)
 
     def save(self) -> None:
         _atomic_write(self.state_path, json.dumps({"offsets": self.offsets, "log_seq": self.log_seq, "last_step": self.last_step,
-                                                   "total_steps": self.total_steps, "progress_sent": list(self.progress_sent)}))
+                                                   "total_steps": self.total_steps, "progress_sent": list(self.progress_sent),
+                                                   "logs": {k: cap.to_json() for k, cap in self.logs.items()}}))
 
     def load(self) -> None:
         if self.state_path.exists():
@@ -123,11 +157,52 @@ class Tail:
             self.offsets, self.log_seq = data["offsets"], data["log_seq"]
             self.last_step, self.total_steps = data.get("last_step"), data.get("total_steps")
             self.progress_sent = tuple(data.get("progress_sent") or (None, None))  # type: ignore[assignment]
+            self.logs = {k: LogCap.from_json(v) for k, v in (data.get("logs") or {}).items()}
+            for key, offset in self.offsets.items():
+                if key.startswith("rank") and key not in self.logs:  # state written before logs were capped
+                    self.logs[key] = LogCap(offset=offset, shipped=offset)
+
+    def log_cap(self, key: str) -> LogCap:
+        return self.logs.setdefault(key, LogCap())
 
 
 def _error_code(err: ApiError) -> str:
     error = err.body.get("error") if isinstance(err.body, dict) else None
     return str(error.get("code", "")) if isinstance(error, dict) else ""
+
+
+def _utf8_pieces(data: bytes, size: int) -> list[str]:
+    """data as text in pieces of at most `size` bytes, cut between characters where it can be."""
+    out = []
+    i = 0
+    while i < len(data):
+        j = min(len(data), i + size)
+        k = j
+        while j < len(data) and k > max(i, j - 3) and data[k] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+            k -= 1
+        if j < len(data) and k > i and data[k] & 0xC0 != 0x80:
+            j = k
+        out.append(data[i:j].decode("utf-8", errors="replace"))
+        i = j
+    return out
+
+
+def log_batches(attempt_id: int, number: int, chunks: list[protocol.LogChunkMsg]) -> list[protocol.LogBatch]:
+    """Chunks in bodies of at most LOG_BATCH_BYTES and MAX_LOG_CHUNKS chunks each."""
+    envelope = len(json.dumps({"attempt_id": attempt_id, "number": number, "chunks": []}, separators=(",", ":")))
+    batches: list[protocol.LogBatch] = []
+    current: list[protocol.LogChunkMsg] = []
+    size = envelope
+    for chunk in chunks:
+        n = len(json.dumps(chunk, separators=(",", ":"))) + 1
+        if current and (size + n > LOG_BATCH_BYTES or len(current) >= protocol.MAX_LOG_CHUNKS):
+            batches.append({"attempt_id": attempt_id, "number": number, "chunks": current})
+            current, size = [], envelope
+        current.append(chunk)
+        size += n
+    if current:
+        batches.append({"attempt_id": attempt_id, "number": number, "chunks": current})
+    return batches
 
 
 def _read_new(path: Path, offset: int, *, final: bool, limit: int = 8 << 20) -> tuple[bytes, int]:
@@ -147,8 +222,13 @@ def _read_new(path: Path, offset: int, *, final: bool, limit: int = 8 << 20) -> 
 
 
 class Shipper:
-    def __init__(self, client: Client, spool: Spool, *, interval: float, on_stale: Callable[[int, str], None]) -> None:
+    def __init__(self, client: Client, spool: Spool, *, interval: float, on_stale: Callable[[int, str], None],
+                 log_limits: LogLimits | None = None, retry_for: float = 10.0) -> None:
         self.client = client
+        self.retry_for = retry_for  # how long one try of an item retries before it counts as failed
+        self.log_limits = log_limits or LogLimits()
+        # Spool item name -> the monotonic time it may be tried again (it holds up its lane till then).
+        self.held: dict[str, float] = {}
         self.spool = spool
         self.interval = interval
         self.on_stale = on_stale
@@ -302,19 +382,22 @@ class Shipper:
 
     def _tail_log(self, tail: Tail, rank: int, stream: str, final: bool) -> bool:
         key = f"rank{rank}.{stream}"
-        data, new = _read_new(tail.log_dir / f"{key}.log", tail.offsets.get(key, 0), final=final)
-        if not data:
+        cap = tail.log_cap(key)
+        pieces = cap.take(tail.log_dir / f"{key}.log", final=final, now=time.time(), limits=self.log_limits,
+                          label=f"rank {rank} {stream}")
+        if not pieces:
             return False
-        tail.offsets[key] = new
         chunks: list[protocol.LogChunkMsg] = []
-        size = protocol.MAX_LOG_CHUNK_BYTES // 2  # characters may take up to 2x after decoding/escaping
-        for i in range(0, len(data), size):
-            tail.log_seq += 1
-            chunks.append({"rank": rank, "seq": tail.log_seq, "stream": stream,
-                           "text": data[i:i + size].decode("utf-8", errors="replace")})
-        for i in range(0, len(chunks), protocol.MAX_LOG_CHUNKS):
-            body: protocol.LogBatch = {"attempt_id": tail.attempt_id, "number": tail.number,
-                                       "chunks": chunks[i:i + protocol.MAX_LOG_CHUNKS]}
+        for content in pieces:
+            if isinstance(content, str):
+                tail.log_seq += 1
+                chunks.append({"rank": rank, "seq": tail.log_seq, "stream": "agent", "text": content})
+                log.warning("attempt %d: %s", tail.attempt_id, content.strip())
+                continue
+            for text in _utf8_pieces(content, LOG_CHUNK_BYTES):
+                tail.log_seq += 1
+                chunks.append({"rank": rank, "seq": tail.log_seq, "stream": stream, "text": text})
+        for body in log_batches(tail.attempt_id, tail.number, chunks):
             self.spool.put("logs", {"path": P + "logs/", "attempt_id": tail.attempt_id, "body": body})
         return True
 
@@ -326,31 +409,89 @@ class Shipper:
                 self.spool.wake.wait(1.0)
                 self.spool.wake.clear()
                 continue
-            for path in items:
-                if self.stop.is_set():
-                    return
-                try:
-                    item = json.loads(path.read_text())
-                except FileNotFoundError:
-                    continue  # shed meanwhile
-                except ValueError:
-                    log.error("dropping unreadable spool item %s", path.name)
-                    self.spool.remove(path)
-                    continue
-                try:
-                    self._send(item)
-                except Unreachable as err:
-                    log.warning("server unreachable, keeping %d spooled items: %s", len(items), err)
-                    self.stop.wait(1.0)
-                    break
-                self.spool.remove(path)
+            if not self._send_round(items):
+                self.stop.wait(1.0)  # the server is away: back off, keep everything
+            else:
+                held = self._held_lanes()
+                if held and all(lane(p) in held for p in self.spool.items()):
+                    # Only held items are left: wait for the first one's time, or for news.
+                    self.spool.wake.wait(min(1.0, min(self.held.values()) - time.monotonic()))
+                    self.spool.wake.clear()
 
-    def _send(self, item: dict[str, Any]) -> None:
+    def _held_lanes(self) -> set[tuple[str, str]]:
+        now = time.monotonic()
+        self.held = {name: until for name, until in self.held.items() if until > now}
+        return {lane(self.spool.dir / name) for name in self.held}
+
+    def _send_round(self, items: list[Path]) -> bool:
+        """Try each lane's items in order; False when the server did not answer at all."""
+        blocked = self._held_lanes()
+        failed: list[tuple[Path, dict[str, Any], Unreachable, float]] = []
+        for path in items:
+            if self.stop.is_set():
+                return True
+            if lane(path) in blocked:
+                continue
+            try:
+                item = json.loads(path.read_text())
+            except FileNotFoundError:
+                continue  # shed meanwhile
+            except ValueError:
+                log.error("dropping unreadable spool item %s", path.name)
+                self.spool.remove(path)
+                continue
+            started = time.monotonic()
+            try:
+                # Once something failed, a short try: it is a probe of whether the server is there.
+                self._send(item, retry_for=min(2.0, self.retry_for) if item.get("strikes") or failed else self.retry_for)
+            except Unreachable as err:
+                blocked.add(lane(path))
+                failed.append((path, item, err, started))
+                if len(failed) > 1 and not self._answered_since(failed[0][3]):
+                    break  # two lanes failed and nothing answered: the server is away
+                continue
+            self.held.pop(path.name, None)
+            self.spool.remove(path)
+        if failed and not self._answered_since(failed[0][3]):
+            log.warning("server unreachable, keeping %d spooled items: %s", len(items), failed[0][2])
+            return False
+        for path, item, problem, started in failed:
+            if self._answered_since(started):
+                self._strike(path, item, problem)
+        return True
+
+    def _answered_since(self, started: float) -> bool:
+        """Whether the server answered anything while an item was being tried, or shortly before."""
+        return self.client.answered_at > started - ANSWERED_RECENTLY_S
+
+    def _strike(self, path: Path, item: dict[str, Any], err: Unreachable) -> None:
+        """The server answers others but not this item (a 5xx of its own, a connection it breaks):
+        retried with backoff, without holding up the other lane, and dropped after MAX_STRIKES,
+        also across restarts."""
+        item["strikes"] = strikes = int(item.get("strikes", 0)) + 1
+        if strikes >= MAX_STRIKES:
+            log.error("dropping a %s report for attempt %s: it failed %d times while the server answered others: %s",
+                      item.get("kind"), item.get("attempt_id"), strikes, err)
+            self.held.pop(path.name, None)
+            self.spool.remove(path)
+            return
+        delay = min(60.0, STRIKE_BACKOFF_S * 2 ** (strikes - 1))
+        log.warning("a %s report for attempt %s failed while the server answers others (%d of %d); trying it again in %.0f s: %s",
+                    item.get("kind"), item.get("attempt_id"), strikes, MAX_STRIKES, delay, err)
+        self.spool.rewrite(path, item)
+        self.held[path.name] = time.monotonic() + delay
+
+    def _send(self, item: dict[str, Any], *, retry_for: float = 10.0) -> None:
         attempt_id = int(item.get("attempt_id", 0))
         if attempt_id in self.stale:
             return
         try:
-            resp = self.client.request("POST", item["path"], item["body"], retry_for=10.0)
+            if item["kind"] == "logs":
+                # Batches spooled before they were kept under the limit go in parts.
+                for body in log_batches(item["body"]["attempt_id"], item["body"]["number"], item["body"]["chunks"]):
+                    self._post_logs(body, retry_for=retry_for)
+                return
+            resp = self.client.request("POST", item["path"], item["body"], retry_for=retry_for)
             if item["kind"] == "checkpoint" and isinstance(resp, dict) and not resp.get("stored"):
                 self._upload(int(resp["id"]), Path(item["file"]))
         except ApiError as err:
@@ -363,6 +504,19 @@ class Shipper:
                 self.on_stale(attempt_id, str(err))
             else:
                 log.error("server refused a %s batch, dropping it: %s", item["kind"], err)
+
+    def _post_logs(self, body: protocol.LogBatch, *, retry_for: float) -> None:
+        """A batch the server finds too large goes again in halves (its limit may be lower than
+        the protocol's); a single chunk it refuses is dropped like any refused batch."""
+        try:
+            self.client.request("POST", P + "logs/", body, retry_for=retry_for)
+        except ApiError as err:
+            if not (err.status == 413 or err.code == "too_large") or len(body["chunks"]) < 2:
+                raise
+            half = len(body["chunks"]) // 2
+            log.warning("server refused a log batch as too large (%s); sending it in halves", err)
+            for chunks in (body["chunks"][:half], body["chunks"][half:]):
+                self._post_logs({"attempt_id": body["attempt_id"], "number": body["number"], "chunks": chunks}, retry_for=retry_for)
 
     def _upload(self, checkpoint_id: int, path: Path) -> None:
         try:

@@ -199,8 +199,8 @@ class LogView(AgentView):
             if not isinstance(text, str) or len(text) > protocol.MAX_LOG_CHUNK_BYTES:
                 raise FieldError(f"chunks[{i}].text", f"a string of at most {protocol.MAX_LOG_CHUNK_BYTES} characters")
             stream = chunk.get("stream", "stdout")
-            if stream not in ("stdout", "stderr"):
-                raise FieldError(f"chunks[{i}].stream", "stdout or stderr")
+            if stream not in protocol.LOG_STREAMS:
+                raise FieldError(f"chunks[{i}].stream", "one of " + ", ".join(protocol.LOG_STREAMS))
             rows.append(LogChunk(run_id=attempt.run_id, attempt=attempt, rank=_int(chunk, "rank", maximum=100_000),
                                  seq=_int(chunk, "seq", maximum=2**31 - 1), stream=stream, text=text.replace("\x00", "")))
         LogChunk.objects.bulk_create(rows, ignore_conflicts=True)
