@@ -4,3 +4,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
 application = get_wsgi_application()
+
+from apps.nodes.pulse import pulse_start  # noqa: E402  (needs the apps loaded above)
+
+pulse_start()  # the lost-node sweep counts a node's silence only while the web tier was up

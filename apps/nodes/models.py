@@ -111,13 +111,20 @@ class JoinToken(models.Model):
 
 
 class SweepWatch(models.Model):
-    """When the lost-node sweep last ran (one row). A long gap means the sweeper itself was
-    down (worker, broker or database outage): heartbeats could not land either, so silent
-    nodes then get one node timeout of grace before they are declared lost."""
+    """What the lost-node sweep weighs a node's silence against (one row).
+
+    When the sweep last ran: a long gap means the sweeper itself was down (worker, broker or
+    database outage), so silent nodes then get one node timeout of grace. And the web tier's
+    pulse: the latest stretch of time in which it was up to hear agents. A node's silence counts
+    only while the web tier was up (README: "When is a node lost?")."""
 
     SINGLETON = 1
     last_sweep_at = models.DateTimeField(null=True, blank=True)
     grace_until = models.DateTimeField(null=True, blank=True)
+    # Every web process pulses every TRAINYARD_WEB_PULSE_S; a break of more than three pulses
+    # starts a new stretch. Null: no web process has pulsed yet.
+    web_up_since = models.DateTimeField(null=True, blank=True)
+    web_pulse_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
-        return f"last sweep {self.last_sweep_at}, grace until {self.grace_until}"
+        return f"last sweep {self.last_sweep_at}, grace until {self.grace_until}, web up {self.web_up_since}-{self.web_pulse_at}"

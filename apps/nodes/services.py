@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from agents import protocol
@@ -531,8 +532,23 @@ def node_mark_lost(*, node_id: int) -> bool:
     return True
 
 
-def sweep_grace_until(*, now: datetime) -> datetime | None:
-    """Record this sweep; the end of the grace period silent nodes get, if any.
+def web_pulse(*, now: datetime) -> None:
+    """Record that a web process is up now (apps.nodes.pulse calls this every TRAINYARD_WEB_PULSE_S).
+
+    A break of more than three pulses since the last one (from any web process) means the web
+    tier was down: its up-stretch starts again from now. The conditional UPDATE never moves the
+    pulse backwards, whichever process writes last.
+    """
+    back = now - timedelta(seconds=3 * settings.TRAINYARD_WEB_PULSE_S)
+    broken = Q(web_pulse_at__isnull=True) | Q(web_pulse_at__lt=back) | Q(web_up_since__isnull=True)
+    updated = (SweepWatch.objects.filter(Q(web_pulse_at__isnull=True) | Q(web_pulse_at__lt=now), pk=SweepWatch.SINGLETON)
+               .update(web_up_since=Case(When(broken, then=Value(now)), default=F("web_up_since")), web_pulse_at=now))
+    if not updated:
+        SweepWatch.objects.get_or_create(pk=SweepWatch.SINGLETON, defaults={"web_up_since": now, "web_pulse_at": now})
+
+
+def sweep_grace_until(*, now: datetime) -> SweepWatch:
+    """Record this sweep; the watch row, with the end of the grace period silent nodes get, if any.
 
     Sweeps run every few seconds. A gap longer than max(TRAINYARD_SWEEP_GAP_S, half the node
     timeout) since the last one means the sweeper was down, and whatever stopped it (a worker,
@@ -550,22 +566,48 @@ def sweep_grace_until(*, now: datetime) -> datetime | None:
                         now - watch.last_sweep_at, gap, watch.grace_until.isoformat())
         watch.last_sweep_at = now
         watch.save(update_fields=["last_sweep_at", "grace_until"])
-        return watch.grace_until
+        return watch
+
+
+def silent_before(*, watch: SweepWatch, now: datetime) -> datetime | None:
+    """Nodes whose last heartbeat is older than this are lost; None: no node may be declared lost now.
+
+    A node is lost when it stayed silent for a whole node timeout while the web tier was up to
+    hear it: max(last heartbeat, web up since) + timeout <= the web tier's latest pulse. A web
+    outage (or a sweeper outage, see sweep_grace_until) is not evidence against any node; after
+    one, every node gets a full timeout from the web tier's return. Both times compared come from
+    the web tier's clocks. No pulse ever recorded (no web process of this version has run): the
+    silence alone counts, as before pulses existed.
+    """
+    timeout = timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
+    if watch.grace_until is not None and now < watch.grace_until:
+        return None
+    if watch.web_pulse_at is None or watch.web_up_since is None:
+        return now - timeout
+    heard_until = min(now, watch.web_pulse_at)
+    if heard_until - watch.web_up_since < timeout:
+        return None
+    return heard_until - timeout
 
 
 def nodes_sweep() -> dict[str, int]:
     """Declare silent nodes lost, abort gangs that did not fully start, preempt past drain deadlines."""
     now = timezone.now()
     counts = {"lost": 0, "aborted": 0, "drained": 0, "grace": 0}
-    grace_until = sweep_grace_until(now=now)
+    watch = sweep_grace_until(now=now)
     with acting_as(label="system"):
-        silent = now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
-        quiet = Node.objects.filter(state__in=[NodeState.READY, NodeState.DRAINING], last_heartbeat_at__lt=silent)
-        if grace_until is not None and now < grace_until:
-            counts["grace"] = quiet.count()
-        else:
-            for node_id in quiet.values_list("pk", flat=True):
-                counts["lost"] += int(node_mark_lost(node_id=node_id))
+        live = [NodeState.READY, NodeState.DRAINING]
+        quiet = Node.objects.filter(state__in=live, last_heartbeat_at__lt=now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S))
+        cutoff = silent_before(watch=watch, now=now)
+        lost = [] if cutoff is None else list(quiet.filter(last_heartbeat_at__lt=cutoff).values_list("pk", flat=True))
+        counts["grace"] = quiet.count() - len(lost)
+        if counts["grace"] and (watch.grace_until is None or now >= watch.grace_until):
+            log.warning("%d silent node(s) are not declared lost: the web tier was up to hear them only from %s to %s "
+                        "(less than the node timeout of %ss since their last heartbeat)", counts["grace"],
+                        watch.web_up_since and watch.web_up_since.isoformat(), watch.web_pulse_at and watch.web_pulse_at.isoformat(),
+                        settings.TRAINYARD_NODE_TIMEOUT_S)
+        for node_id in lost:
+            counts["lost"] += int(node_mark_lost(node_id=node_id))
         late = now - timedelta(seconds=settings.TRAINYARD_GANG_START_TIMEOUT_S)
         for attempt_id in Attempt.objects.filter(status=AttemptStatus.STARTING, created_at__lt=late).values_list("pk", flat=True):
             why = f"not every rank started within {settings.TRAINYARD_GANG_START_TIMEOUT_S}s"

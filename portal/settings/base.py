@@ -218,6 +218,9 @@ TRAINYARD_NODE_TIMEOUT_S = env_int("TRAINYARD_NODE_TIMEOUT_S", 30)
 # A gap this long (or half the node timeout, if longer) between lost-node sweeps means the
 # sweeper was down: silent nodes then get one node timeout of grace (apps.nodes.services).
 TRAINYARD_SWEEP_GAP_S = env_int("TRAINYARD_SWEEP_GAP_S", 20)
+# Every web process records a pulse this often: a node's silence counts against it only while
+# the web tier was up to hear it (apps.nodes.pulse; README "When is a node lost?").
+TRAINYARD_WEB_PULSE_S = env_int("TRAINYARD_WEB_PULSE_S", 2)
 TRAINYARD_GANG_START_TIMEOUT_S = env_int("TRAINYARD_GANG_START_TIMEOUT_S", 120)
 # A run requeued after an infrastructure failure waits this long before its first retry, twice
 # as long before each further one, at most TRAINYARD_RETRY_BACKOFF_MAX_S (apps.runs.services.failures).

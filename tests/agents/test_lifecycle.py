@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from apps.audit.models import AuditEvent
 from apps.nodes.models import Node, NodePool, SweepWatch
-from apps.nodes.services import node_drain, nodes_sweep
+from apps.nodes.services import node_drain, nodes_sweep, web_pulse
 from apps.runs.models import Attempt, Checkpoint, EnergySample, Run
 from apps.runs.services.placement import placement_pass
 from tests.agents.server import A, claim, make_run, register
@@ -191,3 +191,68 @@ def test_regular_sweeps_declare_silent_nodes_lost_at_once(cast: Any, pool: NodeP
     SweepWatch.objects.update(last_sweep_at=timezone.now() - timedelta(seconds=5))
     Node.objects.update(last_heartbeat_at=timezone.now() - timedelta(minutes=1))
     assert nodes_sweep() == {"lost": 1, "aborted": 0, "drained": 0, "grace": 0}
+
+
+def test_a_web_outage_is_no_evidence_against_silent_nodes(cast: Any, pool: NodePool, settings: Any) -> None:
+    """The web tier was down for a minute (worker and beat up, so sweeps went on): every node went
+    silent, and none is declared lost, during the outage or when the web returns. From the web's
+    return each node gets a whole node timeout; one that stays silent through it is lost."""
+    settings.TRAINYARD_NODE_TIMEOUT_S, settings.TRAINYARD_SWEEP_GAP_S, settings.TRAINYARD_WEB_PULSE_S = 30, 20, 2
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    base = start(client, reg["session"])
+    register(pool, "n2")
+    now = timezone.now()
+    # Up for ten minutes, then down for the last 61 s: the nodes' last heartbeats came just before.
+    SweepWatch.objects.update_or_create(pk=SweepWatch.SINGLETON, defaults={
+        "last_sweep_at": now - timedelta(seconds=5), "web_up_since": now - timedelta(minutes=10),
+        "web_pulse_at": now - timedelta(seconds=61)})
+    Node.objects.update(last_heartbeat_at=now - timedelta(seconds=62))
+    counts = nodes_sweep()
+    assert (counts["lost"], counts["grace"]) == (0, 2)
+    # The web is back: its up-stretch starts again, and the silence before it counts for nothing.
+    web_pulse(now=timezone.now())
+    watch = SweepWatch.objects.get()
+    assert watch.web_up_since is not None and watch.web_up_since == watch.web_pulse_at and watch.web_up_since > now
+    assert (nodes_sweep()["lost"], set(Node.objects.values_list("state", flat=True))) == (0, {"ready"})
+    # n1 checks in; n2 stays silent for a whole timeout after the web's return: only n2 is lost.
+    hb = {"session": reg["session"], "draining": False, "devices": [], "running": [{**base, "node_rank": 0}]}
+    assert client.post(A + "heartbeat/", hb, format="json").status_code == 200
+    SweepWatch.objects.update(web_up_since=timezone.now() - timedelta(seconds=31), web_pulse_at=timezone.now())
+    Node.objects.filter(agent_uid="n1").update(last_heartbeat_at=timezone.now() - timedelta(seconds=2))
+    assert nodes_sweep()["lost"] == 1
+    assert dict(Node.objects.values_list("agent_uid", "state")) == {"n1": "ready", "n2": "lost"}
+    assert Run.objects.get(pk=run.pk).status == "running"
+    assert Attempt.objects.filter(run=run).count() == 1
+
+
+def test_a_node_silent_while_the_web_was_up_is_lost_even_alone(cast: Any, pool: NodePool, settings: Any) -> None:
+    """A fleet of one: no other agent can vouch for the web tier, its own pulse does. Silent for
+    a whole timeout while the web was up: lost, also when the web went down afterwards."""
+    settings.TRAINYARD_NODE_TIMEOUT_S, settings.TRAINYARD_SWEEP_GAP_S = 30, 20
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    start(client, reg["session"])
+    now = timezone.now()
+    SweepWatch.objects.update_or_create(pk=SweepWatch.SINGLETON, defaults={
+        "last_sweep_at": now - timedelta(seconds=5), "web_up_since": now - timedelta(minutes=10),
+        "web_pulse_at": now - timedelta(seconds=20)})
+    Node.objects.update(last_heartbeat_at=now - timedelta(seconds=55))  # 35 s of silence with the web up
+    assert nodes_sweep()["lost"] == 1
+    assert Run.objects.get(pk=run.pk).status == "queued"
+    # Another node, silent for 25 s of web uptime and 60 s in all: not (yet) lost.
+    client, reg = register(pool, "n2")
+    Node.objects.filter(agent_uid="n2").update(last_heartbeat_at=now - timedelta(seconds=45))
+    SweepWatch.objects.update(web_pulse_at=now - timedelta(seconds=20))
+    assert Node.objects.get(agent_uid="n2").state == "ready" and nodes_sweep()["lost"] == 0
+
+
+def test_the_web_pulse_keeps_its_stretch_and_starts_a_new_one_after_a_break(db: Any, settings: Any) -> None:
+    settings.TRAINYARD_WEB_PULSE_S = 2
+    t0 = timezone.now()
+    for s in (0, 2, 4, 9):  # several web processes, pulses a few seconds apart
+        web_pulse(now=t0 + timedelta(seconds=s))
+    web_pulse(now=t0 + timedelta(seconds=8))  # a late writer does not move it backwards
+    assert SweepWatch.objects.values_list("web_up_since", "web_pulse_at").get() == (t0, t0 + timedelta(seconds=9))
+    web_pulse(now=t0 + timedelta(seconds=16))  # more than three pulses missed: the web was down
+    assert SweepWatch.objects.values_list("web_up_since", "web_pulse_at").get() == (t0 + timedelta(seconds=16),) * 2
