@@ -56,6 +56,17 @@ def energy_text(joules: float) -> str:
     return text
 
 
+def significant_text(value: float | None, digits: int = 3) -> str:
+    """A small figure such as watt-hours per step to `digits` significant figures, in plain
+    decimals: a CPU run's 0.0000891 Wh a step is not "0.0001", nor "8.91e-05"; a dash for none."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if value == 0:
+        return "0"
+    places = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{places}f}"
+
+
 def value_text(value: Any) -> str:
     """A parameter's value as JSON writes it (true, null, [1, 2]), strings as they are: people
     type JSON into the submit form, not Python."""

@@ -22,6 +22,7 @@ from apps.runs.detail_selectors import run_cost, run_energy
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
 from apps.tracking.display import energy_text, energy_unit, run_label, value_text
 from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
+from apps.tracking.energy_selectors import runs_energy
 from apps.tracking.environment_selectors import environment_compare
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
 
@@ -325,6 +326,7 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
     chosen = list(keys) if keys else sorted(m["key"] for m in widest[:COMPARE_MAX_KEYS])
     attempts = _latest_attempts(run_ids)
     lineages = {r.pk: _lineage(r, attempts.get(r.pk)) for r in runs}
+    energy = runs_energy(runs=runs)
     out_runs = []
     for r in runs:
         out_runs.append({
@@ -334,6 +336,7 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
             "family": r.family, "tags": r.tags, "params": r.params, "lineage": lineages[r.pk],
             "created_at": r.created_at.isoformat(), "url": f"/runs/{r.pk}/",
             "summaries": {k: summary_dict(s) for k, s in summaries[r.pk].items() if k in chosen},
+            "energy": energy[r.pk].as_dict(),
         })
     many = metric_series_many(summaries=summaries, run_ids=run_ids, keys=chosen, q=q)
     series = {k: [many[(rid, k)] for rid in run_ids] for k in chosen}

@@ -42,6 +42,7 @@ from apps.tracking.display import (
     steps_text,
     value_text,
 )
+from apps.tracking.energy_selectors import run_energy_figures, runs_energy
 from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary
 from apps.tracking.overview import ACTIVE, runs_overview
@@ -178,7 +179,9 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     lineage = selectors.run_lineage(run=run, attempt=history[-1] if history else None)
     sweep = selectors.sweep_trials(parent=run, runs=visible) if run.template.kind == TemplateKind.SWEEP else None
     environments = environment_selectors.run_environments(run=run)
+    energy = None if sweep is not None else run_energy_figures(run=run)
     return render(request, "tracking/run_detail.html", {
+        "energy": energy, "energy_text": energy.as_dict() if energy is not None else None,
         "environments": environments, "package_sets": _package_sets(environments),
         "run": run, "progress": selectors.run_progress(run=run), "events": events, "older_events": older_events,
         "lineage": lineage, "reported": _value_rows(lineage["reported"]), "params": _value_rows(run.params),
@@ -276,8 +279,12 @@ def compare_page(request: HttpRequest) -> HttpResponse:
             context = {"problem": problem, "ids": ids, "runs_param": ",".join(str(i) for i in ids if i in names)}
             return render(request, "tracking/compare.html", context, status=404)
         environment = environment_selectors.environment_compare(run_ids=ids)
+        looks = _compare_looks(ids, names)
+        energy = _compare_energy(request, looks)
         return render(request, "tracking/compare.html", {"problem": None, "ids": ids, "runs_param": ",".join(map(str, ids)),
-                                                         "compare_runs": _compare_looks(ids, names),
+                                                         "compare_runs": looks,
+                                                         "compare_energy": energy,
+                                                         "compare_energy_samples": any(e["wh_per_1k_samples"] is not None for e in energy),
                                                          "compare_metrics": selectors.metric_coverage(run_ids=ids),
                                                          "environment": environment,
                                                          "environment_differs": [f for f in environment["fields"] if f["differs"]],
@@ -290,6 +297,13 @@ def _compare_looks(ids: list[int], names: dict[int, str]) -> list[dict[str, Any]
     """How the comparison shows each run: one label, and one colour on every chart and table of
     the page (static/tracking/compare.js reads these rather than counting colours of its own)."""
     return [{"id": pk, "label": run_label(pk=pk, name=names[pk]), "color": run_color(i)} for i, pk in enumerate(ids)]
+
+
+def _compare_energy(request: HttpRequest, looks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each compared run's energy figures, in the comparison's order and colours."""
+    runs = {r.pk: r for r in run_list(user=request.user).filter(pk__in=[look["id"] for look in looks])}
+    figures = runs_energy(runs=list(runs.values()))
+    return [{**look, **figures[look["id"]].as_dict()} for look in looks]
 
 
 @login_required
@@ -306,14 +320,17 @@ def compare_csv(request: HttpRequest) -> HttpResponse:
     writer = csv.writer(response)
     params = [row["name"] for row in data["params"]]
     stats = ("last", "min", "max", "count")
+    energy_columns = ("energy_wh", "wh_per_step", "wh_per_1k_samples", "estimated")
     writer.writerow(["run", "name", "status", "template", *[f"param:{p}" for p in params],
-                     *[f"{k}:{s}" for k in data["keys"] for s in stats]])
+                     *[f"{k}:{s}" for k in data["keys"] for s in stats], *[f"energy:{c}" for c in energy_columns]])
     for i, r in enumerate(data["runs"]):
         row = [r["id"], r["name"], r["status"], f'{r["template"]} v{r["template_version"]}']
         row += [json.dumps(p["values"][i]) if isinstance(p["values"][i], (dict, list)) else p["values"][i] for p in data["params"]]
         for k in data["keys"]:
             summary = r["summaries"].get(k, {})
             row += [summary.get(s, "") for s in stats]
+        energy = r["energy"]
+        row += ["" if energy[c] is None or (c == "energy_wh" and not energy["measured"]) else energy[c] for c in energy_columns]
         writer.writerow(row)
     return response
 

@@ -188,6 +188,21 @@ class DiffRowSerializer(serializers.Serializer[Any]):
     differs = serializers.BooleanField()
 
 
+class RunEnergySerializer(serializers.Serializer[Any]):
+    energy_j = serializers.FloatField()
+    energy_wh = serializers.FloatField()
+    estimated = serializers.BooleanField(help_text="Estimated (CPU slots, or power without an energy counter), not measured.")
+    measured = serializers.BooleanField(help_text="Whether any energy was recorded at all.")
+    steps_done = serializers.IntegerField()
+    samples = serializers.FloatField(allow_null=True, help_text="Training samples seen, where the job reports them.")
+    samples_source = serializers.CharField(help_text="Where samples comes from: the job's samples metric, or batch_size x steps.")
+    wh_per_step = serializers.FloatField(allow_null=True, help_text="Energy of all attempts / steps done: per useful step.")
+    wh_per_1k_samples = serializers.FloatField(allow_null=True)
+    wh_text = serializers.CharField()
+    wh_per_step_text = serializers.CharField()
+    wh_per_1k_samples_text = serializers.CharField()
+
+
 class CompareRunSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -206,6 +221,7 @@ class CompareRunSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     url = serializers.CharField(help_text="The run's page.")
     summaries = serializers.DictField(child=MetricSummarySerializer(), help_text="Per chosen key.")
+    energy = RunEnergySerializer(help_text="Energy of all attempts over every device of the gang; per step and per 1k samples.")
 
 
 class EnvironmentAttemptSerializer(serializers.Serializer[Any]):

@@ -1,0 +1,167 @@
+"""A run's energy per device of its gang, and per step and per sample, from the agents'
+cumulative EnergySample readings. Callers pass runs already scoped to the user."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apps.runs.models import Attempt, EnergySample, Run
+from apps.tracking.display import J_PER_WH, significant_text
+from apps.tracking.models import MetricSummary
+
+# A job reports the training samples it has seen as a cumulative `samples` metric, or says it
+# counts samples by logging `throughput` (samples/s: recipes.common), each step then being one
+# global batch of the run's `batch_size` param.
+SAMPLES_KEY = "samples"
+THROUGHPUT_KEY = "throughput"
+BATCH_PARAM = "batch_size"
+
+
+@dataclass(frozen=True)
+class DeviceEnergy:
+    """One device of the gang over all of the run's attempts. device_index -1 is a whole node
+    (an agent that measures per node, such as CPU slots read as one process tree)."""
+
+    node: str
+    device_index: int
+    energy_j: float
+    estimated: bool
+    mean_utilization: float | None
+    last_utilization: float | None
+    mean_power_w: float | None
+    last_power_w: float | None
+
+    @property
+    def device(self) -> str:
+        return "whole node" if self.device_index < 0 else str(self.device_index)
+
+    @property
+    def wh(self) -> float:
+        return self.energy_j / J_PER_WH
+
+    @property
+    def wh_text(self) -> str:
+        return significant_text(self.wh)
+
+
+@dataclass(frozen=True)
+class RunEnergyFigures:
+    """Energy of every attempt, summed over every node's devices. Per step it is divided by the
+    steps done (the furthest step reached): a resumed run's repeated steps count once, their
+    energy in full, so the figure is the energy per useful step."""
+
+    energy_j: float
+    estimated: bool
+    steps_done: int
+    samples: float | None
+    samples_source: str
+    devices: tuple[DeviceEnergy, ...]
+
+    @property
+    def measured(self) -> bool:
+        return self.energy_j > 0
+
+    @property
+    def wh(self) -> float:
+        return self.energy_j / J_PER_WH
+
+    @property
+    def wh_per_step(self) -> float | None:
+        return self.wh / self.steps_done if self.measured and self.steps_done > 0 else None
+
+    @property
+    def wh_per_1k_samples(self) -> float | None:
+        return self.wh / self.samples * 1000 if self.measured and self.samples else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as the compare API and the pages give them, with their display text."""
+        return {
+            "energy_j": self.energy_j, "energy_wh": self.wh, "estimated": self.estimated, "measured": self.measured,
+            "steps_done": self.steps_done, "samples": self.samples, "samples_source": self.samples_source,
+            "wh_per_step": self.wh_per_step, "wh_per_1k_samples": self.wh_per_1k_samples,
+            "wh_text": significant_text(self.wh) if self.measured else "–",
+            "wh_per_step_text": significant_text(self.wh_per_step),
+            "wh_per_1k_samples_text": significant_text(self.wh_per_1k_samples),
+        }
+
+
+@dataclass
+class _Device:
+    node: str
+    index: int
+    last_j: dict[int, float]  # per attempt: its last cumulative reading
+    estimated: bool = False
+    utilization: tuple[float, int] = (0.0, 0)  # sum, count
+    power: tuple[float, int] = (0.0, 0)
+    last_utilization: float | None = None
+    last_power_w: float | None = None
+
+
+def _devices(samples: Sequence[EnergySample]) -> tuple[DeviceEnergy, ...]:
+    found: dict[tuple[int, int], _Device] = {}
+    for s in samples:  # oldest first: the last reading of each attempt wins
+        d = found.setdefault((s.node_id, s.device_index), _Device(node=s.node.hostname, index=s.device_index, last_j={}))
+        d.last_j[s.attempt_id] = s.energy_j
+        d.estimated |= s.estimated
+        if s.utilization is not None:
+            d.utilization = (d.utilization[0] + s.utilization, d.utilization[1] + 1)
+            d.last_utilization = s.utilization
+        if s.power_w is not None:
+            d.power = (d.power[0] + s.power_w, d.power[1] + 1)
+            d.last_power_w = s.power_w
+    rows = [
+        DeviceEnergy(node=d.node, device_index=d.index, energy_j=sum(d.last_j.values()), estimated=d.estimated,
+                     mean_utilization=d.utilization[0] / d.utilization[1] if d.utilization[1] else None,
+                     last_utilization=d.last_utilization,
+                     mean_power_w=d.power[0] / d.power[1] if d.power[1] else None, last_power_w=d.last_power_w)
+        for d in found.values()
+    ]
+    return tuple(sorted(rows, key=lambda r: (r.node, r.device_index)))
+
+
+def _samples_seen(runs: Sequence[Run]) -> dict[int, tuple[float, str]]:
+    """Training samples each run's job says it has seen, and from what; runs that do not say are left out."""
+    logged: dict[int, dict[str, float | None]] = {}
+    for run_id, key, value in MetricSummary.objects.filter(
+        run_id__in=[r.pk for r in runs], key__in=[SAMPLES_KEY, THROUGHPUT_KEY]
+    ).values_list("run_id", "key", "last_value"):
+        logged.setdefault(run_id, {})[key] = value
+    out: dict[int, tuple[float, str]] = {}
+    for run in runs:
+        keys = logged.get(run.pk, {})
+        count = keys.get(SAMPLES_KEY)
+        batch = (run.params or {}).get(BATCH_PARAM)
+        if count is not None and count > 0:
+            out[run.pk] = (float(count), f"the job's {SAMPLES_KEY} metric")
+        elif THROUGHPUT_KEY in keys and isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 and run.steps_done:
+            out[run.pk] = (float(batch * run.steps_done), f"{BATCH_PARAM} {batch} × {run.steps_done} steps")
+    return out
+
+
+def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
+    """Each run's energy figures, in three queries whatever the number of runs. A run with no
+    samples (demo history, imports) keeps the total its attempts recorded, with no devices."""
+    ids = [r.pk for r in runs]
+    samples = list(EnergySample.objects.filter(attempt__run_id__in=ids).select_related("node", "attempt").order_by("at", "id"))
+    per_run: dict[int, list[EnergySample]] = {}
+    for s in samples:
+        per_run.setdefault(s.attempt.run_id, []).append(s)
+    recorded: dict[int, float] = {}
+    for run_id, joules in Attempt.objects.filter(run_id__in=ids).values_list("run_id", "energy_j"):
+        recorded[run_id] = recorded.get(run_id, 0.0) + (joules or 0.0)
+    seen = _samples_seen(runs)
+    out = {}
+    for run in runs:
+        devices = _devices(per_run.get(run.pk, []))
+        total = sum(d.energy_j for d in devices) if devices else float(run.energy_j or recorded.get(run.pk, 0.0))
+        samples_count, source = seen.get(run.pk, (None, ""))
+        out[run.pk] = RunEnergyFigures(energy_j=total, estimated=bool(run.energy_estimated) or any(d.estimated for d in devices),
+                                       steps_done=int(run.steps_done or 0), samples=samples_count, samples_source=source,
+                                       devices=devices)
+    return out
+
+
+def run_energy_figures(*, run: Run) -> RunEnergyFigures:
+    return runs_energy(runs=[run])[run.pk]
