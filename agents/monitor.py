@@ -69,9 +69,20 @@ def job_tree(root: int, procs: dict[int, ProcInfo]) -> set[int]:
 
 
 @dataclass
+class DeviceEnergy:
+    """One GPU's share of an attempt: its energy since the attempt started and its last readings."""
+
+    energy_j: float = 0.0
+    power_w: float | None = None
+    utilization: float | None = None
+
+
+@dataclass
 class AttemptEnergy:
     energy_j: float = 0.0
     gpu_start: dict[int, float] = field(default_factory=dict)
+    # GPU jobs: per device (shipped one sample per device; energy_j is their sum).
+    devices: dict[int, DeviceEnergy] = field(default_factory=dict)
     last_cpu_s: float = 0.0
     estimated: bool = False
     updated: float = field(default_factory=time.monotonic)  # when energy_j was last brought up to date
@@ -191,21 +202,22 @@ class Monitor:
                 self.energy.pop(gone, None)
 
     def _add_gpu(self, job: Job, acc: AttemptEnergy, gpu: dict[int, GpuReading]) -> None:
-        """NVML energy counters where every device has one; else integrate power since the last update."""
+        """Per device: its NVML energy counter's delta where it has one, else its power integrated
+        since the last update (estimated); the attempt's energy is the sum over its devices."""
         elapsed = max(0.0, time.monotonic() - acc.updated)
-        total = 0.0
         for d in job.spec["devices"]:
             r = gpu.get(d)
             if r is None:
                 continue
+            dev = acc.devices.setdefault(d, DeviceEnergy())
             if r.energy_j is not None:
                 acc.gpu_start.setdefault(d, r.energy_j)
-                total += r.energy_j - acc.gpu_start[d]
+                dev.energy_j = max(dev.energy_j, r.energy_j - acc.gpu_start[d])
             elif r.power_w is not None:
-                total += r.power_w * elapsed  # no counter: integrate power samples
+                dev.energy_j += r.power_w * elapsed  # no counter: integrate power samples
                 acc.estimated = True
-        counters = all(gpu.get(d) and gpu[d].energy_j is not None for d in job.spec["devices"])
-        acc.energy_j = max(acc.energy_j, total) if counters else acc.energy_j + total
+            dev.power_w, dev.utilization = r.power_w, r.utilization
+        acc.energy_j = max(acc.energy_j, sum(dev.energy_j for dev in acc.devices.values()))
 
     def finish(self, job: Job) -> None:
         """The job exited: account for the time since the last sample and ship the final total."""
@@ -237,6 +249,11 @@ class Monitor:
                 return
             at = max(round(time.time(), 3), round(acc.last_at + 0.001, 3))
             acc.last_at = at
-            sample: protocol.EnergySampleMsg = {"device_index": -1, "at": at, "power_w": None,
-                                                "energy_j": round(acc.energy_j, 3), "utilization": None, "estimated": acc.estimated}
-        self.shipper.energy({"attempt_id": attempt_id, "number": number, "samples": [sample]})
+            samples: list[protocol.EnergySampleMsg]
+            if acc.devices:
+                samples = [{"device_index": d, "at": at, "power_w": dev.power_w, "energy_j": round(dev.energy_j, 3),
+                            "utilization": dev.utilization, "estimated": acc.estimated} for d, dev in sorted(acc.devices.items())]
+            else:  # CPU slots: the job's CPU time is measured for the whole node's share
+                samples = [{"device_index": -1, "at": at, "power_w": None, "energy_j": round(acc.energy_j, 3),
+                            "utilization": None, "estimated": acc.estimated}]
+        self.shipper.energy({"attempt_id": attempt_id, "number": number, "samples": samples})

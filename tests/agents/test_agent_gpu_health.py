@@ -88,6 +88,14 @@ def test_four_fake_gpus_energy_and_an_ecc_fault(live_stack: LiveStack, tmp_path:
     # a reading at its exit (after the interpreter started and stopped: up to a few seconds here).
     stack.wait_for(lambda: energy() >= watts * (ran - 1.0), 15, f"the run's energy to reach {watts} W x {ran - 1.0:.1f} s")
     assert energy() <= watts * (ran + 3.0), (energy(), ran)
+    # Per device too: each GPU's own counter, in proportion to its power, with its utilization.
+    per_device = {d: (e, u) for d, e, u in stack.query(
+        "SELECT s.device_index, MAX(s.energy_j), MAX(s.utilization) FROM runs_energysample s "
+        "JOIN runs_attempt t ON t.id = s.attempt_id WHERE t.run_id=? GROUP BY s.device_index", (run,))}
+    assert sorted(per_device) == [0, 1, 2, 3], per_device
+    for index, milliwatts in enumerate(POWER_MW):
+        assert per_device[index][0] == pytest.approx(per_device[0][0] * milliwatts / POWER_MW[0], rel=0.1), per_device
+        assert per_device[index][1] is not None
 
     # An ECC fault on GPU 2: unhealthy at the next heartbeat (1 s), its reason in words.
     fake.gpus[2].ecc_uncorrected = 3
