@@ -155,6 +155,44 @@ class _Blocker:
     reserved_start: float | None
 
 
+Shape = tuple[int, int]  # (nodes, devices per node) of a gang
+
+
+@dataclass(slots=True)
+class _Walk:
+    """What one pool's pass knows, and has decided so far, while it walks the line."""
+
+    cap: PoolCapacity
+    guarantees: dict[str, int]
+    # Devices each team holds in the pool, this pass's placements included.
+    held: dict[str, int]
+    limits: dict[str, int]
+    fair_share: dict[str, float]
+    # Shortest predicted runtime per gang shape among the jobs not held from outside.
+    shortest: dict[Shape, float]
+    keyed: list[OrderKey]
+    # Preemptible runs inside their team's guarantee (never victims).
+    within_run: dict[str, bool]
+    # The standing a waiting job must beat to preempt anyone; None once nobody can.
+    lowest_victim: int | None
+    # Shapes that might still start a job in this pass, and those among them with a job short
+    # enough to use the headroom. Without reasons to give, the pass ends once none is left.
+    live: set[Shape]
+    live_short: set[Shape]
+    # Runs chosen as victims in this pass, or stopping on nodes held for a preemptor.
+    taken: set[str] = field(default_factory=set)
+    # (shape, team when reclaiming) -> the highest standing that found no victims.
+    preempt_failed: dict[tuple[Shape, str], float] = field(default_factory=dict)
+    # Whether some set of ready nodes could ever hold the shape.
+    hardware: dict[Shape, bool] = field(default_factory=dict)
+    # The earliest predicted end at which the shape did not fit.
+    failed_end: dict[Shape, float] = field(default_factory=dict)
+    blockers: list[_Blocker] = field(default_factory=list)
+    reservations: int = 0
+    # Without backfill the first blocked job stops the line.
+    stop_all: bool = False
+
+
 @dataclass(slots=True)
 class _PoolPass:
     pool: str
@@ -177,37 +215,88 @@ class _PoolPass:
     fragmentation: Fragmentation | None = None
 
     def run(self) -> None:
-        policy, now, explain = self.policy, self.now, self.explain
-        cap = PoolCapacity(self.nodes, self.running, policy.packing)
-        guarantees = guarantees_by_team(self.quotas, self.pool)
+        cap = PoolCapacity(self.nodes, self.running, self.policy.packing)
+        walk = self._prepare(cap)
+        if walk is None:
+            return
+        if self.explain:
+            walk.keyed.sort()
+            self.order = tuple(item[5].id for item in walk.keyed)
+            ordered: Iterable[OrderKey] = walk.keyed
+        else:
+            # Without reasons to give, only the front of the line matters: pop it lazily.
+            heapq.heapify(walk.keyed)
+            ordered = _drain(walk.keyed)
+        self._walk(walk, ordered)
+        if self.explain:
+            self.fragmentation = self._fragmentation(cap, [item[5] for item in walk.keyed], walk.hardware)
 
-        # Preemption setup: which runs are borrowed, and the lowest standing (class, or service
-        # level once demoted: `policies.STANDING_STEP`) among the borrowed preemptible ones: a job
-        # of that standing or lower has nobody to preempt.
-        within_run: dict[str, bool] = {}
-        run_standing: dict[str, int] = {}
-        lowest_victim: int | None = None
-        if policy.preemption and any(r.preemptible and not r.stopping for r in self.running):
-            run_standing = running_standings(self.running, now, policy)
-            within_run = runs_within_guarantee(self.running, guarantees, run_standing)
-            lowest_victim = min(
-                (run_standing[r.id] for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
-                default=None,
-            )
-        self.run_standing = run_standing
+    # -- before the walk --------------------------------------------------------------------
+
+    def _prepare(self, cap: PoolCapacity) -> _Walk | None:
+        """The walk's starting state, or None when, without reasons to give, nothing can change."""
+        policy, now, explain = self.policy, self.now, self.explain
+        guarantees = guarantees_by_team(self.quotas, self.pool)
+        within_run, lowest_victim = self._victim_floor(guarantees)
+        shortest = self._survey()
         # Reclaiming borrowed devices ignores standing, so only without it can standing rule
         # preemption out.
-        by_standing = not policy.reclaim_borrowed
+        if not policy.reclaim_borrowed and lowest_victim is not None and self.top_standing <= lowest_victim:
+            lowest_victim = None  # no waiting job stands above any possible victim
+        if not explain and cap.free_sum == 0 and lowest_victim is None:
+            # A full pool with nobody to preempt: nothing can change, and no reasons were asked
+            # for, so skip ordering altogether (the common case on a busy cluster).
+            return None
 
-        # Shortest predicted runtime per gang shape: if not even that fits anywhere now, no job of
-        # the shape can start in this pass. And the highest standing of any waiting job.
-        shortest: dict[tuple[int, int], float] = {}
+        held = team_usage_devices(self.running)
+        capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
+        limits = limits_by_team(self.quotas, self.pool, capacity)
+        fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
+        if not explain and lowest_victim is None and not any(
+            cap.find(k, d, now + r) is not None and self._clears_headroom(cap, k * d, r) for (k, d), r in shortest.items()
+        ):
+            return None
+
+        keyed = order_keys(self.queued, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share)
+        return _Walk(
+            cap=cap,
+            guarantees=guarantees,
+            held=held,
+            limits=limits,
+            fair_share=fair_share,
+            shortest=shortest,
+            keyed=keyed,
+            within_run=within_run,
+            lowest_victim=lowest_victim,
+            live=set(shortest),
+            live_short={shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s},
+        )
+
+    def _victim_floor(self, guarantees: dict[str, int]) -> tuple[dict[str, bool], int | None]:
+        """Which runs are inside their guarantee, and the lowest standing (class, or service level
+        once demoted: `policies.STANDING_STEP`) among the borrowed preemptible ones: a job of that
+        standing or lower has nobody to preempt. Sets `run_standing`."""
+        if not (self.policy.preemption and any(r.preemptible and not r.stopping for r in self.running)):
+            return {}, None
+        run_standing = self.run_standing = running_standings(self.running, self.now, self.policy)
+        within_run = runs_within_guarantee(self.running, guarantees, run_standing)
+        lowest_victim = min(
+            (run_standing[r.id] for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
+            default=None,
+        )
+        return within_run, lowest_victim
+
+    def _survey(self) -> dict[Shape, float]:
+        """Shortest predicted runtime per gang shape (if not even that fits anywhere now, no job of
+        the shape can start in this pass). Sets `top_standing`, the highest of any waiting job."""
+        policy = self.policy
+        shortest: dict[Shape, float] = {}
         top_class = -1
         # The least service of a demoted job in each class: the highest standing among them.
         least_service: dict[int, float] = {}
         if self.queued:
             demote_after = demotion_threshold(policy)
-            promote_before = now - policy.class_promotion_s if policy.class_promotion_s > 0 else -INF
+            promote_before = self.now - policy.class_promotion_s if policy.class_promotion_s > 0 else -INF
             low, normal = int(PriorityClass.LOW), int(PriorityClass.NORMAL)
             for j in self.queued:
                 if j.blocked_reason is not None:
@@ -228,157 +317,116 @@ class _PoolPass:
         for demoted_class, service in least_service.items():
             top_standing = max(top_standing, standing(demoted_class, service_level(service, policy)))
         self.top_standing = top_standing
-        if by_standing and lowest_victim is not None and top_standing <= lowest_victim:
-            lowest_victim = None  # no waiting job stands above any possible victim
-        if not explain and cap.free_sum == 0 and lowest_victim is None:
-            # A full pool with nobody to preempt: nothing can change, and no reasons were asked
-            # for, so skip ordering altogether (the common case on a busy cluster).
-            return
+        return shortest
 
-        held = team_usage_devices(self.running)
-        capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
-        limits = limits_by_team(self.quotas, self.pool, capacity)
-        fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
-        headroom = policy.headroom_devices
-        if not explain and lowest_victim is None and not any(
-            cap.find(k, d, now + r) is not None and self._clears_headroom(cap, k * d, r) for (k, d), r in shortest.items()
-        ):
-            return
+    # -- the walk ---------------------------------------------------------------------------
 
-        keyed = order_keys(self.queued, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share)
-        if explain:
-            keyed.sort()
-            self.order = tuple(item[5].id for item in keyed)
-            ordered: Iterable[OrderKey] = keyed
-        else:
-            # Without reasons to give, only the front of the line matters: pop it lazily.
-            heapq.heapify(keyed)
-            ordered = _drain(keyed)
-
-        taken: set[str] = set()
-        preempt_failed: dict[tuple[tuple[int, int], str], float] = {}
-        hardware: dict[tuple[int, int], bool] = {}
-        failed_end: dict[tuple[int, int], float] = {}
-        blockers: list[_Blocker] = []
-        reservations = 0
-        reserve_depth = max(1, policy.reserve_depth)
-        stop_all = False
-        # Shapes that might still start a job in this pass, and those among them with a job short
-        # enough to use the headroom. Without reasons to give, the pass ends once none is left.
-        live = set(shortest)
-        live_short = {shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s}
-
+    def _walk(self, walk: _Walk, ordered: Iterable[OrderKey]) -> None:
+        """Each job in line order: admitted, then placed, or preempting, or reserved, or waiting."""
+        policy, explain = self.policy, self.explain
+        by_standing = not policy.reclaim_borrowed
         for position, item in enumerate(ordered, start=1):
-            mine = key_standing(item, policy) if lowest_victim is not None else 0
-            if by_standing and lowest_victim is not None and mine <= lowest_victim:
+            lowest = walk.lowest_victim
+            mine = key_standing(item, policy) if lowest is not None else 0
+            if by_standing and lowest is not None and mine <= lowest:
                 # Standing only falls along the line: from here on nobody outranks a possible victim.
-                lowest_victim = None
-            if not explain and (
-                stop_all
-                or (
-                    lowest_victim is None
-                    and (
-                        cap.free_sum == 0
-                        or not live
-                        or (headroom > 0 and cap.free_sum <= headroom and not live_short)
-                    )
-                )
-            ):
+                walk.lowest_victim = lowest = None
+            if not explain and self._exhausted(walk):
                 break
             job = item[5]
-            shape = (job.nodes, job.devices_per_node)
-            if job.blocked_reason is not None:
-                code = WaitCode.RETRY_BACKOFF if job.blocked_reason == RETRY_BACKOFF else WaitCode.BUDGET
-                self._entry(job, position, code, job.blocked_message or job.blocked_reason)
+            if not self._admitted(walk, job, position):
                 continue
-            fits_hardware = hardware.get(shape)
-            if fits_hardware is None:
-                fits_hardware = hardware[shape] = (
-                    job.nodes >= 1
-                    and job.devices_per_node >= 1
-                    and cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
-                )
-            if not fits_hardware:
-                self._no_hardware(job, position, cap)
+            klass = -item[0]  # the effective class (aging applied), as an int: cheap to compare
+            if walk.stop_all:
+                if explain:
+                    self._behind(job, PriorityClass(klass), position, walk.blockers, walk.fair_share)
                 continue
-            limit = limits.get(job.team, UNLIMITED)
-            if held.get(job.team, 0) + job.devices > limit:
+            avoid = walk.cap.avoidable(job.avoid_nodes, job.nodes, job.devices_per_node) if job.avoid_nodes else frozenset()
+            if self._place(walk, job, position, avoid):
+                continue
+            if lowest is not None and self._preempt_for(walk, job, klass, mine, lowest, position):
+                continue
+            self._wait(walk, job, klass, position, avoid)
+
+    def _exhausted(self, walk: _Walk) -> bool:
+        """Without reasons to give: whether no later job in line could start or preempt."""
+        if walk.stop_all:
+            return True
+        if walk.lowest_victim is not None:
+            return False
+        free, headroom = walk.cap.free_sum, self.policy.headroom_devices
+        return free == 0 or not walk.live or (headroom > 0 and free <= headroom and not walk.live_short)
+
+    def _admitted(self, walk: _Walk, job: QueuedJob, position: int) -> bool:
+        """False, with the reason, for a job held from outside, with no such hardware, or over quota."""
+        if job.blocked_reason is not None:
+            code = WaitCode.RETRY_BACKOFF if job.blocked_reason == RETRY_BACKOFF else WaitCode.BUDGET
+            self._entry(job, position, code, job.blocked_message or job.blocked_reason)
+            return False
+        shape = (job.nodes, job.devices_per_node)
+        fits_hardware = walk.hardware.get(shape)
+        if fits_hardware is None:
+            fits_hardware = walk.hardware[shape] = (
+                job.nodes >= 1
+                and job.devices_per_node >= 1
+                and walk.cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
+            )
+        if not fits_hardware:
+            self._no_hardware(job, position, walk.cap)
+            return False
+        limit = walk.limits.get(job.team, UNLIMITED)
+        if walk.held.get(job.team, 0) + job.devices > limit:
+            self._entry(
+                job,
+                position,
+                WaitCode.QUOTA,
+                f"Team {job.team} holds {walk.held.get(job.team, 0)} of the {limit} devices it may use in pool "
+                f"{self.pool} (guaranteed {walk.guarantees.get(job.team, 0)} plus borrowing); this job needs "
+                f"{job.devices} more.",
+            )
+            return False
+        return True
+
+    def _place(self, walk: _Walk, job: QueuedJob, position: int, avoid: frozenset[int]) -> bool:
+        """Start the job now if it fits; True when that settled its turn (started, or kept off the
+        headroom)."""
+        shape = (job.nodes, job.devices_per_node)
+        end = self.now + max(job.predicted_runtime, 0.0)
+        if not end < walk.failed_end.get(shape, INF):
+            return False
+        cap = walk.cap
+        chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid)
+        if chosen is None:
+            # Capacity only shrinks and reservations only tighten during a pass, so any later
+            # job of this shape that runs at least as long cannot fit either (unless this one
+            # was kept off some nodes).
+            if not avoid:
+                walk.failed_end[shape] = end
+            if not self.explain and cap.find(job.nodes, job.devices_per_node, self.now + walk.shortest[shape]) is None:
+                walk.live.discard(shape)
+                walk.live_short.discard(shape)
+            return False
+        headroom = self.policy.headroom_devices
+        if headroom and not self._clears_headroom(cap, job.devices, job.predicted_runtime):
+            # It fits, but only by eating the devices kept for short jobs. Not a capacity
+            # failure, so it takes no reservation (that would fence off the headroom).
+            if self.explain:
                 self._entry(
                     job,
                     position,
-                    WaitCode.QUOTA,
-                    f"Team {job.team} holds {held.get(job.team, 0)} of the {limit} devices it may use in pool "
-                    f"{self.pool} (guaranteed {guarantees.get(job.team, 0)} plus borrowing); this job needs "
-                    f"{job.devices} more.",
+                    WaitCode.HEADROOM,
+                    f"The last {headroom} free devices of pool {self.pool} are kept for jobs expected to "
+                    "finish soon; this one is expected to run longer.",
                 )
-                continue
-            klass = -item[0]  # the effective class (aging applied), as an int: cheap to compare
-            if stop_all:
-                if explain:
-                    self._behind(job, PriorityClass(klass), position, blockers, fair_share)
-                continue
-            end = now + max(job.predicted_runtime, 0.0)
-            avoid = cap.avoidable(job.avoid_nodes, job.nodes, job.devices_per_node) if job.avoid_nodes else frozenset()
-            if end < failed_end.get(shape, INF):
-                chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid)
-                if chosen is not None and headroom and not self._clears_headroom(cap, job.devices, job.predicted_runtime):
-                    # It fits, but only by eating the devices kept for short jobs. Not a capacity
-                    # failure, so it takes no reservation (that would fence off the headroom).
-                    if explain:
-                        self._entry(
-                            job,
-                            position,
-                            WaitCode.HEADROOM,
-                            f"The last {headroom} free devices of pool {self.pool} are kept for jobs expected to "
-                            "finish soon; this one is expected to run longer.",
-                        )
-                    continue
-                if chosen is not None:
-                    cap.take(chosen, job.devices_per_node, end)
-                    held[job.team] = held.get(job.team, 0) + job.devices
-                    alloc = tuple((cap.ids[i], job.devices_per_node) for i in chosen)
-                    self.placements.append(Placement(job.id, self.pool, alloc))
-                    if explain:
-                        where = ", ".join(f"{n} ({c})" for n, c in alloc)
-                        self._entry(job, position, WaitCode.PLACED, f"Starting on {where}.")
-                    continue
-                # Capacity only shrinks and reservations only tighten during a pass, so any later
-                # job of this shape that runs at least as long cannot fit either (unless this one
-                # was kept off some nodes).
-                if not avoid:
-                    failed_end[shape] = end
-                if not explain and cap.find(job.nodes, job.devices_per_node, now + shortest[shape]) is None:
-                    live.discard(shape)
-                    live_short.discard(shape)
-
-            if lowest_victim is not None:
-                reclaiming = policy.reclaim_borrowed and held.get(job.team, 0) + job.devices <= guarantees.get(job.team, 0)
-                # Victims only get scarcer during a pass: once a shape found none for a class,
-                # later jobs of that shape and no higher class find none either.
-                memo = (shape, job.team if reclaiming else "")
-                if (reclaiming or mine > lowest_victim) and mine > preempt_failed.get(memo, -INF):
-                    if self._try_preempt(job, PriorityClass(klass), mine, reclaiming, position, cap, within_run, taken):
-                        blockers.append(_Blocker(job, PriorityClass(klass), now))
-                        continue
-                    preempt_failed[memo] = mine
-
-            if reservations < reserve_depth:
-                reservations += 1
-                if not policy.backfill:
-                    # The first blocked job stops the line; its reservation only feeds the message.
-                    stop_all = True
-                start = cap.reserve(job.nodes, job.devices_per_node, now, avoid) if policy.backfill or explain else None
-                blockers.append(_Blocker(job, PriorityClass(klass), start))
-                if explain:
-                    self._head(job, position, start, cap)
-                continue
-            if explain:
-                # Building the reason costs an enum lookup per job; passes without reasons walk
-                # hundreds of waiting jobs, so they skip the call altogether.
-                self._behind(job, PriorityClass(klass), position, blockers, fair_share, cap=cap)
-
-        if explain:
-            self.fragmentation = self._fragmentation(cap, [item[5] for item in keyed], hardware)
+            return True
+        cap.take(chosen, job.devices_per_node, end)
+        walk.held[job.team] = walk.held.get(job.team, 0) + job.devices
+        alloc = tuple((cap.ids[i], job.devices_per_node) for i in chosen)
+        self.placements.append(Placement(job.id, self.pool, alloc))
+        if self.explain:
+            where = ", ".join(f"{n} ({c})" for n, c in alloc)
+            self._entry(job, position, WaitCode.PLACED, f"Starting on {where}.")
+        return True
 
     def _clears_headroom(self, cap: PoolCapacity, devices: int, runtime: float) -> bool:
         """Short jobs may use any free device; longer ones must leave the headroom free."""
@@ -389,20 +437,41 @@ class _PoolPass:
             or cap.free_sum - devices >= policy.headroom_devices
         )
 
+    def _wait(self, walk: _Walk, job: QueuedJob, klass: int, position: int, avoid: frozenset[int]) -> None:
+        """A job that cannot start: one of the first `reserve_depth` gets a reservation, the rest wait."""
+        policy = self.policy
+        if walk.reservations < max(1, policy.reserve_depth):
+            walk.reservations += 1
+            if not policy.backfill:
+                # The first blocked job stops the line; its reservation only feeds the message.
+                walk.stop_all = True
+            start = walk.cap.reserve(job.nodes, job.devices_per_node, self.now, avoid) if policy.backfill or self.explain else None
+            walk.blockers.append(_Blocker(job, PriorityClass(klass), start))
+            if self.explain:
+                self._head(job, position, start, walk.cap)
+            return
+        if self.explain:
+            # Building the reason costs an enum lookup per job; passes without reasons walk
+            # hundreds of waiting jobs, so they skip the call altogether.
+            self._behind(job, PriorityClass(klass), position, walk.blockers, walk.fair_share, cap=walk.cap)
+
     # -- preemption -------------------------------------------------------------------------
 
-    def _try_preempt(
-        self,
-        job: QueuedJob,
-        klass: PriorityClass,
-        mine: int,
-        reclaim: bool,
-        position: int,
-        cap: PoolCapacity,
-        within_run: dict[str, bool],
-        taken: set[str],
-    ) -> bool:
+    def _preempt_for(self, walk: _Walk, job: QueuedJob, klass: int, mine: int, lowest: int, position: int) -> bool:
+        """Stop runs that stand below the job (or reclaim borrowed devices) to make room for it."""
+        reclaiming = self.policy.reclaim_borrowed and walk.held.get(job.team, 0) + job.devices <= walk.guarantees.get(job.team, 0)
+        # Victims only get scarcer during a pass: once a shape found none for a class, later
+        # jobs of that shape and no higher class find none either.
+        memo = ((job.nodes, job.devices_per_node), job.team if reclaiming else "")
+        if not ((reclaiming or mine > lowest) and mine > walk.preempt_failed.get(memo, -INF)):
+            return False
+        if self._try_preempt(walk, job, PriorityClass(klass), mine, reclaiming, position):
+            walk.blockers.append(_Blocker(job, PriorityClass(klass), self.now))
+            return True
+        walk.preempt_failed[memo] = mine
+        return False
 
+    def _try_preempt(self, walk: _Walk, job: QueuedJob, klass: PriorityClass, mine: int, reclaim: bool, position: int) -> bool:
         now, min_attempt, standings = self.now, self.policy.demoted_min_attempt_s, self.run_standing
 
         def eligible(run: RunningJob) -> bool:
@@ -414,77 +483,75 @@ class _PoolPass:
                 return now - run.started_at >= min_attempt
             return reclaim and run.team != job.team
 
+        cap = walk.cap
         if self.victims is None:
-            # Only runs that stand below someone waiting can ever be chosen (reclaiming aside).
-            top, by_standing = self.top_standing, not self.policy.reclaim_borrowed
-            self.victims = VictimIndex(
-                cap,
-                self.running,
-                lambda r: r.preemptible and not r.stopping and not within_run.get(r.id, False)
-                and (not by_standing or standings.get(r.id, top) < top),
-                now,
-            )
+            self.victims = self._victim_index(cap, walk.within_run)
         plan = plan_preemption(
             cap=cap,
             index=self.victims,
             eligible=eligible,
-            taken=taken,
+            taken=walk.taken,
             nodes=job.nodes,
             devices=job.devices_per_node,
         )
         if plan is None:
             return False
-        cap.hold(plan.nodes, job.devices_per_node, self.now)
+        cap.hold(plan.nodes, job.devices_per_node, now)
         held_ids = {cap.ids[i] for i in plan.nodes}
         for run in self.running:
             if run.stopping and any(node_id in held_ids for node_id, _ in run.allocation):
-                taken.add(run.id)
+                walk.taken.add(run.id)
         for victim in plan.victims:
-            taken.add(victim.id)
-            if victim.priority_class < klass:
-                kind = PreemptionKind.LOWER_CLASS
-                reason = (
-                    f"lower class: run {victim.id} ({victim.priority_class.label}, team {victim.team}) is beyond "
-                    f"its team's guarantee and makes room for {klass.label} job {job.id}"
-                )
-            elif standings.get(victim.id, mine) < mine:
-                kind = PreemptionKind.DEMOTED
-                ran = hours_minutes(victim.service(self.now))
-                if job.attained_s > 0:
-                    who = f"job {job.id}, which has run for {hours_minutes(job.attained_s)}"
-                else:
-                    who = f"new job {job.id}"
-                reason = (
-                    f"demoted: run {victim.id} (team {victim.team}) has run for {ran} in all, more than pool "
-                    f"{self.pool}'s {hours_minutes(self.policy.demote_after_s)}, and is beyond its team's guarantee; the job "
-                    f"that has run less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
-                )
-            else:
-                kind = PreemptionKind.RECLAIMED
-                reason = (
-                    f"borrowed devices reclaimed: run {victim.id} ({victim.priority_class.label}, team {victim.team}) "
-                    f"is beyond its team's guarantee and makes room for {klass.label} job {job.id}"
-                )
-            self.preemptions.append(
-                Preemption(
-                    victim_id=victim.id,
-                    for_job_id=job.id,
-                    reason=reason,
-                    work_lost_device_s=victim.work_at_risk(self.now),
-                    kind=kind,
-                )
-            )
+            walk.taken.add(victim.id)
+            self.preemptions.append(self._preemption(victim, job, klass, mine))
         if self.explain:
-            if plan.victims:
-                if all(v.priority_class < klass for v in plan.victims):
-                    which = plural(len(plan.victims), "lower-priority run")
-                else:
-                    which = plural(len(plan.victims), "run") + " (of lower priority, or that have run longer than it)"
-                msg = f"Stopping {which} to make room; starts when they have stopped."
-            else:
-                msg = "Waiting for runs that are already stopping to release their devices."
-            self._entry(job, position, WaitCode.PREEMPTING, msg, reserved_start=self.now)
+            self._entry(job, position, WaitCode.PREEMPTING, _preempting_message(plan.victims, klass), reserved_start=now)
         return True
+
+    def _victim_index(self, cap: PoolCapacity, within_run: dict[str, bool]) -> VictimIndex:
+        # Only runs that stand below someone waiting can ever be chosen (reclaiming aside).
+        top, by_standing, standings = self.top_standing, not self.policy.reclaim_borrowed, self.run_standing
+        return VictimIndex(
+            cap,
+            self.running,
+            lambda r: r.preemptible and not r.stopping and not within_run.get(r.id, False)
+            and (not by_standing or standings.get(r.id, top) < top),
+            self.now,
+        )
+
+    def _preemption(self, victim: RunningJob, job: QueuedJob, klass: PriorityClass, mine: int) -> Preemption:
+        """The decision to stop `victim` for `job`, with why it may be stopped."""
+        if victim.priority_class < klass:
+            kind = PreemptionKind.LOWER_CLASS
+            reason = (
+                f"lower class: run {victim.id} ({victim.priority_class.label}, team {victim.team}) is beyond "
+                f"its team's guarantee and makes room for {klass.label} job {job.id}"
+            )
+        elif self.run_standing.get(victim.id, mine) < mine:
+            kind = PreemptionKind.DEMOTED
+            ran = hours_minutes(victim.service(self.now))
+            if job.attained_s > 0:
+                who = f"job {job.id}, which has run for {hours_minutes(job.attained_s)}"
+            else:
+                who = f"new job {job.id}"
+            reason = (
+                f"demoted: run {victim.id} (team {victim.team}) has run for {ran} in all, more than pool "
+                f"{self.pool}'s {hours_minutes(self.policy.demote_after_s)}, and is beyond its team's guarantee; the job "
+                f"that has run less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
+            )
+        else:
+            kind = PreemptionKind.RECLAIMED
+            reason = (
+                f"borrowed devices reclaimed: run {victim.id} ({victim.priority_class.label}, team {victim.team}) "
+                f"is beyond its team's guarantee and makes room for {klass.label} job {job.id}"
+            )
+        return Preemption(
+            victim_id=victim.id,
+            for_job_id=job.id,
+            reason=reason,
+            work_lost_device_s=victim.work_at_risk(self.now),
+            kind=kind,
+        )
 
     # -- reasons ----------------------------------------------------------------------------
 
@@ -601,6 +668,16 @@ class _PoolPass:
         )
 
 
+def _preempting_message(victims: Sequence[RunningJob], klass: PriorityClass) -> str:
+    if not victims:
+        return "Waiting for runs that are already stopping to release their devices."
+    if all(v.priority_class < klass for v in victims):
+        which = plural(len(victims), "lower-priority run")
+    else:
+        which = plural(len(victims), "run") + " (of lower priority, or that have run longer than it)"
+    return f"Stopping {which} to make room; starts when they have stopped."
+
+
 def _fair_share(
     policy: Policy, queued: Sequence[QueuedJob], usage: dict[str, float], guarantees: dict[str, int]
 ) -> dict[str, float]:
@@ -682,6 +759,14 @@ def _drain(heap: list[OrderKey]) -> Iterator[OrderKey]:
         yield heapq.heappop(heap)
 
 
+def _unknown_pool(pool: str, queued: Sequence[QueuedJob]) -> list[QueueEntry]:
+    """Jobs for a pool without nodes wait in submission order, saying so."""
+    return [
+        QueueEntry(job.id, pool, position, WaitCode.NO_POLICY, f"Pool {pool} has no nodes registered.")
+        for position, job in enumerate(sorted(queued, key=lambda j: (j.submitted_at, j.id)), 1)
+    ]
+
+
 def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
     """One scheduling pass over every pool.
 
@@ -712,10 +797,7 @@ def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
     order: dict[str, tuple[str, ...]] = {}
     for pool in sorted(set(nodes_by_pool) | set(queued_by_pool)):
         if pool not in nodes_by_pool and explain:
-            for position, job in enumerate(sorted(queued_by_pool[pool], key=lambda j: (j.submitted_at, j.id)), 1):
-                entries.append(
-                    QueueEntry(job.id, pool, position, WaitCode.NO_POLICY, f"Pool {pool} has no nodes registered.")
-                )
+            entries.extend(_unknown_pool(pool, queued_by_pool[pool]))
             continue
         work = _PoolPass(
             pool=pool,
