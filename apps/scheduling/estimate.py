@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
-from apps.scheduling.model import ClusterState, Node, NodeState, QueuedJob, RunningJob
+from apps.scheduling.model import ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
 from apps.scheduling.policies import OrderKey, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
@@ -165,136 +165,230 @@ def simulate_starts(
     any the replay does not reach, where the measured lag of the line puts them, with the
     spread of the lags as their range; without enough recent starts they get the fluid guess.
     """
-    rank_times: dict[str, float] = {}
     placed: dict[str, float] = {}
     ranges: dict[str, tuple[float, float]] = {}
+    rank_times: dict[str, float] = {}
     if targets is None and max_ahead is not None:
         targets = [j.id for j in state.queued]
     if targets is not None and (ahead_only or max_ahead is not None):
-        positions, rank_times, pools, keyed = _standing(state, targets)
-        far = set() if max_ahead is None else {t for t, ahead in positions.items() if ahead >= max_ahead}
-        unplaced: set[str] = set()
-        for job_id in sorted(far):
-            pool_lag = _lag_of(lag, pools[job_id])
-            rank = rank_times.get(job_id)
-            span = None if pool_lag is None or rank is None else pool_lag.eta_range(rank, state.now)
-            if span is None:
-                unplaced.add(job_id)
-            else:
-                placed[job_id] = span[1]
-                ranges[job_id] = (span[0], span[2])
-        if unplaced:
-            guessed, _ = _extrapolate(state, unplaced, keys=keyed)
-            placed.update(guessed)
-        targets = [t for t in positions if t not in far]
+        state, targets, rank_times = _front(state, targets, ahead_only, max_ahead, lag, placed, ranges)
         if not targets:
             return ReplayResult(starts=placed, extrapolated=frozenset(placed), passes=0, rank_times=rank_times,
                                 ranges=ranges)
-        if ahead_only:
-            state = replace(state, queued=tuple(_ahead_of(keyed, set(targets))))
-    now = state.now
-    nodes = {n.id: n for n in state.nodes}
-    free = {n.id: n.free_devices for n in state.nodes}
-    queued: dict[str, QueuedJob] = {j.id: j for j in sorted(state.queued, key=lambda j: j.id)}
-    running: dict[str, RunningJob] = {}
-    ends: list[tuple[float, str]] = []
-    for run in sorted(state.running, key=lambda r: r.id):
-        end = now + max(0.0, _expected_end(run) - now) * scale
-        running[run.id] = run if end == run.predicted_end else replace(run, predicted_end=end)
-        heapq.heappush(ends, (end, run.id))
-    pending = set(queued) if targets is None else {t for t in targets if t in queued}
-    expected = sorted((j for j in arrivals if j.id not in queued), key=lambda j: (j.submitted_at, j.id))
-    arrived = 0
-    starts: dict[str, float] = {}
-    passes = 0
-    while pending and passes < max_passes and now - state.now <= horizon_s:
-        passes += 1
-        while arrived < len(expected) and expected[arrived].submitted_at <= now:
-            queued[expected[arrived].id] = expected[arrived]
-            arrived += 1
-        snapshot = ClusterState(
+    replay = _Replay.begin(state, targets, scale, arrivals)
+    replay.run(max_passes=max_passes, horizon_s=horizon_s, step_ratio=step_ratio)
+    return replay.result(placed, ranges, rank_times, lag, extrapolate=extrapolate)
+
+
+def _front(
+    state: ClusterState,
+    targets: Collection[str],
+    ahead_only: bool,
+    max_ahead: int | None,
+    lag: Lags,
+    placed: dict[str, float],
+    ranges: dict[str, tuple[float, float]],
+) -> tuple[ClusterState, list[str], dict[str, float]]:
+    """Place the targets `max_ahead` or more places back without a replay (into `placed` and
+    `ranges`); the state to replay (only what ranks ahead of the targets, with `ahead_only`),
+    the targets left to replay, and every target's rank time."""
+    positions, rank_times, pools, keyed = _standing(state, targets)
+    far = set() if max_ahead is None else {t for t, ahead in positions.items() if ahead >= max_ahead}
+    _place_far(state, far, pools, rank_times, keyed, lag, placed, ranges)
+    left = [t for t in positions if t not in far]
+    if left and ahead_only:
+        state = replace(state, queued=tuple(_ahead_of(keyed, set(left))))
+    return state, left, rank_times
+
+def _place_far(
+    state: ClusterState,
+    far: set[str],
+    pools: dict[str, str],
+    rank_times: dict[str, float],
+    keyed: Mapping[str, list[OrderKey]],
+    lag: Lags,
+    placed: dict[str, float],
+    ranges: dict[str, tuple[float, float]],
+) -> None:
+    """Targets too far back to replay, into `placed` and `ranges`: by the lag, or the fluid guess."""
+    unplaced: set[str] = set()
+    for job_id in sorted(far):
+        pool_lag = _lag_of(lag, pools[job_id])
+        rank = rank_times.get(job_id)
+        span = None if pool_lag is None or rank is None else pool_lag.eta_range(rank, state.now)
+        if span is None:
+            unplaced.add(job_id)
+        else:
+            placed[job_id] = span[1]
+            ranges[job_id] = (span[0], span[2])
+    if unplaced:
+        guessed, _ = _extrapolate(state, unplaced, keys=keyed)
+        placed.update(guessed)
+
+
+@dataclass(slots=True)
+class _Replay:
+    """The replayed cluster: what runs, what waits, and when each target started."""
+
+    state: ClusterState
+    scale: float
+    now: float
+    nodes: dict[str, Node]
+    free: dict[str, int]
+    queued: dict[str, QueuedJob]
+    running: dict[str, RunningJob]
+    # (predicted end, run id); stale entries (runs gone since) are skipped when met.
+    ends: list[tuple[float, str]]
+    # Targets not started yet.
+    pending: set[str]
+    # Expected arrivals in submission order, and how many have joined the queue.
+    expected: list[QueuedJob]
+    arrived: int = 0
+    starts: dict[str, float] = field(default_factory=dict)
+    passes: int = 0
+
+    @classmethod
+    def begin(
+        cls, state: ClusterState, targets: Collection[str] | None, scale: float, arrivals: Sequence[QueuedJob]
+    ) -> _Replay:
+        now = state.now
+        queued: dict[str, QueuedJob] = {j.id: j for j in sorted(state.queued, key=lambda j: j.id)}
+        running: dict[str, RunningJob] = {}
+        ends: list[tuple[float, str]] = []
+        for run in sorted(state.running, key=lambda r: r.id):
+            end = now + max(0.0, _expected_end(run) - now) * scale
+            running[run.id] = run if end == run.predicted_end else replace(run, predicted_end=end)
+            heapq.heappush(ends, (end, run.id))
+        return cls(
+            state=state,
+            scale=scale,
             now=now,
+            nodes={n.id: n for n in state.nodes},
+            free={n.id: n.free_devices for n in state.nodes},
+            queued=queued,
+            running=running,
+            ends=ends,
+            pending=set(queued) if targets is None else {t for t in targets if t in queued},
+            expected=sorted((j for j in arrivals if j.id not in queued), key=lambda j: (j.submitted_at, j.id)),
+        )
+
+    def run(self, *, max_passes: int, horizon_s: float, step_ratio: float) -> None:
+        """Pass after pass until every target started, or out of passes or past the horizon."""
+        began = self.state.now
+        while self.pending and self.passes < max_passes and self.now - began <= horizon_s:
+            self.passes += 1
+            self._admit_arrivals()
+            decision = schedule(self._snapshot(), explain=False)
+            for placement in decision.placements:
+                self._start(placement)
+            if decision.preemptions:
+                # Victims stop at once here and go back in line with what they had left.
+                for pre in decision.preemptions:
+                    self._requeue(pre.victim_id)
+                continue
+            if not self.pending or not self._advance(step_ratio):
+                break
+
+    def result(
+        self,
+        placed: dict[str, float],
+        ranges: dict[str, tuple[float, float]],
+        rank_times: dict[str, float],
+        lag: Lags,
+        *,
+        extrapolate: bool,
+    ) -> ReplayResult:
+        """The starts found, with `placed` (placed without a replay), and a fluid or lag guess for
+        the targets the replay did not reach, unless `extrapolate` is off."""
+        starts = self.starts
+        extrapolated: set[str] = set(placed)
+        starts.update(placed)
+        if self.pending and extrapolate:
+            rest = replace(self.state, now=self.now, running=tuple(self.running.values()), queued=tuple(self.queued.values()))
+            guessed, guessed_ranges = _extrapolate(rest, self.pending, lag, not_before=self.state.now)
+            starts.update(guessed)
+            ranges.update(guessed_ranges)
+            extrapolated.update(guessed)
+        return ReplayResult(starts=starts, extrapolated=frozenset(extrapolated), passes=self.passes, rank_times=rank_times,
+                            ranges=ranges)
+
+    def _admit_arrivals(self) -> None:
+        expected = self.expected
+        while self.arrived < len(expected) and expected[self.arrived].submitted_at <= self.now:
+            self.queued[expected[self.arrived].id] = expected[self.arrived]
+            self.arrived += 1
+
+    def _snapshot(self) -> ClusterState:
+        state, free = self.state, self.free
+        return ClusterState(
+            now=self.now,
             nodes=tuple(
                 n if n.free_devices == free[n.id] else Node(n.id, n.pool, n.total_devices, free[n.id], n.state)
-                for n in nodes.values()
+                for n in self.nodes.values()
             ),
-            running=tuple(running.values()),
-            queued=tuple(queued.values()),
+            running=tuple(self.running.values()),
+            queued=tuple(self.queued.values()),
             quotas=state.quotas,
             usage=state.usage,
             policies=state.policies,
             default_policy=state.default_policy,
         )
-        decision = schedule(snapshot, explain=False)
-        for placement in decision.placements:
-            job = queued.pop(placement.job_id)
-            starts[job.id] = now
-            pending.discard(job.id)
-            end = now + max(0.0, _expected_runtime(job)) * scale
-            running[job.id] = RunningJob(
-                id=job.id,
-                team=job.team,
-                pool=job.pool,
-                priority_class=job.priority_class,
-                allocation=placement.allocation,
-                started_at=now,
-                predicted_end=end,
-                preemptible=job.preemptible,
-                attained_s=job.attained_s,
-            )
-            heapq.heappush(ends, (end, job.id))
-            for node_id, count in placement.allocation:
-                free[node_id] -= count
-        if decision.preemptions:
-            # Victims stop at once here and go back in line with what they had left.
-            for pre in decision.preemptions:
-                victim = running.pop(pre.victim_id, None)
-                if victim is None:
-                    continue
-                _release(free, nodes, victim)
-                queued[victim.id] = QueuedJob(
-                    id=victim.id,
-                    team=victim.team,
-                    pool=victim.pool,
-                    priority_class=victim.priority_class,
-                    submitted_at=victim.started_at,
-                    nodes=len(victim.allocation),
-                    devices_per_node=max(c for _, c in victim.allocation),
-                    predicted_runtime=max(0.0, victim.predicted_end - now),
-                    preemptible=victim.preemptible,
-                    attained_s=victim.service(now),
-                )
-            continue
-        if not pending:
-            break
-        # Nothing else can start until something ends: jump to the next predicted end (or
-        # further, when coarsening), releasing everything that ends by then.
+
+    def _start(self, placement: Placement) -> None:
+        now = self.now
+        job = self.queued.pop(placement.job_id)
+        self.starts[job.id] = now
+        self.pending.discard(job.id)
+        end = now + max(0.0, _expected_runtime(job)) * self.scale
+        self.running[job.id] = RunningJob(
+            id=job.id,
+            team=job.team,
+            pool=job.pool,
+            priority_class=job.priority_class,
+            allocation=placement.allocation,
+            started_at=now,
+            predicted_end=end,
+            preemptible=job.preemptible,
+            attained_s=job.attained_s,
+        )
+        heapq.heappush(self.ends, (end, job.id))
+        for node_id, count in placement.allocation:
+            self.free[node_id] -= count
+
+    def _requeue(self, victim_id: str) -> None:
+        victim = self.running.pop(victim_id, None)
+        if victim is None:
+            return
+        now = self.now
+        _release(self.free, self.nodes, victim)
+        self.queued[victim.id] = QueuedJob(
+            id=victim.id,
+            team=victim.team,
+            pool=victim.pool,
+            priority_class=victim.priority_class,
+            submitted_at=victim.started_at,
+            nodes=len(victim.allocation),
+            devices_per_node=max(c for _, c in victim.allocation),
+            predicted_runtime=max(0.0, victim.predicted_end - now),
+            preemptible=victim.preemptible,
+            attained_s=victim.service(now),
+        )
+
+    def _advance(self, step_ratio: float) -> bool:
+        """Nothing else can start until something ends: jump to the next predicted end (or
+        further, when coarsening), releasing everything that ends by then. False: nothing runs."""
+        ends, running = self.ends, self.running
         while ends and ends[0][1] not in running:
             heapq.heappop(ends)
         if not ends:
-            break
-        now = max(now, ends[0][0], now + step_ratio * (now - state.now))
+            return False
+        now = self.now = max(self.now, ends[0][0], self.now + step_ratio * (self.now - self.state.now))
         while ends and ends[0][0] <= now:
             _, run_id = heapq.heappop(ends)
             done = running.pop(run_id, None)
             if done is not None:
-                _release(free, nodes, done)
-    extrapolated: set[str] = set(placed)
-    starts.update(placed)
-    if pending and extrapolate:
-        rest = replace(
-            state,
-            now=now,
-            running=tuple(running.values()),
-            queued=tuple(queued.values()),
-        )
-        guessed, guessed_ranges = _extrapolate(rest, pending, lag, not_before=state.now)
-        starts.update(guessed)
-        ranges.update(guessed_ranges)
-        extrapolated.update(guessed)
-    return ReplayResult(starts=starts, extrapolated=frozenset(extrapolated), passes=passes, rank_times=rank_times,
-                        ranges=ranges)
-
+                _release(self.free, self.nodes, done)
+        return True
 
 def _standing(
     state: ClusterState, targets: Collection[str]
