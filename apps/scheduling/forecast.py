@@ -84,20 +84,8 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
     entry = waiting[position - 1]
     teams = {job.id: job.team for job in state.queued} | {run.id: run.team for run in state.running}
     message = message_for(message=entry.message, team=project.team.slug, teams=teams)
-    estimate = None
-    if entry.code not in (WaitCode.BUDGET, WaitCode.NO_POLICY, WaitCode.NO_HARDWARE):
-        lags = lags_load(now=now, policies=dict(state.policies))
-        estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
-                                   max_ahead=MAX_AHEAD).get(PROBE)
-    start = dt(estimate.start) if estimate else None
-    low = dt(estimate.low) if estimate else None
-    high = dt(estimate.high) if estimate else None
-    if start is None:
-        when = "no start can be estimated while it waits for this"
-    else:
-        when = f"estimated start in {fmt_duration((start - now).total_seconds())}"
-        if low is not None and high is not None:
-            when += f" (between {fmt_duration((low - now).total_seconds())} and {fmt_duration((high - now).total_seconds())})"
+    start, low, high = _probe_estimate(state, entry.code, now)
+    when = _when_words(start, low, high, now)
     if entry.code == WaitCode.PREEMPTING:
         # Nobody is ahead of it: it waits only for the runs stopped for it to checkpoint and exit.
         summary = f"Would start once the runs stopped to make room for it have checkpointed and exited; {when}; {runtime_words}."
@@ -108,6 +96,29 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
                     starts_now=False, position=position, ahead=position - 1, reason_code=entry.code.value,
                     reason=reason_label(entry.code.value), message=message, start=start,
                     start_low=low, start_high=high, summary=summary)
+
+
+def _probe_estimate(
+    state: core.ClusterState, code: WaitCode, now: datetime
+) -> tuple[datetime | None, datetime | None, datetime | None]:
+    """The probe's estimated start, low and high; none while it waits for budget or hardware."""
+    estimate = None
+    if code not in (WaitCode.BUDGET, WaitCode.NO_POLICY, WaitCode.NO_HARDWARE):
+        lags = lags_load(now=now, policies=dict(state.policies))
+        estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
+                                   max_ahead=MAX_AHEAD).get(PROBE)
+    if not estimate:
+        return None, None, None
+    return dt(estimate.start), dt(estimate.low), dt(estimate.high)
+
+
+def _when_words(start: datetime | None, low: datetime | None, high: datetime | None, now: datetime) -> str:
+    if start is None:
+        return "no start can be estimated while it waits for this"
+    when = f"estimated start in {fmt_duration((start - now).total_seconds())}"
+    if low is not None and high is not None:
+        when += f" (between {fmt_duration((low - now).total_seconds())} and {fmt_duration((high - now).total_seconds())})"
+    return when
 
 
 def _ordinal(n: int) -> str:

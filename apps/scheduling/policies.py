@@ -286,25 +286,29 @@ def order_keys(
         append((-klass, 1, deadline, submitted, j.id, j))
 
     if policy.guarantee_first:
-        # Walk each team's jobs best-first; those that still fit in the team's unused guarantee
-        # form the first tier, so idle guaranteed devices go to their owners before borrowers.
-        room = {team: g - held.get(team, 0) for team, g in guarantees.items() if g > held.get(team, 0)}
-        if room:
-            per_team: dict[str, list[int]] = defaultdict(list)
-            for index, item in enumerate(keyed):
-                if item[5].team in room:
-                    per_team[item[5].team].append(index)
-            for team, indexes in per_team.items():
-                indexes.sort(key=lambda i: keyed[i][:5])
-                left = room[team]
-                for i in indexes:
-                    job = keyed[i][5]
-                    if keyed[i][1] == DEMOTED_TIER:
-                        continue  # demoted: it had its turn; the guarantee goes to jobs that have not
-                    if job.blocked_reason is None and job.devices <= left:
-                        left -= job.devices
-                        keyed[i] = (keyed[i][0], 0, *keyed[i][2:])
+        _guarantee_tier(keyed, held, guarantees)
     return keyed
+
+def _guarantee_tier(keyed: list[OrderKey], held: Mapping[str, int], guarantees: Mapping[str, int]) -> None:
+    """Move to tier 0, in place, the jobs that fit inside their team's unused guarantee."""
+    # Walk each team's jobs best-first; those that still fit in the team's unused guarantee
+    # form the first tier, so idle guaranteed devices go to their owners before borrowers.
+    room = {team: g - held.get(team, 0) for team, g in guarantees.items() if g > held.get(team, 0)}
+    if room:
+        per_team: dict[str, list[int]] = defaultdict(list)
+        for index, item in enumerate(keyed):
+            if item[5].team in room:
+                per_team[item[5].team].append(index)
+        for team, indexes in per_team.items():
+            indexes.sort(key=lambda i: keyed[i][:5])
+            left = room[team]
+            for i in indexes:
+                job = keyed[i][5]
+                if keyed[i][1] == DEMOTED_TIER:
+                    continue  # demoted: it had its turn; the guarantee goes to jobs that have not
+                if job.blocked_reason is None and job.devices <= left:
+                    left -= job.devices
+                    keyed[i] = (keyed[i][0], 0, *keyed[i][2:])
 
 
 def order_queue(
@@ -339,6 +343,33 @@ def limits_by_team(quotas: Iterable[TeamQuota], pool: str, capacity: int) -> dic
 
 def explain_policy(policy: Policy) -> list[str]:
     """The rules of a pool in plain words, for the queue page."""
+    rules = _order_rules(policy)
+    rules.append("Each team may use its guaranteed devices plus, when others leave them idle, a borrowing allowance.")
+    rules.append("A job spanning several nodes starts only when all its nodes are free at once.")
+    if policy.packing == Packing.BEST_FIT:
+        rules.append("Jobs go to the fullest node they fit on, keeping whole nodes free for large jobs.")
+    if policy.headroom_devices > 0:
+        rules.append(
+            f"The last {policy.headroom_devices} free devices are kept for jobs expected to finish within "
+            f"{policy.headroom_max_runtime_s / HOUR:g} hours, so short jobs can start right away."
+        )
+    if policy.backfill:
+        n = policy.reserve_depth
+        who = "the job at the front" if n == 1 else f"the first {n} waiting jobs"
+        rules.append(
+            f"Devices are reserved for {who}; a later job may start first only if, by its predicted "
+            "runtime, it does not delay that reservation."
+        )
+    else:
+        rules.append("No job may start ahead of an earlier one that is still waiting.")
+    rules.extend(_preemption_rules(policy))
+    if policy.reclaim_borrowed:
+        rules.append("A job inside its team's guarantee may also reclaim devices that other teams borrowed.")
+    return rules
+
+
+def _order_rules(policy: Policy) -> list[str]:
+    """How the line is ordered."""
     rules: list[str] = []
     if policy.ordering == Ordering.FIFO:
         rules.append("Jobs run in class order (urgent, normal, low), then in the order they were submitted.")
@@ -364,24 +395,12 @@ def explain_policy(policy: Policy) -> list[str]:
                 "Teams that used more than their share of the pool recently get later deadlines "
                 f"(recent use counts half as much after {half_life_h:g} hours)."
             )
-    rules.append("Each team may use its guaranteed devices plus, when others leave them idle, a borrowing allowance.")
-    rules.append("A job spanning several nodes starts only when all its nodes are free at once.")
-    if policy.packing == Packing.BEST_FIT:
-        rules.append("Jobs go to the fullest node they fit on, keeping whole nodes free for large jobs.")
-    if policy.headroom_devices > 0:
-        rules.append(
-            f"The last {policy.headroom_devices} free devices are kept for jobs expected to finish within "
-            f"{policy.headroom_max_runtime_s / HOUR:g} hours, so short jobs can start right away."
-        )
-    if policy.backfill:
-        n = policy.reserve_depth
-        who = "the job at the front" if n == 1 else f"the first {n} waiting jobs"
-        rules.append(
-            f"Devices are reserved for {who}; a later job may start first only if, by its predicted "
-            "runtime, it does not delay that reservation."
-        )
-    else:
-        rules.append("No job may start ahead of an earlier one that is still waiting.")
+    return rules
+
+
+def _preemption_rules(policy: Policy) -> list[str]:
+    """Who may stop whom."""
+    rules: list[str] = []
     if policy.preemption:
         rules.append(
             "A higher-class job may stop lower-class preemptible runs that are beyond their team's "
@@ -405,6 +424,4 @@ def explain_policy(policy: Policy) -> list[str]:
                 f"A demoted job that has just resumed runs at least {hours_minutes(policy.demoted_min_attempt_s)} "
                 "before it can be stopped again."
             )
-    if policy.reclaim_borrowed:
-        rules.append("A job inside its team's guarantee may also reclaim devices that other teams borrowed.")
     return rules

@@ -620,6 +620,45 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
     busy = sum(o.job.gpus * o.job.duration_s for o in outcomes)
     span = (max(o.end for o in outcomes) - min(o.job.submit_s for o in outcomes)) if outcomes else 0.0
     capacity = len(replay.node_ids) * replay.gpn
+    within, median_error, median_waited_error = _estimate_figures(outcomes)
+    n = len(outcomes)
+    return Summary(
+        policy=policy_name,
+        jobs=n,
+        nodes=len(replay.node_ids),
+        gpus_per_node=replay.gpn,
+        avg_jct_s=_mean(jcts),
+        p95_jct_s=percentile(jcts, 0.95),
+        avg_wait_s=_mean(waits),
+        p95_wait_s=percentile(waits, 0.95),
+        utilization=busy / (capacity * span) if span > 0 else 0.0,
+        jain_slowdown=jain(team_means),
+        mean_slowdown=statistics.fmean(s for v in slowdown_by_team.values() for s in v) if n else 0.0,
+        estimate_within=_fraction(within, n),
+        estimate_median_abs_error_s=median_error,
+        estimate_median_abs_error_waited_s=median_waited_error,
+        started_immediately=_fraction(sum(1 for w in waits if w <= 0), n),
+        preemptions=replay.preemptions,
+        preempted_jobs=_fraction(sum(1 for o in outcomes if o.preempted), n),
+        lost_device_h=replay.lost_device_s / 3600.0,
+        scheduling_passes=replay.passes,
+        wall_s=wall_s,
+        cpu_s=cpu_s,
+        team_slowdown=team_slowdown,
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def _fraction(count: int, n: int) -> float:
+    return count / n if n else 0.0
+
+
+def _estimate_figures(outcomes: Sequence[JobOutcome]) -> tuple[int, float, float]:
+    """How many estimated starts were close (within 10 minutes or a quarter of the wait), and the
+    median error of the estimates, over all jobs and over the jobs that waited."""
     errors: list[float] = []
     waited_errors: list[float] = []
     within = 0
@@ -633,30 +672,10 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
             waited_errors.append(error)
         if error <= max(600.0, 0.25 * o.wait):
             within += 1
-    n = len(outcomes)
-    return Summary(
-        policy=policy_name,
-        jobs=n,
-        nodes=len(replay.node_ids),
-        gpus_per_node=replay.gpn,
-        avg_jct_s=statistics.fmean(jcts) if jcts else 0.0,
-        p95_jct_s=percentile(jcts, 0.95),
-        avg_wait_s=statistics.fmean(waits) if waits else 0.0,
-        p95_wait_s=percentile(waits, 0.95),
-        utilization=busy / (capacity * span) if span > 0 else 0.0,
-        jain_slowdown=jain(team_means),
-        mean_slowdown=statistics.fmean(s for v in slowdown_by_team.values() for s in v) if n else 0.0,
-        estimate_within=within / n if n else 0.0,
-        estimate_median_abs_error_s=percentile([e for e in errors if e != math.inf] or [0.0], 0.5),
-        estimate_median_abs_error_waited_s=percentile([e for e in waited_errors if e != math.inf] or [0.0], 0.5),
-        started_immediately=sum(1 for w in waits if w <= 0) / n if n else 0.0,
-        preemptions=replay.preemptions,
-        preempted_jobs=sum(1 for o in outcomes if o.preempted) / n if n else 0.0,
-        lost_device_h=replay.lost_device_s / 3600.0,
-        scheduling_passes=replay.passes,
-        wall_s=wall_s,
-        cpu_s=cpu_s,
-        team_slowdown=team_slowdown,
+    return (
+        within,
+        percentile([e for e in errors if e != math.inf] or [0.0], 0.5),
+        percentile([e for e in waited_errors if e != math.inf] or [0.0], 0.5),
     )
 
 
