@@ -271,17 +271,7 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
     waiting: list[QueueEntry] = [e for e in decision.queue if int(e.job_id) not in placed and e.job_id in snap.queued]
     if not waiting:
         return 0
-    est: dict[str, Estimate] = {}
-    if estimates:
-        mark = time.perf_counter()
-        try:
-            lags = lags_load(now=snap.now, policies=dict(snap.state.policies))
-            est = queue_estimates(snap.state, jobs=[e.job_id for e in waiting], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
-                                  max_ahead=MAX_AHEAD)
-        except (ValueError, KeyError, ZeroDivisionError):
-            log.exception("queue estimates failed; positions and reasons are still written")
-        if timings is not None:
-            timings["estimates"] = (time.perf_counter() - mark) * 1000
+    est = _queue_estimates(snap, waiting, timings) if estimates else {}
     teams = _teams(snap)
     now = snap.now
     last_rows = dict(
@@ -298,25 +288,11 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
         start, low, high = (dt(e.start), dt(e.low), dt(e.high)) if e is not None else (None, None, None)
         message = message_for(message=entry.message, team=teams.get(entry.job_id, ""), teams=teams)
         first = run.queue_position is None
-        if (run.queue_position != position[entry.pool] or run.reason_code != entry.code.value or run.status_reason != message
-                or _moved(run.estimated_start, start, ESTIMATE_WRITE_SLACK_S)
-                or _moved(run.estimated_start_low, low, ESTIMATE_WRITE_SLACK_S)
-                or _moved(run.estimated_start_high, high, ESTIMATE_WRITE_SLACK_S)):
-            moved = _moved(run.estimated_start, start, ESTIMATE_MOVED_S)
-            run.queue_position, run.reason_code, run.status_reason = position[entry.pool], entry.code.value, message
-            run.estimated_start, run.estimated_start_low, run.estimated_start_high = start, low, high
-            run.updated_at = now
+        moved = _queue_fields(run, position[entry.pool], entry.code.value, message, (start, low, high), now)
+        if moved is not None:
             changed.append(run)
-        else:
-            moved = False
-        last = last_rows.get(run.pk)
-        if first or last is None or (run.queued_at is not None and last < run.queued_at):
-            kind = EstimateKind.AT_SUBMISSION
-        elif moved or (now - last).total_seconds() >= ESTIMATE_EVERY_S:
-            kind = EstimateKind.PASS
-        else:
-            continue
-        if estimates:
+        kind = _estimate_kind(run, first=first, last=last_rows.get(run.pk), moved=bool(moved), now=now)
+        if kind is not None and estimates:
             history.append(QueueEstimate(run=run, recorded_at=now, kind=kind, position=position[entry.pool],
                                          reason_code=entry.code.value, estimated_start=start, estimated_start_low=low,
                                          estimated_start_high=high))
@@ -329,6 +305,49 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
             estimated_start_high=run.estimated_start_high, updated_at=now)
     QueueEstimate.objects.bulk_create(history, batch_size=BATCH)
     return len(waiting)
+
+
+def _queue_estimates(snap: Snapshot, waiting: list[QueueEntry], timings: dict[str, float] | None) -> dict[str, Estimate]:
+    """Estimated starts of the waiting runs; none when the estimator fails (the rest is still written)."""
+    est: dict[str, Estimate] = {}
+    mark = time.perf_counter()
+    try:
+        lags = lags_load(now=snap.now, policies=dict(snap.state.policies))
+        est = queue_estimates(snap.state, jobs=[e.job_id for e in waiting], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
+                              max_ahead=MAX_AHEAD)
+    except (ValueError, KeyError, ZeroDivisionError):
+        log.exception("queue estimates failed; positions and reasons are still written")
+    if timings is not None:
+        timings["estimates"] = (time.perf_counter() - mark) * 1000
+    return est
+
+
+def _queue_fields(run: Run, position: int, code: str, message: str,
+                  starts: tuple[datetime | None, datetime | None, datetime | None], now: datetime) -> bool | None:
+    """Set the run's place in line, reason and estimates when they changed enough to write.
+
+    None: unchanged, nothing to write. Otherwise whether the estimated start moved enough to
+    be worth a history row."""
+    start, low, high = starts
+    if not (run.queue_position != position or run.reason_code != code or run.status_reason != message
+            or _moved(run.estimated_start, start, ESTIMATE_WRITE_SLACK_S)
+            or _moved(run.estimated_start_low, low, ESTIMATE_WRITE_SLACK_S)
+            or _moved(run.estimated_start_high, high, ESTIMATE_WRITE_SLACK_S)):
+        return None
+    moved = _moved(run.estimated_start, start, ESTIMATE_MOVED_S)
+    run.queue_position, run.reason_code, run.status_reason = position, code, message
+    run.estimated_start, run.estimated_start_low, run.estimated_start_high = start, low, high
+    run.updated_at = now
+    return moved
+
+
+def _estimate_kind(run: Run, *, first: bool, last: datetime | None, moved: bool, now: datetime) -> EstimateKind | None:
+    """Which estimate history row the run gets in this pass, if any."""
+    if first or last is None or (run.queued_at is not None and last < run.queued_at):
+        return EstimateKind.AT_SUBMISSION
+    if moved or (now - last).total_seconds() >= ESTIMATE_EVERY_S:
+        return EstimateKind.PASS
+    return None
 
 
 # --- utilization ---------------------------------------------------------------------------------

@@ -285,8 +285,38 @@ def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
 def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     pools = {p.name: p for p in NodePool.objects.all()}
     policies = {name: policy_from_json(p.policy) for name, p in pools.items()}
-    fresh_after = now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
+    fleet = _fleet_load(now)
+    predictor = predictor_load(now=now)
+    running, running_jobs, attained = _running_load(now=now, predictor=predictor, alloc=fleet.alloc)
+    queued = {str(r.pk): r for r in queued_runs(lock=lock)}
+    predictions, jobs = _queued_jobs(queued, now=now, predictor=predictor, attained=attained)
+    quotas = tuple(
+        core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
+        for q in Quota.objects.select_related("team", "pool").order_by("pk")
+    )
+    usage = _usage(now, {name: p.fair_share_half_life_s for name, p in policies.items()})
+    state = core.ClusterState(now=ts(now), nodes=tuple(fleet.nodes), running=tuple(running_jobs), queued=tuple(jobs),
+                              quotas=quotas, usage=usage, policies=policies)
+    return Snapshot(now=now, state=state, queued=queued, nodes=fleet.rows, pools=pools, free_indexes=fleet.free_indexes,
+                    running=running, predictions=predictions, devices_total=dict(fleet.devices_total), predictor=predictor)
 
+
+@dataclass(slots=True)
+class _Fleet:
+    """The nodes as the core sees them, and the devices each attempt holds."""
+
+    rows: dict[str, Node]
+    nodes: list[core.Node]
+    # Free device indexes per node id, lowest first.
+    free_indexes: dict[str, list[int]]
+    # Devices per pool on nodes that are not lost.
+    devices_total: dict[str, int]
+    # Attempt id -> (node rank, node id, devices) of each node it holds devices on.
+    alloc: dict[int, list[tuple[int, str, int]]]
+
+
+def _fleet_load(now: datetime) -> _Fleet:
+    fresh_after = now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S)
     node_rows = {str(n.pk): n for n in Node.objects.select_related("pool").order_by("pk")}
     indexes: dict[str, list[int]] = defaultdict(list)
     # An unhealthy device (a fatal GPU fault) is no capacity: nothing is placed on it.
@@ -314,8 +344,13 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
         if node_state != core.NodeState.LOST:
             devices_total[node.pool.name] += total
         nodes.append(core.Node(id=node_id, pool=node.pool.name, total_devices=total, free_devices=len(free), state=node_state))
+    return _Fleet(rows=node_rows, nodes=nodes, free_indexes=free_indexes, devices_total=devices_total, alloc=alloc)
 
-    predictor = predictor_load(now=now)
+
+def _running_load(
+    *, now: datetime, predictor: RuntimePredictor, alloc: dict[int, list[tuple[int, str, int]]]
+) -> tuple[dict[str, Attempt], list[core.RunningJob], dict[int, float]]:
+    """The attempts holding devices as the core's running jobs; and every run's attained service."""
     now_s = ts(now)
     running: dict[str, Attempt] = {}
     running_jobs: list[core.RunningJob] = []
@@ -353,8 +388,13 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             # Wait estimates add many runtimes up: they take the history's mean, not its median.
             expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s),
             attained_s=attained.get(run.pk, 0.0)))
+    return running, running_jobs, attained
 
-    queued = {str(r.pk): r for r in queued_runs(lock=lock)}
+
+def _queued_jobs(
+    queued: dict[str, Run], *, now: datetime, predictor: RuntimePredictor, attained: dict[int, float]
+) -> tuple[dict[str, RuntimePrediction], list[core.QueuedJob]]:
+    """The queued runs as the core's queued jobs (held for budget or backoff), and their predictions."""
     blocks = budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
     predictions: dict[str, RuntimePrediction] = {}
     jobs: list[core.QueuedJob] = []
@@ -373,16 +413,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
             blocked_reason=blocked, blocked_message=block or "",
             deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None,
             attained_s=attained.get(run.pk, 0.0), avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or [])))
-
-    quotas = tuple(
-        core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
-        for q in Quota.objects.select_related("team", "pool").order_by("pk")
-    )
-    usage = _usage(now, {name: p.fair_share_half_life_s for name, p in policies.items()})
-    state = core.ClusterState(now=now_s, nodes=tuple(nodes), running=tuple(running_jobs), queued=tuple(jobs), quotas=quotas,
-                              usage=usage, policies=policies)
-    return Snapshot(now=now, state=state, queued=queued, nodes=node_rows, pools=pools, free_indexes=free_indexes,
-                    running=running, predictions=predictions, devices_total=dict(devices_total), predictor=predictor)
+    return predictions, jobs
 
 
 def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, QueueLag]:
