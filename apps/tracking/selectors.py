@@ -398,6 +398,21 @@ def log_chunks(*, run: Run, after: int, limit: int) -> dict[str, Any]:
     }
 
 
+LOG_NOTES_SHOWN = 20
+
+
+def log_note_words(text: str) -> str:
+    """An agent's note ("[trainyard: 6.0 MB of output dropped ...]") as a sentence for a page."""
+    return text.strip().removeprefix("[trainyard: ").removesuffix("]") + "."
+
+
+def log_notes(*, run: Run) -> list[dict[str, Any]]:
+    """The agent's own notes in a run's log (how much of a flooding job's output it dropped),
+    oldest first: the page shows them above the log, whose start a long log scrolls away."""
+    chunks = LogChunk.objects.filter(run=run, stream="agent").select_related("attempt").order_by("pk")[:LOG_NOTES_SHOWN]
+    return [{"id": c.pk, "attempt": c.attempt.number, "rank": c.rank, "text": log_note_words(c.text)} for c in chunks]
+
+
 def energy_series(*, run: Run, max_points: int = 1000) -> dict[str, Any]:
     """Per-device samples and the run's cumulative energy over time (sum of each device's latest
     reading), with the run's total as recorded and the unit that total reads best in."""

@@ -187,6 +187,7 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "lineage": lineage, "reported": _value_rows(lineage["reported"]), "params": _value_rows(run.params),
         "attempt_rows": attempt_rows, "sweep": sweep, "summary": _run_summary(run, sweep),
         "checkpoints": None if sweep is not None else _checkpoint_card(run),
+        "log_notes": [] if sweep is not None else selectors.log_notes(run=run),
         "page_data": {"run": run.pk, "finished": run.is_finished, "sweep": sweep is not None,
                       "attempts": selectors.attempt_timeline(run=run, rows=attempt_rows)},
     })

@@ -221,10 +221,25 @@
     Plotly.react(div, traces, layout, T.CONFIG);
   }
 
+  // The agent's notes of dropped output also stand above the log (the server renders the first
+  // ones; templates/tracking/run_detail.html): a long log's start is trimmed from the view.
+  const LOG_NOTES_SHOWN = 20;
+  function showLogNote(chunk) {
+    const notes = document.getElementById("log-notes");
+    if (!notes || notes.querySelector(`[data-chunk="${chunk.id}"]`) || notes.children.length >= LOG_NOTES_SHOWN) return;
+    const p = document.createElement("p");
+    p.className = "muted";
+    p.dataset.chunk = chunk.id;
+    p.textContent = `Attempt ${chunk.attempt}: ${chunk.text.trim().replace(/^\[trainyard: /, "").replace(/\]$/, "")}.`;
+    notes.appendChild(p);
+    notes.hidden = false;
+  }
+
   async function refreshLogs() {
     const pre = document.getElementById("log-tail");
     for (let page = 0; page < 5; page++) {
       const resp = await T.getJSON(`${api}/logs/?after=${logCursor}&limit=500`);
+      resp.chunks.filter((c) => c.stream === "agent").forEach(showLogNote);
       if (resp.chunks.length) {
         if (pre.dataset.placeholder) { pre.textContent = ""; delete pre.dataset.placeholder; }
         pre.appendChild(document.createTextNode(resp.chunks.map((c) => c.text).join("")));

@@ -7,10 +7,14 @@ upload hold back other reports. Unit tests for the parts; live tests with real p
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import logging
+import re
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +27,8 @@ from agents import protocol
 from agents.client import Client
 from agents.logcap import LogCap, LogLimits
 from agents.shipper import Shipper, Spool, Tail, lane, log_batches
+from tests.agents.helpers import start_agent, submit, wait_status, write
+from tests.fixtures.live import LiveStack
 
 A = protocol.API_PREFIX
 
@@ -295,3 +301,177 @@ def test_a_server_that_is_away_strikes_nothing(tmp_path: Path) -> None:
         assert shipper._send_round(spool.items()) is False
     assert len(spool.items()) == 4 and all("strikes" not in json.loads(p.read_text()) for p in spool.items())
 
+
+
+# --- live: a real agent, server, worker and jobs ------------------------------------------------
+# Numbered 100-byte lines, then the time the job ended (for how long its exit took to arrive).
+FLOOD = """
+import os, sys, time
+lines, width = int(sys.argv[1]), int(sys.argv[2])
+pad = b"x" * (width - 10) + b"\\n"
+out = sys.stdout.buffer
+for i in range(1, lines + 1):
+    out.write(b"%08d " % i + pad)
+out.flush()
+print("flood over", file=sys.stderr, flush=True)
+open(os.path.join(os.environ["TRAINYARD_RUN_DIR"], "ended"), "w").write(repr(time.time()))
+"""
+
+# Floods until stopped: about 20 MB/s.
+ENDLESS = """
+import sys, time
+out = sys.stdout.buffer
+line = b"y" * 1023 + b"\\n"
+while True:
+    out.write(line * 2000)
+    time.sleep(0.1)
+"""
+
+
+def _session(stack: LiveStack, username: str) -> urllib.request.OpenerDirector:
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(stack.url + "/login/", timeout=30).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None
+    form = {"username": username, "password": "trainyard-demo", "csrfmiddlewaretoken": token.group(1)}
+    opener.open(urllib.request.Request(stack.url + "/login/", data=urllib.parse.urlencode(form).encode(),
+                                       headers={"Referer": stack.url + "/login/"}), timeout=30).read()
+    return opener
+
+
+def _logs(stack: LiveStack, run: int, token: str) -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = stack.api("GET", f"/api/v1/runs/{run}/logs/?after={after}&limit=1000", token=token)
+        chunks += page["chunks"]
+        after = page["next"]
+        if not page["more"]:
+            return chunks
+
+
+def _finish_flood(stack: LiveStack, tmp_path: Path, lines: int, width: int, timeout: float) -> tuple[int, float]:
+    """Run a flood to its end; the run id and how long after the job's end its run succeeded."""
+    run = submit(stack, f"python {write(tmp_path / 'flood.py', FLOOD)} {lines} {width}")
+    ended_file = stack.wait_for(lambda: next((stack.workdir / "agent-node-a" / "runs").glob(f"{run}/*/job/ended"), None), timeout,
+                                "the flood to end")
+    row = wait_status(stack, run, {"succeeded", "failed", "cancelled"}, 30)
+    seen = time.time()
+    assert row["status"] == "succeeded", row
+    return run, seen - float(ended_file.read_text())
+
+
+def _assert_kept_with_a_note(stack: LiveStack, run: int, lines: int, width: int) -> list[dict[str, Any]]:
+    alice = stack.token("alice")
+    chunks = stack.wait_for(lambda: (c := _logs(stack, run, alice)) and "flood over" in "".join(x["text"] for x in c) and c, 30,
+                            "the log's tail, after the exit")
+    out = "".join(c["text"] for c in chunks if c["stream"] == "stdout")
+    numbers = [int(line[:8]) for line in out.splitlines()]
+    [note] = [c["text"] for c in chunks if c["stream"] == "agent"]
+    first, last = (int(n.replace(",", "")) for n in re.findall(r"lines ([\d,]+)-([\d,]+)", note)[0])
+    assert numbers == [*range(1, first), *range(last + 1, lines + 1)], "the head and the tail, nothing else, nothing twice"
+    assert first * width >= 1_000_000 - width and (lines - last) * width >= 1_000_000 - width
+    assert f"{(last - first + 1) * width / 1e6:.1f} MB of output dropped from rank 0 stdout" in note
+    assert len(out) < 2_200_000
+    # The run page says so above the log (whose start a long log scrolls away).
+    page = _session(stack, "alice").open(f"{stack.url}/runs/{run}/", timeout=30).read().decode()
+    notes = re.search(r'<div id="log-notes" class="log-notes">(.*?)</div>', page, re.S)
+    assert notes is not None and f"lines {first:,}-{last:,}" in notes.group(1), page[-3000:]
+    return chunks
+
+
+@pytest.fixture
+def stack(live_stack: LiveStack) -> LiveStack:
+    live_stack.start_worker()
+    start_agent(live_stack, "node-a")
+    return live_stack
+
+
+@pytest.mark.live
+def test_an_8mb_flood_finishes_and_keeps_its_head_and_tail(stack: LiveStack, tmp_path: Path) -> None:
+    run, exit_after = _finish_flood(stack, tmp_path, 80_000, 100, 60)
+    assert exit_after < 5, f"the exit arrived {exit_after:.1f} s after the job ended"
+    chunks = _assert_kept_with_a_note(stack, run, 80_000, 100)
+    print(f"8 MB flood: exit seen {exit_after:.2f} s after the job ended; {len(chunks)} chunks kept")
+
+    # What an agent before the cap left in its spool: a 6.5 MB batch (split now, and stored), and
+    # a batch the server refuses for good (dropped with a log line; not tried again).
+    [(attempt_id,)] = stack.query("SELECT id FROM runs_attempt WHERE run_id=?", (run,))
+    spool = stack.workdir / "agent-node-a" / "spool"
+    big = [{"rank": 0, "seq": 1_000_000 + i, "stream": "stdout", "text": f"{i:08d} " + "o" * 32758 + "\n"} for i in range(200)]
+    bad = [{"rank": 0, "seq": 2_000_000, "stream": "bogus", "text": "refused\n"}]
+    for n, chunks_ in ((1, big), (2, bad)):
+        item = {"kind": "logs", "path": A + "logs/", "attempt_id": attempt_id,
+                "body": {"attempt_id": attempt_id, "number": 1, "chunks": chunks_}}
+        (spool / f".{n}.tmp").write_text(json.dumps(item))
+        (spool / f".{n}.tmp").rename(spool / f"{time.time_ns():020d}-logs.json")
+    stack.wait_for(lambda: not list(spool.glob("*.json")), 30, "the spool to empty")
+    stored = stack.query("SELECT count(*) FROM runs_logchunk WHERE attempt_id=? AND seq >= 1000000", (attempt_id,))[0][0]
+    assert stored == 200
+    agent_log = stack.log("node-a")
+    assert agent_log.count("server refused a logs batch, dropping it") == 1 and "chunks[0].stream" in agent_log
+
+    # The node takes the next run.
+    nxt = submit(stack, "python -c \"print('next')\"")
+    assert wait_status(stack, nxt, {"succeeded", "failed"}, 60)["status"] == "succeeded"
+
+
+@pytest.mark.live
+def test_cancel_during_a_flood_and_the_node_takes_the_next_run(stack: LiveStack, tmp_path: Path) -> None:
+    run = submit(stack, f"python {write(tmp_path / 'endless.py', ENDLESS)}", grace=2)
+    wait_status(stack, run, {"running"}, 60)
+    log_file = stack.wait_for(lambda: next((p for p in (stack.workdir / "agent-node-a" / "runs").glob(f"{run}/*/agent/rank0.stdout.log")
+                                            if p.stat().st_size > 30_000_000), None), 60, "30 MB of output")
+    started = time.monotonic()
+    assert stack.manage("debug_run", "cancel", str(run)).stdout.strip() == "running"
+    row = wait_status(stack, run, {"cancelled", "failed", "succeeded"}, 2 + 10)
+    assert row["status"] == "cancelled", row
+    print(f"cancel during a flood: cancelled {time.monotonic() - started:.2f} s after the request, "
+          f"{log_file.stat().st_size / 1e6:.0f} MB written")
+    alice = stack.token("alice")
+    chunks = stack.wait_for(lambda: (c := _logs(stack, run, alice)) and any(x["stream"] == "agent" for x in c) and c, 20,
+                            "the note of what was dropped")
+    assert sum(len(c["text"]) for c in chunks) < 2_500_000
+    nxt = submit(stack, "python -c \"print('next')\"")
+    assert wait_status(stack, nxt, {"succeeded", "failed"}, 60)["status"] == "succeeded"
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_a_200mb_flood_finishes_and_keeps_its_head_and_tail(stack: LiveStack, tmp_path: Path) -> None:
+    run, exit_after = _finish_flood(stack, tmp_path, 200_000, 1000, 120)
+    assert exit_after < 10, f"the exit arrived {exit_after:.1f} s after the job ended"
+    _assert_kept_with_a_note(stack, run, 200_000, 1000)
+    print(f"200 MB flood: exit seen {exit_after:.2f} s after the job ended")
+    nxt = submit(stack, "python -c \"print('next')\"")
+    assert wait_status(stack, nxt, {"succeeded", "failed"}, 60)["status"] == "succeeded"
+
+
+@pytest.mark.live
+@pytest.mark.browser
+def test_the_run_page_shows_a_note_that_arrives_while_it_is_open(live_stack: LiveStack, chromium: Any) -> None:
+    from tests.tracking.test_browser import login, setup_live
+
+    ids = setup_live(live_stack)
+    context = chromium.new_context(viewport={"width": 1360, "height": 1000})
+    try:
+        page = context.new_page()
+        login(page, live_stack.url)
+        page.goto(f"{live_stack.url}/runs/{ids['run']}/")
+        assert page.locator("#log-notes").is_hidden()
+        note = "[trainyard: 6.0 MB of output dropped from rank 0 stdout (lines 10,486-70,000); the head and the tail are kept]\n"
+        chunks = [{"rank": 0, "seq": 1, "stream": "stdout", "text": "the head\n"}, {"rank": 0, "seq": 2, "stream": "agent", "text": note},
+                  {"rank": 0, "seq": 3, "stream": "stdout", "text": "the tail\n"}]
+        body = json.dumps({"attempt_id": ids["attempt"], "number": 1, "chunks": chunks}).encode()
+        req = urllib.request.Request(f"{live_stack.url}{A}logs/", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Node {ids['secret']}"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert json.loads(resp.read()) == {"accepted": 3}
+        page.wait_for_function("() => document.getElementById('log-tail').textContent.includes('the tail')")
+        assert page.locator("#log-notes").is_visible()
+        assert page.locator("#log-notes").inner_text() == ("Attempt 1: 6.0 MB of output dropped from rank 0 stdout "
+                                                           "(lines 10,486-70,000); the head and the tail are kept.")
+        assert page.locator("#log-tail").inner_text().splitlines() == ["the head", note.strip(), "the tail"]
+    finally:
+        context.close()

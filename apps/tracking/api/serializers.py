@@ -120,7 +120,7 @@ class LogChunkSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField(help_text="Cursor: pass the last one seen as `after`.")
     attempt = serializers.IntegerField()
     rank = serializers.IntegerField()
-    stream = serializers.CharField(help_text="stdout or stderr.")
+    stream = serializers.CharField(help_text="stdout, stderr, or agent: the agent's note of output it dropped from a flooding job.")
     text = serializers.CharField()
     created_at = serializers.DateTimeField()
 
