@@ -323,7 +323,7 @@ class _PoolPass:
 
     def _walk(self, walk: _Walk, ordered: Iterable[OrderKey]) -> None:
         """Each job in line order: admitted, then placed, or preempting, or reserved, or waiting."""
-        policy, explain = self.policy, self.explain
+        policy, explain, now = self.policy, self.explain, self.now
         by_standing = not policy.reclaim_borrowed
         for position, item in enumerate(ordered, start=1):
             lowest = walk.lowest_victim
@@ -342,7 +342,9 @@ class _PoolPass:
                     self._behind(job, PriorityClass(klass), position, walk.blockers, walk.fair_share)
                 continue
             avoid = walk.cap.avoidable(job.avoid_nodes, job.nodes, job.devices_per_node) if job.avoid_nodes else frozenset()
-            if self._place(walk, job, position, avoid):
+            end = now + max(job.predicted_runtime, 0.0)
+            # (A shape that did not fit by an earlier end cannot fit now: see `_place`.)
+            if end < walk.failed_end.get((job.nodes, job.devices_per_node), INF) and self._place(walk, job, position, avoid, end):
                 continue
             if lowest is not None and self._preempt_for(walk, job, klass, mine, lowest, position):
                 continue
@@ -387,13 +389,10 @@ class _PoolPass:
             return False
         return True
 
-    def _place(self, walk: _Walk, job: QueuedJob, position: int, avoid: frozenset[int]) -> bool:
-        """Start the job now if it fits; True when that settled its turn (started, or kept off the
-        headroom)."""
+    def _place(self, walk: _Walk, job: QueuedJob, position: int, avoid: frozenset[int], end: float) -> bool:
+        """Start the job now, to end at `end`, if it fits; True when that settled its turn (started,
+        or kept off the headroom)."""
         shape = (job.nodes, job.devices_per_node)
-        end = self.now + max(job.predicted_runtime, 0.0)
-        if not end < walk.failed_end.get(shape, INF):
-            return False
         cap = walk.cap
         chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid)
         if chosen is None:
