@@ -7,7 +7,7 @@ import math
 import secrets
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -357,14 +357,24 @@ def _node_touch(node: Node, now: Any, status: dict[str, Any]) -> bool:
 
 
 # What the heartbeat answers with, for the node's assignments that hold devices or that the
-# agent reports running: (attempt, assignment state, attempt status, stop kind, grace period,
-# the run's latest attempt). Raw SQL: heartbeats are most of the agent traffic.
+# agent reports running: one `_OrderRow` each. Raw SQL: heartbeats are most of the agent traffic.
 _ORDERS_SQL = (
     "SELECT a.attempt_id, a.state, t.status, t.stop_kind, r.grace_period_s, "
     "(SELECT l.id FROM {attempt} l WHERE l.run_id = t.run_id ORDER BY l.number DESC LIMIT 1) "
     "FROM {assignment} a JOIN {attempt} t ON t.id = a.attempt_id JOIN {run} r ON r.id = t.run_id "
     "WHERE a.node_id = %s AND (a.state IN ({holds}){reported}) ORDER BY a.attempt_id, a.node_rank"
 )
+
+
+class _OrderRow(NamedTuple):
+    """A row of `_ORDERS_SQL`, in its column order."""
+
+    attempt_id: int
+    state: str  # the assignment's
+    status: str  # the attempt's
+    stop_kind: str
+    grace_period_s: int
+    latest_attempt_id: int  # the run's latest attempt
 
 
 def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[protocol.StopOrder]]:
@@ -378,18 +388,19 @@ def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[p
                              reported=f" OR a.attempt_id IN ({', '.join(['%s'] * len(reported))})" if reported else "")
     with connection.cursor() as cursor:
         cursor.execute(sql, [node.pk, *holds, *reported])
-        rows = cursor.fetchall()
-    first: dict[int, tuple[Any, ...]] = {}
+        rows = [_OrderRow._make(row) for row in cursor.fetchall()]
+    first: dict[int, _OrderRow] = {}
     stop: list[protocol.StopOrder] = []
     for row in rows:
-        attempt_id, state, _, stop_kind, grace, _ = row
-        first.setdefault(attempt_id, row)
-        if state in ASSIGNMENT_HOLDS_DEVICES and stop_kind:
-            stop.append({"attempt_id": attempt_id, "kind": stop_kind, "grace_period_s": grace})  # type: ignore[typeddict-item]
+        first.setdefault(row.attempt_id, row)
+        if row.state in ASSIGNMENT_HOLDS_DEVICES and row.stop_kind:
+            stop.append({"attempt_id": row.attempt_id, "kind": row.stop_kind,  # type: ignore[typeddict-item]
+                         "grace_period_s": row.grace_period_s})
     kill = []
     for attempt_id in reported:
         found = first.get(attempt_id)
-        if found is None or found[2] in ATTEMPT_ENDED or found[1] not in ASSIGNMENT_HOLDS_DEVICES or found[5] != attempt_id:
+        if (found is None or found.status in ATTEMPT_ENDED or found.state not in ASSIGNMENT_HOLDS_DEVICES
+                or found.latest_attempt_id != attempt_id):
             kill.append(attempt_id)
     return kill, stop
 
