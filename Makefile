@@ -10,10 +10,11 @@ TEST_PACKAGES := chromium:/usr/bin/chromium
 
 .PHONY: run test test-fast test-packages lint bench clean-var
 
-$(STAMP): requirements.txt sdk/pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch is pinned to 2.13.0 (CPU build on machines without CUDA); never let a resolver pick a newer one.
-	$(PY) -m pip install --quiet -r requirements.txt
+	# The development set (runtime + test, lint, browser tools): one stamp serves run, test and lint.
+	$(PY) -m pip install --quiet -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -e sdk
 	touch $(STAMP)
 
