@@ -9,6 +9,7 @@ what reaches here unconverted (DEBUG off or on, any handler).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
@@ -89,33 +90,41 @@ class JsonLimitsMiddleware:
     names the limit, before any parser sees them (a 100,000-deep ``params`` was a RecursionError
     and a 500). Form fields get the same depth check: the new-run page takes JSON params in a
     textarea, and DRF's JSONField parses a form's value as JSON. DRF reads the body from
-    ``request.body`` (or ``request.POST``) afterwards, so it is read once."""
+    ``request.body`` (or ``request.POST``) afterwards, so it is read once. Runs as process_view,
+    before CSRF's (which reads forms), knowing the view: one without parsers reads and bounds
+    its body itself (metric batches take up to 4 MiB) and keeps its own size limit."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        content_type = request.content_type or ""
+        return self.get_response(request)
+
+    def process_view(self, request: HttpRequest, view_func: Callable[..., Any], view_args: Any, view_kwargs: Any) -> HttpResponse | None:
         if request.method in ("GET", "HEAD", "OPTIONS"):
-            return self.get_response(request)
+            return None
+        content_type = request.content_type or ""
         if content_type == "application/json" or content_type.endswith("+json"):
-            refused = self._check_json(request)
-        elif content_type == "application/x-www-form-urlencoded" or (
+            view_class = getattr(view_func, "cls", None)
+            # DRF views declaring no parsers read the raw stream with their own bound.
+            bounds_itself = view_class is not None and getattr(view_class, "parser_classes", None) == []
+            return self._check_json(request, bounds_itself=bounds_itself)
+        if content_type == "application/x-www-form-urlencoded" or (
                 content_type == "multipart/form-data" and not request.path.startswith("/api/")):
             # Multipart API bodies are left to DRF's parsers (apps.core.api.parsers checks them
             # there): reading an upload here would take it from the view's own upload handling.
-            refused = self._check_form(request)
-        else:
-            refused = None
-        return refused or self.get_response(request)
+            return self._check_form(request)
+        return None
 
-    def _check_json(self, request: HttpRequest) -> HttpResponse | None:
+    def _check_json(self, request: HttpRequest, *, bounds_itself: bool) -> HttpResponse | None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         try:
             size = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             size = 0  # Django reads no body then either
         if limit is not None and size > limit:
+            if bounds_itself:
+                return None
             _drain(request, size)
             return _refuse(request, "too_large", "body", too_large_message(size, limit=limit), as_json=True)
         depth = json_too_deep(request.body)

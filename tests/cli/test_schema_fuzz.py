@@ -50,6 +50,9 @@ DEEP_BODY = '{"params": ' + "[" * DEEP + "]" * DEEP + "}"
 UPLOAD_LIMIT = 2_621_440  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE, which the live stack keeps
 HUGE_BODY = '{"params": {"blob": "' + "x" * (UPLOAD_LIMIT + 1024) + '"}}'
 BAD_DATETIMES = ("2026-01-01T00:00:00+19:56", "9999-12-31T23:00:00-05:00")
+# Operations that read and bound their own body, with a larger limit than Django's; what they
+# answer past it is tested with their owners (a 413 once the node is authenticated: tests/tracking).
+OWN_BODY_LIMIT = {"/api/v1/agent/metrics/"}
 # Date-time query parameters the schema types as plain strings (they take a date too).
 DATE_PARAM_NAMES = {"since", "until", "updated_after"}
 
@@ -103,8 +106,10 @@ def test_deep_or_huge_json_and_out_of_range_dates_are_400s_on_every_operation(fu
         url = re.sub(r"\{[^}]+\}", "1", path)  # refused before routing: any object id does
         if any("json" in kind for kind in operation.get("requestBody", {}).get("content", {})):
             with_body += 1
-            for text, code, limit in ((DEEP_BODY, "too_deep", f"the limit is {JSON_MAX_DEPTH} levels"),
-                                      (HUGE_BODY, "too_large", f"the limit is {UPLOAD_LIMIT:,} bytes")):
+            shapes = [(DEEP_BODY, "too_deep", f"the limit is {JSON_MAX_DEPTH} levels")]
+            if path not in OWN_BODY_LIMIT:
+                shapes.append((HUGE_BODY, "too_large", f"the limit is {UPLOAD_LIMIT:,} bytes"))
+            for text, code, limit in shapes:
                 status, answer = _send(stack, method, url, token, text)
                 error = answer.get("error", {}) if isinstance(answer, dict) else {}
                 if status != 400 or error.get("code") != code or limit not in error.get("message", ""):

@@ -51,7 +51,7 @@ def test_depth_is_counted_on_the_raw_text_outside_strings() -> None:
 
 
 @pytest.mark.parametrize("path", ["/api/v1/runs/", "/api/v1/queue/forecast/", "/api/v1/runs/trials/",
-                                  "/api/v1/projects/", "/api/v1/agent/heartbeat/"])
+                                  "/api/v1/projects/", "/api/v1/agent/heartbeat/", "/api/v1/agent/metrics/"])
 def test_json_nested_too_deep_is_a_400_naming_the_limit(cast: Any, templates: None, path: str) -> None:
     client = Client()
     client.force_login(cast.alice)
