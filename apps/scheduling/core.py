@@ -179,6 +179,8 @@ class _Walk:
     # enough to use the headroom. Without reasons to give, the pass ends once none is left.
     live: set[Shape]
     live_short: set[Shape]
+    # How many blocked jobs get a reservation (`Policy.reserve_depth`, at least 1).
+    reserve_depth: int
     # Runs chosen as victims in this pass, or stopping on nodes held for a preemptor.
     taken: set[str] = field(default_factory=set)
     # (shape, team when reclaiming) -> the highest standing that found no victims.
@@ -188,6 +190,7 @@ class _Walk:
     # The earliest predicted end at which the shape did not fit.
     failed_end: dict[Shape, float] = field(default_factory=dict)
     blockers: list[_Blocker] = field(default_factory=list)
+    # How many have one so far.
     reservations: int = 0
     # Without backfill the first blocked job stops the line.
     stop_all: bool = False
@@ -270,6 +273,7 @@ class _PoolPass:
             lowest_victim=lowest_victim,
             live=set(shortest),
             live_short={shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s},
+            reserve_depth=max(1, policy.reserve_depth),
         )
 
     def _victim_floor(self, guarantees: dict[str, int]) -> tuple[dict[str, bool], int | None]:
@@ -348,7 +352,12 @@ class _PoolPass:
                 continue
             if lowest is not None and self._preempt_for(walk, job, klass, mine, lowest, position):
                 continue
-            self._wait(walk, job, klass, position, avoid)
+            if walk.reservations < walk.reserve_depth:
+                self._reserve(walk, job, klass, position, avoid)
+            elif explain:
+                # Building the reason costs an enum lookup per job; passes without reasons walk
+                # hundreds of waiting jobs, so they skip the call altogether.
+                self._behind(job, PriorityClass(klass), position, walk.blockers, walk.fair_share, cap=walk.cap)
 
     def _exhausted(self, walk: _Walk) -> bool:
         """Without reasons to give: whether no later job in line could start or preempt."""
@@ -436,23 +445,18 @@ class _PoolPass:
             or cap.free_sum - devices >= policy.headroom_devices
         )
 
-    def _wait(self, walk: _Walk, job: QueuedJob, klass: int, position: int, avoid: frozenset[int]) -> None:
-        """A job that cannot start: one of the first `reserve_depth` gets a reservation, the rest wait."""
+    def _reserve(self, walk: _Walk, job: QueuedJob, klass: int, position: int, avoid: frozenset[int]) -> None:
+        """One of the first `reserve_depth` jobs that cannot start: the earliest start its gang fits,
+        which later jobs may not delay (EASY backfill)."""
         policy = self.policy
-        if walk.reservations < max(1, policy.reserve_depth):
-            walk.reservations += 1
-            if not policy.backfill:
-                # The first blocked job stops the line; its reservation only feeds the message.
-                walk.stop_all = True
-            start = walk.cap.reserve(job.nodes, job.devices_per_node, self.now, avoid) if policy.backfill or self.explain else None
-            walk.blockers.append(_Blocker(job, PriorityClass(klass), start))
-            if self.explain:
-                self._head(job, position, start, walk.cap)
-            return
+        walk.reservations += 1
+        if not policy.backfill:
+            # The first blocked job stops the line; its reservation only feeds the message.
+            walk.stop_all = True
+        start = walk.cap.reserve(job.nodes, job.devices_per_node, self.now, avoid) if policy.backfill or self.explain else None
+        walk.blockers.append(_Blocker(job, PriorityClass(klass), start))
         if self.explain:
-            # Building the reason costs an enum lookup per job; passes without reasons walk
-            # hundreds of waiting jobs, so they skip the call altogether.
-            self._behind(job, PriorityClass(klass), position, walk.blockers, walk.fair_share, cap=walk.cap)
+            self._head(job, position, start, walk.cap)
 
     # -- preemption -------------------------------------------------------------------------
 
