@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# System packages the whole suite needs (PACKAGE:FILE it installs); scripts/system-packages
+# System packages the whole suite needs (PACKAGE:FILE it installs: Chromium for the browser tests,
+# docker-compose to validate docker-compose.yml); scripts/system-packages
 # installs the missing ones once (root with apt-get) or stops, naming the command to run.
-TEST_PACKAGES := chromium:/usr/bin/chromium
+TEST_PACKAGES := chromium:/usr/bin/chromium docker-compose:/usr/bin/docker-compose
 
 .PHONY: run test test-fast test-packages lint bench clean-var
 

@@ -56,7 +56,7 @@ def test_not_root_stops_before_installing() -> None:
 def test_make_test_and_ci_share_the_step() -> None:
     makefile = (ROOT / "Makefile").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "TEST_PACKAGES := chromium:/usr/bin/chromium" in makefile
+    assert "TEST_PACKAGES := chromium:/usr/bin/chromium docker-compose:/usr/bin/docker-compose" in makefile
     assert "test: test-packages" in makefile
-    assert "scripts/system-packages" in makefile and "scripts/system-packages" in ci
+    assert "scripts/system-packages" in makefile and "make test-packages" in ci and "scripts/system-packages" in ci
     assert "apt-get install" not in ci  # CI installs through the shared step only
