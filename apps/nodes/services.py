@@ -548,11 +548,12 @@ def web_pulse(*, now: datetime) -> None:
 
     A break of more than three pulses since the last one (from any web process) means the web
     tier was down: its up-stretch starts again from now. The conditional UPDATE never moves the
-    pulse backwards, whichever process writes last.
+    pulse backwards, and writes nothing if another web process pulsed in the last half interval.
     """
-    back = now - timedelta(seconds=3 * settings.TRAINYARD_WEB_PULSE_S)
-    broken = Q(web_pulse_at__isnull=True) | Q(web_pulse_at__lt=back) | Q(web_up_since__isnull=True)
-    updated = (SweepWatch.objects.filter(Q(web_pulse_at__isnull=True) | Q(web_pulse_at__lt=now), pk=SweepWatch.SINGLETON)
+    interval = settings.TRAINYARD_WEB_PULSE_S
+    broken = Q(web_pulse_at__isnull=True) | Q(web_pulse_at__lt=now - timedelta(seconds=3 * interval)) | Q(web_up_since__isnull=True)
+    due = Q(web_pulse_at__isnull=True) | Q(web_pulse_at__lt=now - timedelta(seconds=interval / 2))
+    updated = (SweepWatch.objects.filter(due, pk=SweepWatch.SINGLETON)
                .update(web_up_since=Case(When(broken, then=Value(now)), default=F("web_up_since")), web_pulse_at=now))
     if not updated:
         SweepWatch.objects.get_or_create(pk=SweepWatch.SINGLETON, defaults={"web_up_since": now, "web_pulse_at": now})

@@ -253,6 +253,7 @@ def test_the_web_pulse_keeps_its_stretch_and_starts_a_new_one_after_a_break(db: 
     for s in (0, 2, 4, 9):  # several web processes, pulses a few seconds apart
         web_pulse(now=t0 + timedelta(seconds=s))
     web_pulse(now=t0 + timedelta(seconds=8))  # a late writer does not move it backwards
+    web_pulse(now=t0 + timedelta(seconds=9.5))  # nor does one right after another process's pulse write
     assert SweepWatch.objects.values_list("web_up_since", "web_pulse_at").get() == (t0, t0 + timedelta(seconds=9))
     web_pulse(now=t0 + timedelta(seconds=16))  # more than three pulses missed: the web was down
     assert SweepWatch.objects.values_list("web_up_since", "web_pulse_at").get() == (t0 + timedelta(seconds=16),) * 2
