@@ -39,6 +39,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from apps.core.errors import FieldError, ServiceError
+from apps.core.jsonlimits import JSON_MAX_DEPTH
 from apps.runs.selectors import attempt_fence_for_node
 from apps.tracking.downsample import NAN_S, NEG_INF_S, POS_INF_S
 from apps.tracking.models import LEVEL_FANOUT, LEVELS, Flag
@@ -137,6 +138,11 @@ def _batch_from_json(body: bytes) -> MetricBatch:
         data = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ServiceError(f"body is not valid JSON: {exc}", code="parse_error") from None
+    except RecursionError:
+        # Bodies past the web's JSON depth check (over its size limit) reach here; catching the
+        # decoder's own error keeps the hot path free of a second pass over every batch.
+        raise ServiceError(f"body is JSON nested too deep; the limit is {JSON_MAX_DEPTH} levels of arrays and objects",
+                           code="too_deep") from None
     if not isinstance(data, dict):
         raise ServiceError("body must be a JSON object with attempt_id, attempt and points", code="invalid")
     for name in ("attempt_id", "attempt"):
