@@ -299,7 +299,8 @@ EXEMPT: dict[str, str] = {
     "api/v1/nodes/": "the fleet is shared by every team (pools, nodes, free devices)",
     "api/v1/nodes/<pk>/drain/": "fleet nodes belong to no team; draining is for administrators",
     "api/v1/nodes/<pk>/undrain/": "fleet nodes belong to no team; draining is for administrators",
-    "api/v1/runs/trials/": "counts a sweep's trials from a shared template and the params sent; reads no team's object",
+    "api/v1/runs/trials/": ("POST only, counts a sweep's trials from a shared template; an optional project is checked as a "
+                            "submission's: another team's answers exactly as a missing one (tests/runs/test_trials_project.py)"),
     "api/v1/queue/forecast/": ("POST only, a submission body naming a project: another team's project answers exactly as a "
                                "missing one (tests/scheduling/test_forecast.py)"),
 }
