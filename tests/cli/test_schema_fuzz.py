@@ -129,7 +129,7 @@ def test_deep_or_huge_json_and_out_of_range_dates_are_400s_on_every_operation(fu
 
 def test_api_has_no_server_errors_and_matches_its_schema(fuzz_stack: FuzzStack, tmp_path: Path) -> None:
     if not SCHEMATHESIS.exists():
-        pytest.skip("schemathesis is not installed (requirements.txt)")
+        pytest.skip("schemathesis is not installed (requirements-dev.txt)")
     problems: list[str] = []
     for who, (token, spare) in fuzz_stack.tokens.items():
         for key, selection, budget in ((token, ["--exclude-path-regex", GUARDED], BUDGET_S),
