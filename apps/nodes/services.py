@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict
@@ -19,6 +20,7 @@ from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
 from apps.jobtemplates.models import LaunchMode
+from apps.nodes import wakeups
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
 from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState, SweepWatch
 from apps.runs.models import (
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 JOIN_TOKEN_PREFIX = "tyj_"
 HEARTBEAT_INTERVAL_S = 5.0
+# How often a waiting claim reads the database while Redis (its wake-ups) is unreachable.
+CLAIM_FALLBACK_POLL_S = 3.0
 
 
 def join_token_create(*, pool: NodePool, name: str = "", ttl_hours: float | None = 24) -> tuple[JoinToken, str]:
@@ -138,6 +142,7 @@ def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str
         node.drain_deadline = None
     node.registered_at = node.last_heartbeat_at = timezone.now()
     node.save()
+    wakeups.claims_wake_on_commit(node_ids=[node.pk])  # a claim of the old session answers 409 at once
     _sync_devices(node, data["devices"])
     with acting_as(label=f"agent:{node.hostname}"):
         audit_record(action="node.registered", target=node, before=before,
@@ -326,6 +331,7 @@ def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatRes
             else:
                 _devices_update(locked.pk, devices)
             if locked.state != before:
+                wakeups.claims_wake_on_commit(node_ids=[locked.pk])  # a draining agent's claim answers at once
                 with acting_as(label=f"agent:{locked.hostname}"):
                     audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
             if before == NodeState.LOST:
@@ -489,6 +495,36 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
     return out
 
 
+def node_claim_wait(*, node: Node, session: Any, wait_s: float) -> tuple[list[protocol.AssignmentSpec], Node]:
+    """node_claim, waiting up to wait_s for work; also answers at once for a node no longer ready
+    or a superseded session. Returns the claimed specs and the node as last read.
+
+    The database is read before the wait and after each wake-up, never during it: the wait is a
+    BLPOP on the node's wake-up list (apps.nodes.wakeups), pushed once placements, drains and
+    registrations commit, and holds no database connection. A wait that times out answers without
+    reading: the agent claims again at once, and that claim's first read finds work whose wake-up
+    was lost. With Redis down the wait reads the database every CLAIM_FALLBACK_POLL_S instead.
+    """
+    deadline = time.monotonic() + wait_s
+    if wait_s > 0:
+        wakeups.claim_wakes_clear(node_id=node.pk)  # what they announced, the read below sees
+    while True:
+        if node.session != session:
+            return [], node
+        found = node_claim(node=node)
+        left = deadline - time.monotonic()
+        if found or node.state != NodeState.READY or left <= 0:
+            return found, node
+        if not connection.in_atomic_block:
+            connection.close()  # an idle claim holds no database connection (one web thread each)
+        woken = wakeups.claim_wait(node_id=node.pk, timeout=left)
+        if woken is False:
+            return [], node
+        if woken is None:
+            time.sleep(max(0.0, min(CLAIM_FALLBACK_POLL_S, deadline - time.monotonic())))
+        node = Node.objects.get(pk=node.pk)
+
+
 @transaction.atomic
 def node_drain(*, node: Node, user: Any, deadline_s: int = 0) -> Node:
     if not getattr(user, "is_staff", False):
@@ -505,6 +541,7 @@ def node_drain(*, node: Node, user: Any, deadline_s: int = 0) -> Node:
     node.drained_by_admin = True
     node.drain_deadline = timezone.now() + timedelta(seconds=deadline_s) if deadline_s else None
     node.save(update_fields=["state", "drained_by_admin", "drain_deadline"])
+    wakeups.claims_wake_on_commit(node_ids=[node.pk])  # its waiting claim answers "drain" at once
     audit_record(action="node.draining", target=node, actor=user, before={"state": before},
                  after={"state": node.state, "drain_deadline": node.drain_deadline.isoformat() if node.drain_deadline else None})
     return node

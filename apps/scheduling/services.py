@@ -26,6 +26,7 @@ from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
 from apps.core.text import hours_minutes
+from apps.nodes.wakeups import claims_wake_on_commit
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.services.lifecycle import run_preempt
 from apps.runs.services.placement import master_port_for
@@ -182,6 +183,7 @@ def apply_placements(*, snap: Snapshot, decision: Decision) -> list[int]:
          for _, attempt, taken in plans for rank, (node_id, devices) in enumerate(taken)],
         batch_size=BATCH,
     )
+    claims_wake_on_commit(node_ids=[int(node_id) for _, _, taken in plans for node_id, _ in taken])  # the agents' waiting claims
     placed = [run.pk for run, _, _ in plans]
     estimate_errors_record(run_ids=placed, started_at=now)
     return placed

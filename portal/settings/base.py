@@ -209,6 +209,8 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
     }
 }
+# Other keys this portal keeps in Redis (claim wake-ups, apps.nodes.wakeups): per database too.
+TRAINYARD_REDIS_PREFIX = env_str("TRAINYARD_REDIS_PREFIX", f"trainyard:{_DB_ID}")
 
 EMAIL_BACKEND = env_str("TRAINYARD_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("TRAINYARD_FROM_EMAIL", "trainyard@localhost")

@@ -10,7 +10,6 @@ import hashlib
 import math
 import os
 import re
-import time
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,7 @@ from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.nodes.auth import AgentAPIView
 from apps.nodes.models import Node, NodeState
-from apps.nodes.services import HEARTBEAT_INTERVAL_S, checkpoint_mark_deleted, node_claim, node_heartbeat, node_register
+from apps.nodes.services import HEARTBEAT_INTERVAL_S, checkpoint_mark_deleted, node_claim_wait, node_heartbeat, node_register
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services import lifecycle
@@ -108,7 +107,11 @@ class HeartbeatView(AgentView):
 
 
 class ClaimView(AgentView):
-    """Long poll: answers as soon as an assignment is pending, or after wait_s with none."""
+    """Long poll: answers as soon as an assignment is pending, or after wait_s with none.
+
+    The wait is on Redis, not the database (node_claim_wait); a draining (or lost) node gets
+    nothing and an answer at once, so a stopping agent need not wait out the poll.
+    """
 
     @extend_schema(request=None, responses=None)
     def post(self, request: Request) -> Response:
@@ -116,16 +119,10 @@ class ClaimView(AgentView):
         wait = data.get("wait_s", 10)
         if not isinstance(wait, int | float) or not 0 <= wait <= protocol.MAX_CLAIM_WAIT_S:
             raise FieldError("wait_s", f"a number from 0 to {protocol.MAX_CLAIM_WAIT_S}")
-        deadline = time.monotonic() + float(wait)
-        while True:
-            node = Node.objects.get(pk=self.node.pk)
-            if node.session != data.get("session"):
-                return Response({"assignments": [], "stale_session": True}, status=409)
-            found = node_claim(node=node)
-            # A draining (or lost) node gets nothing: answer now, so a stopping agent need not wait out the poll.
-            if found or node.state != NodeState.READY or time.monotonic() >= deadline:
-                return Response({"assignments": found, "drain": node.state != NodeState.READY})
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        found, node = node_claim_wait(node=self.node, session=data.get("session"), wait_s=float(wait))
+        if node.session != data.get("session"):
+            return Response({"assignments": [], "stale_session": True}, status=409)
+        return Response({"assignments": found, "drain": node.state != NodeState.READY})
 
 
 class EventView(AgentView):
