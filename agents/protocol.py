@@ -11,10 +11,16 @@ Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` 
   POST logs/                     LogBatch -> {"accepted": n} (each body under MAX_BODY_BYTES)
   POST energy/                   EnergyBatch -> {"accepted": n}
   POST progress/                 ProgressReport -> {"ok": true}
-  POST checkpoints/              CheckpointReport -> {"id", "stored"}
+  POST checkpoints/              CheckpointReport -> {"id", "stored", "upload": UploadPlan} (no plan once
+                                 stored, or for an agent of protocol < 5)
+  POST checkpoints/<id>/complete/  CheckpointComplete -> {"stored": true} (the server checked size and sha256)
+  GET  checkpoints/<id>/download/  -> DownloadLink (for resume and init checkpoints)
+  GET  snapshots/<sha256>/download/  -> DownloadLink (a run's code snapshot)
   POST checkpoints/deleted/      CheckpointDeleted -> {"deleted": n} (the SDK's keep-last-K removed a file)
-  PUT  checkpoints/<id>/file/    raw bytes, header X-Sha256 -> {"stored": true}
-  GET  checkpoints/<id>/file/    raw bytes (for resume and init checkpoints)
+  PUT  checkpoints/<id>/file/    raw bytes -> {"stored": true} (protocol < 5: the bytes through the web)
+  GET  checkpoints/<id>/file/    raw bytes (protocol < 5)
+Upload plans and download links hold URLs of the object store (absolute, S3) or of the web
+(relative, the local store): the agent sends them no credential and follows them directly.
   POST metrics/                  MetricBatch (owned by apps.tracking) -> {"accepted": n}
   POST lineage/                  LineageReport (owned by apps.tracking) -> {"stored": bool} (409 code
                                  lineage_immutable: this attempt and rank already hold another record)
@@ -32,7 +38,11 @@ from typing import Literal, NotRequired, TypedDict
 # 3: one process per device: world_size counts processes (nnodes x local_world_size), "launch",
 #    POST rendezvous/ (the port is rank 0's to choose), "ranks" and "failed_rank" on exits.
 # 4: log chunks of stream "agent": the agent's note of output it dropped from a flooding job.
-PROTOCOL_VERSION = 4
+# 5: checkpoints go to and come from the object store directly: an upload plan in the answer to
+#    POST checkpoints/, POST checkpoints/<id>/complete/, GET checkpoints/<id>/download/ and
+#    GET snapshots/<sha256>/download/ (the old file/ paths still work for older agents).
+PROTOCOL_VERSION = 5
+DIRECT_UPLOAD_PROTOCOL = 5
 AGENT_VERSION = "0.1.0"
 API_PREFIX = "/api/v1/agent/"
 MAX_CLAIM_WAIT_S = 25
@@ -272,6 +282,38 @@ class CheckpointReport(TypedDict):
     size: int
     sha256: str
     metrics: dict[str, object]
+
+
+class UploadPart(TypedDict):
+    number: int  # 1-based
+    url: str
+    offset: int  # of the part's first byte in the file
+    size: int
+
+
+class UploadPlan(TypedDict):
+    """PUT each part's bytes to its URL (keep each answer's ETag header), then complete.
+    upload_id "" is a single PUT."""
+
+    upload_id: str
+    size: int
+    parts: list[UploadPart]
+
+
+class CompletedPart(TypedDict):
+    number: int
+    etag: str
+
+
+class CheckpointComplete(TypedDict):
+    upload_id: str
+    parts: list[CompletedPart]
+
+
+class DownloadLink(TypedDict):
+    url: str
+    size: int
+    sha256: str
 
 
 class CheckpointDeleted(TypedDict):

@@ -7,7 +7,6 @@ import math
 import secrets
 import time
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, NamedTuple, TypedDict
 
 from django.conf import settings
@@ -35,6 +34,7 @@ from apps.runs.models import (
     RunStatus,
 )
 from apps.runs.services import lifecycle
+from apps.runs.services.checkpoints import checkpoint_file_delete
 from apps.runs.services.placement import master_port_for, request_scheduling_pass
 from apps.vault.services import run_secret_values
 
@@ -475,7 +475,7 @@ def checkpoint_mark_deleted(*, attempt: Attempt, step: int, file_name: str) -> i
             continue  # a replay of the same report got there first
         count += 1
         if ckpt.stored_path and not Run.objects.filter(init_checkpoint=ckpt).exists():
-            (Path(settings.MEDIA_ROOT) / ckpt.stored_path).unlink(missing_ok=True)
+            checkpoint_file_delete(checkpoint=ckpt)
     return count
 
 

@@ -221,7 +221,8 @@ class Checkpoint(models.Model):
     size = models.PositiveBigIntegerField()
     sha256 = models.CharField(max_length=64)
     metrics = models.JSONField(default=dict, blank=True)
-    # Where the server keeps the uploaded file (relative to MEDIA_ROOT); empty until uploaded.
+    # Its key in the object store (apps.core.storage; a path under MEDIA_ROOT for the local store):
+    # empty until the upload arrived and the server checked its size and sha256.
     stored_path = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="Removed by retention; the record stays.")

@@ -242,6 +242,22 @@ TRAINYARD_WEBHOOK_ALLOW_PRIVATE = env_bool("TRAINYARD_WEBHOOK_ALLOW_PRIVATE", Fa
 TRAINYARD_MAX_SNAPSHOT_BYTES = env_int("TRAINYARD_MAX_SNAPSHOT_BYTES", 20 * 1024 * 1024)
 TRAINYARD_MAX_SNAPSHOT_UNPACKED_BYTES = env_int("TRAINYARD_MAX_SNAPSHOT_UNPACKED_BYTES", 200 * 1024 * 1024)
 
+# Object storage for checkpoints and code snapshots (apps.core.storage): an S3-compatible bucket
+# once TRAINYARD_STORAGE_BUCKET is set (then web hosts keep nothing on disk), else MEDIA_ROOT,
+# which the web serves itself through signed URLs (one host, or a folder all web hosts share).
+# The endpoint is the address agents reach the store at: presigned URLs are signed for it.
+TRAINYARD_STORAGE_BUCKET = env_str("TRAINYARD_STORAGE_BUCKET", "")
+TRAINYARD_STORAGE_BACKEND = env_str("TRAINYARD_STORAGE_BACKEND", "s3" if TRAINYARD_STORAGE_BUCKET else "local")
+TRAINYARD_STORAGE_ENDPOINT = env_str("TRAINYARD_STORAGE_ENDPOINT", "")  # empty: AWS's own for the region
+TRAINYARD_STORAGE_REGION = env_str("TRAINYARD_STORAGE_REGION", "us-east-1")
+TRAINYARD_STORAGE_ACCESS_KEY = env_str("TRAINYARD_STORAGE_ACCESS_KEY", "")  # empty: boto3's own chain (role, profile)
+TRAINYARD_STORAGE_SECRET_KEY = env_str("TRAINYARD_STORAGE_SECRET_KEY", "")
+TRAINYARD_STORAGE_PREFIX = env_str("TRAINYARD_STORAGE_PREFIX", "")  # e.g. "trainyard/": keys live under it
+# How long a presigned URL stays valid, and the part size of multipart uploads (files larger
+# than one part go in parts; S3 takes at least 5 MiB a part and at most 10,000 parts).
+TRAINYARD_STORAGE_URL_TTL_S = env_int("TRAINYARD_STORAGE_URL_TTL_S", 3600)
+TRAINYARD_STORAGE_PART_BYTES = env_int("TRAINYARD_STORAGE_PART_BYTES", 64 * 1024 * 1024)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

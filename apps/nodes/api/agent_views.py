@@ -6,16 +6,12 @@ idempotent through unique constraints (bulk_create ignore_conflicts = ON CONFLIC
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 import re
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
 from django.http import FileResponse
@@ -28,12 +24,20 @@ from rest_framework.response import Response
 from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
+from apps.core.storage import ObjectMissing
 from apps.nodes.auth import AgentAPIView
 from apps.nodes.models import Node, NodeState
 from apps.nodes.services import HEARTBEAT_INTERVAL_S, checkpoint_mark_deleted, node_claim_wait, node_heartbeat, node_register
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services import lifecycle
+from apps.runs.services.checkpoints import (
+    checkpoint_download_url,
+    checkpoint_open,
+    checkpoint_store_stream,
+    checkpoint_upload_complete,
+    checkpoint_upload_plan,
+)
 
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -287,7 +291,47 @@ class CheckpointView(AgentView):
         ckpt, _ = Checkpoint.objects.get_or_create(
             run_id=attempt.run_id, sha256=sha, step=_int(data, "step"),
             defaults={"attempt": attempt, "file_name": name, "size": _int(data, "size"), "metrics": metrics})
-        return Response({"id": ckpt.pk, "stored": bool(ckpt.stored_path)})
+        answer: dict[str, Any] = {"id": ckpt.pk, "stored": bool(ckpt.stored_path)}
+        # Older agents PUT the bytes to file/ and know no plan: none is made for them (an S3
+        # multipart upload nobody completes would linger until the bucket's lifecycle rule).
+        if self.node.protocol_version >= protocol.DIRECT_UPLOAD_PROTOCOL:
+            plan = checkpoint_upload_plan(checkpoint=ckpt)
+            if plan is not None:
+                answer["upload"] = plan.message()
+        return Response(answer)
+
+
+class CheckpointCompleteView(AgentView):
+    """The agent put the file in the store: check it and record the checkpoint as stored."""
+
+    @extend_schema(request=None, responses=None)
+    def post(self, request: Request, checkpoint_id: int) -> Response:
+        ckpt = _checkpoint_for(self.node, checkpoint_id)
+        data = _body(request)
+        upload_id = data.get("upload_id", "")
+        if not isinstance(upload_id, str) or len(upload_id) > 1024:
+            raise FieldError("upload_id", "the plan's upload id")
+        parts: list[tuple[int, str]] = []
+        for part in _list(data, "parts", 10_000):
+            etag = part.get("etag") if isinstance(part, dict) else None
+            if not isinstance(etag, str) or len(etag) > 200:
+                raise FieldError("parts", "a list of {number, etag} as the store answered each part")
+            parts.append((_int(part, "number", minimum=1, maximum=10_000), etag))
+        if ckpt.deleted_at is not None and not ckpt.stored_path:
+            return Response({"stored": False, "deleted": True})
+        return Response({"stored": checkpoint_upload_complete(checkpoint=ckpt, upload_id=upload_id, parts=parts)})
+
+
+class CheckpointDownloadLinkView(AgentView):
+    """A fresh URL to fetch a checkpoint from the store directly (resume, init checkpoints)."""
+
+    @extend_schema(request=None, responses=None)
+    def get(self, request: Request, checkpoint_id: int) -> Response:
+        ckpt = _checkpoint_for(self.node, checkpoint_id)
+        if not ckpt.stored_path:
+            raise NotFound(f"checkpoint {checkpoint_id} has no stored file")
+        link: protocol.DownloadLink = {"url": checkpoint_download_url(checkpoint=ckpt), "size": ckpt.size, "sha256": ckpt.sha256}
+        return Response(link)
 
 
 class CheckpointDeletedView(AgentView):
@@ -314,7 +358,7 @@ def _checkpoint_for(node: Node, checkpoint_id: int) -> Checkpoint:
 
 
 class CheckpointFileView(AgentView):
-    """PUT stores the file (sha256 verified) under MEDIA_ROOT/checkpoints/<run>/; GET serves it."""
+    """Protocol < 5: PUT passes the file (sha256 verified) on to the store; GET serves it."""
 
     @extend_schema(request=None, responses=None)
     def put(self, request: Request, checkpoint_id: int) -> Response:
@@ -323,32 +367,15 @@ class CheckpointFileView(AgentView):
             return Response({"stored": True})
         if ckpt.deleted_at is not None:
             return Response({"stored": False, "deleted": True})  # retention removed it meanwhile: keep nothing
-        rel = Path("checkpoints") / str(ckpt.run_id) / f"{ckpt.step:010d}-{ckpt.sha256[:16]}-{ckpt.file_name}"
-        dest = Path(settings.MEDIA_ROOT) / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        digest = hashlib.sha256()
-        size = 0
-        with open(tmp, "wb") as fh:
-            while chunk := request.stream.read(1 << 20) if request.stream is not None else b"":
-                digest.update(chunk)
-                size += len(chunk)
-                fh.write(chunk)
-                if size > ckpt.size:
-                    break
-            fh.flush()
-            os.fsync(fh.fileno())
-        if size != ckpt.size or digest.hexdigest() != ckpt.sha256:
-            tmp.unlink(missing_ok=True)
-            raise FieldError("body", f"expected {ckpt.size} bytes with sha256 {ckpt.sha256}; got {size} bytes with another digest")
-        os.replace(tmp, dest)
-        Checkpoint.objects.filter(pk=ckpt.pk).update(stored_path=str(rel))
-        return Response({"stored": True})
+        if request.stream is None:
+            raise FieldError("body", f"expected {ckpt.size} bytes")
+        return Response({"stored": checkpoint_store_stream(checkpoint=ckpt, stream=request.stream)})
 
     @extend_schema(request=None, responses=None)
     def get(self, request: Request, checkpoint_id: int) -> FileResponse:
         ckpt = _checkpoint_for(self.node, checkpoint_id)
         # A deleted checkpoint keeps its file only while a run starts from it (see checkpoint_mark_deleted).
-        if not ckpt.stored_path or not (Path(settings.MEDIA_ROOT) / ckpt.stored_path).is_file():
-            raise NotFound(f"checkpoint {checkpoint_id} has no stored file")
-        return FileResponse(open(Path(settings.MEDIA_ROOT) / ckpt.stored_path, "rb"), content_type="application/octet-stream")
+        try:
+            return FileResponse(checkpoint_open(checkpoint=ckpt), content_type="application/octet-stream")
+        except ObjectMissing:
+            raise NotFound(f"checkpoint {checkpoint_id} has no stored file") from None

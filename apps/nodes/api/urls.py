@@ -18,4 +18,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("agent/checkpoints/", agent.CheckpointView.as_view(), name="agent-checkpoints"),
     path("agent/checkpoints/deleted/", agent.CheckpointDeletedView.as_view(), name="agent-checkpoints-deleted"),
     path("agent/checkpoints/<int:checkpoint_id>/file/", agent.CheckpointFileView.as_view(), name="agent-checkpoint-file"),
+    path("agent/checkpoints/<int:checkpoint_id>/complete/", agent.CheckpointCompleteView.as_view(), name="agent-checkpoint-complete"),
+    path("agent/checkpoints/<int:checkpoint_id>/download/", agent.CheckpointDownloadLinkView.as_view(),
+         name="agent-checkpoint-download"),
 ]

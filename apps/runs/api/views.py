@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError, Forbidden, NotFound
+from apps.core.storage import ObjectMissing
 from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_get
@@ -32,7 +33,7 @@ from apps.runs.api.serializers import (
 from apps.runs.models import CodeSnapshot, Run, RunStatus
 from apps.runs.services.family import run_family_cancel, run_family_refresh
 from apps.runs.services.lifecycle import run_cancel
-from apps.runs.services.snapshots import snapshot_create, snapshot_path
+from apps.runs.services.snapshots import snapshot_create, snapshot_download_url, snapshot_open
 from apps.runs.services.submit import TAG_KEY_RE, run_submit
 from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.models import Project
@@ -234,7 +235,21 @@ class AgentSnapshotDownloadView(AgentAPIView):
     @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request: Request, sha256: str) -> FileResponse:
         snapshot = CodeSnapshot.objects.filter(sha256=sha256, runs__attempts__assignments__node=self.node).first()
-        if snapshot is None or not snapshot_path(snapshot=snapshot).exists():
+        if snapshot is None:
             raise NotFound("no such snapshot for this node")
-        return FileResponse(snapshot_path(snapshot=snapshot).open("rb"), content_type="application/gzip",
-                            as_attachment=True, filename=f"{snapshot.sha256}.tar.gz")
+        try:
+            body = snapshot_open(snapshot=snapshot)
+        except ObjectMissing:
+            raise NotFound("no such snapshot for this node") from None
+        return FileResponse(body, content_type="application/gzip", as_attachment=True, filename=f"{snapshot.sha256}.tar.gz")
+
+
+class AgentSnapshotLinkView(AgentAPIView):
+    """Protocol 5: a URL to fetch the snapshot from the object store directly."""
+
+    @extend_schema(responses=None)
+    def get(self, request: Request, sha256: str) -> Response:
+        snapshot = CodeSnapshot.objects.filter(sha256=sha256, runs__attempts__assignments__node=self.node).first()
+        if snapshot is None:
+            raise NotFound("no such snapshot for this node")
+        return Response({"url": snapshot_download_url(snapshot=snapshot), "size": snapshot.size, "sha256": snapshot.sha256})

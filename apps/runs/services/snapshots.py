@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Any
@@ -17,6 +18,7 @@ from trainyard.snapshot import MAX_UNPACKED_BYTES, SnapshotError, SnapshotSummar
 
 from apps.audit.services import audit_record
 from apps.core.errors import FieldError, Forbidden
+from apps.core.storage import store
 from apps.runs.models import CodeSnapshot
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role
@@ -30,8 +32,18 @@ def snapshot_limits() -> tuple[int, int]:
             int(getattr(settings, "TRAINYARD_MAX_SNAPSHOT_UNPACKED_BYTES", MAX_UNPACKED_BYTES)))
 
 
-def snapshot_path(*, snapshot: CodeSnapshot) -> Path:
-    return Path(settings.MEDIA_ROOT) / snapshot.stored_path
+def snapshot_key(*, snapshot: CodeSnapshot) -> str:
+    """Its key in the object store (apps.core.storage): the same as its path under MEDIA_ROOT."""
+    return snapshot.stored_path
+
+
+def snapshot_open(*, snapshot: CodeSnapshot) -> IO[bytes]:
+    """The stored archive; ObjectMissing when the store has none."""
+    return store().get(snapshot_key(snapshot=snapshot))
+
+
+def snapshot_download_url(*, snapshot: CodeSnapshot) -> str:
+    return store().presigned_get(snapshot_key(snapshot=snapshot), filename=f"{snapshot.sha256}.tar.gz")
 
 
 def snapshot_create(*, project: Project, user: AnyUser, fileobj: IO[bytes], size: int, git_commit: str = "") -> CodeSnapshot:
@@ -45,11 +57,9 @@ def snapshot_create(*, project: Project, user: AnyUser, fileobj: IO[bytes], size
     if git_commit and not GIT_COMMIT_RE.match(git_commit):
         raise FieldError("git_commit", "must be a hex commit id of 7-64 characters")
     digest = hashlib.sha256()
-    root = Path(settings.MEDIA_ROOT) / "snapshots"
-    root.mkdir(parents=True, exist_ok=True)
     # Written to a temporary file first: the check reads it back, and a refused or partial
-    # upload never appears under its content address.
-    with tempfile.NamedTemporaryFile(dir=root, prefix=".upload-", delete=False) as tmp:
+    # upload never reaches the store under its content address.
+    with tempfile.NamedTemporaryFile(prefix="trainyard-snapshot-", delete=False) as tmp:
         written = 0
         for chunk in iter(lambda: fileobj.read(1 << 20), b""):
             written += len(chunk)
@@ -67,11 +77,11 @@ def snapshot_create(*, project: Project, user: AnyUser, fileobj: IO[bytes], size
             except SnapshotError as err:
                 raise FieldError("file", str(err), code="unsafe_snapshot") from err
         sha = digest.hexdigest()
-        relative = Path("snapshots") / sha[:2] / f"{sha}.tar.gz"
-        final = Path(settings.MEDIA_ROOT) / relative
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if not final.exists():
-            os.replace(tmp_path, final)
+        relative = f"snapshots/{sha[:2]}/{sha}.tar.gz"
+        objects = store()
+        if objects.size(relative) != written:
+            with tmp_path.open("rb") as fh:
+                objects.put(relative, fh)
     finally:
         tmp_path.unlink(missing_ok=True)
     existing = CodeSnapshot.objects.filter(project=project, sha256=sha).first()
@@ -93,7 +103,11 @@ def snapshot_unpack_safely(*, snapshot: CodeSnapshot, dest: str | os.PathLike[st
     """Unpacks a stored snapshot into ``dest`` after re-checking its hash and every member."""
     _, max_unpacked = snapshot_limits()
     try:
-        return snapshot_unpack(snapshot_path(snapshot=snapshot), dest, max_unpacked_bytes=max_unpacked, expected_sha256=snapshot.sha256)
+        with tempfile.NamedTemporaryFile(prefix="trainyard-snapshot-", suffix=".tar.gz") as local:
+            with snapshot_open(snapshot=snapshot) as body:
+                shutil.copyfileobj(body, local, 1 << 20)
+            local.flush()
+            return snapshot_unpack(local.name, dest, max_unpacked_bytes=max_unpacked, expected_sha256=snapshot.sha256)
     except SnapshotError as err:
         raise FieldError("code_snapshot", str(err), code="unsafe_snapshot") from err
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
@@ -17,9 +16,11 @@ from apps.billing.costmodel import money
 from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
+from apps.core.storage import ObjectMissing, store
 from apps.nodes.auth import AgentAPIView
 from apps.runs.models import Attempt, Checkpoint, Run
 from apps.runs.selectors import attempt_for_node_report
+from apps.runs.services.checkpoints import checkpoint_download_url, checkpoint_open
 from apps.tracking import environment_selectors, selectors
 from apps.tracking.api.serializers import (
     CheckpointPageSerializer,
@@ -216,18 +217,20 @@ class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):  # type: ign
     team_path = "run__project__team"
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
-    def get(self, request: Request, run_pk: int, pk: int) -> FileResponse:
+    def get(self, request: Request, run_pk: int, pk: int) -> HttpResponseBase:
         ckpt = self.get_object()
         if ckpt.run_id != run_pk or not ckpt.stored_path or ckpt.deleted_at is not None:
             raise Http404
-        root = Path(settings.MEDIA_ROOT).resolve()
-        path = (root / ckpt.stored_path).resolve()
-        # stored_path comes from an agent upload: never follow it out of MEDIA_ROOT.
-        if root not in path.parents or not path.is_file():
-            raise Http404
+        name = ckpt.file_name or ckpt.stored_path.rsplit("/", 1)[-1]
+        if store().direct:
+            # S3: the browser fetches it from the store; no web worker carries the bytes.
+            return HttpResponseRedirect(checkpoint_download_url(checkpoint=ckpt, filename=name))
+        try:
+            body = checkpoint_open(checkpoint=ckpt)  # the local store never leaves MEDIA_ROOT
+        except ObjectMissing:
+            raise Http404 from None
         # Named, not guessed: mimetypes takes ".pt" for "application/vnd.snesdev-page-table".
-        return FileResponse(path.open("rb"), as_attachment=True, filename=ckpt.file_name or path.name,
-                            content_type="application/octet-stream")
+        return FileResponse(body, as_attachment=True, filename=name, content_type="application/octet-stream")
 
 
 class RunLogsView(_RunScoped):

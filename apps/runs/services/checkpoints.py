@@ -1,0 +1,111 @@
+"""Checkpoint files in the object store (apps.core.storage): upload plans for agents, the check
+of size and sha256 before a checkpoint counts as stored, download links, and removal.
+
+A checkpoint is stored once `stored_path` (its key in the store) is set, and only after the
+server itself read the object back and found the size and sha256 the agent reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import IO
+
+from apps.core.errors import FieldError
+from apps.core.storage import ObjectMissing, UploadPlan, object_digest, store
+from apps.runs.models import Checkpoint
+
+
+def checkpoint_key(*, checkpoint: Checkpoint) -> str:
+    return f"checkpoints/{checkpoint.run_id}/{checkpoint.step:010d}-{checkpoint.sha256[:16]}-{checkpoint.file_name}"
+
+
+def checkpoint_upload_plan(*, checkpoint: Checkpoint) -> UploadPlan | None:
+    """Where the agent puts the file: None when it is stored already or retention removed it."""
+    if checkpoint.stored_path or checkpoint.deleted_at is not None:
+        return None
+    return store().presigned_put(checkpoint_key(checkpoint=checkpoint), checkpoint.size)
+
+
+def checkpoint_upload_complete(*, checkpoint: Checkpoint, upload_id: str, parts: list[tuple[int, str]]) -> bool:
+    """The agent finished its upload: assemble the parts, check size and sha256 against the
+    report, and record the checkpoint as stored. A mismatch deletes the object (a 400)."""
+    if checkpoint.stored_path:
+        return True  # a replay of the same confirmation
+    key = checkpoint_key(checkpoint=checkpoint)
+    objects = store()
+    objects.complete(key, upload_id, parts)
+    return _verify_and_record(checkpoint=checkpoint, key=key)
+
+
+def checkpoint_store_stream(*, checkpoint: Checkpoint, stream: IO[bytes]) -> bool:
+    """Protocol < 5: the agent sent the bytes to the web, which passes them on to the store."""
+    if checkpoint.stored_path:
+        return True
+    key = checkpoint_key(checkpoint=checkpoint)
+    reader = _HashingReader(stream, checkpoint.size)
+    store().put(key, reader)  # type: ignore[arg-type]
+    if reader.size != checkpoint.size or reader.digest.hexdigest() != checkpoint.sha256:
+        store().delete(key)
+        raise FieldError("body", f"expected {checkpoint.size} bytes with sha256 {checkpoint.sha256}; "
+                                 f"got {reader.size} bytes with another digest")
+    return _record(checkpoint=checkpoint, key=key)
+
+
+def _verify_and_record(*, checkpoint: Checkpoint, key: str) -> bool:
+    objects = store()
+    size = objects.size(key)
+    if size != checkpoint.size:
+        objects.delete(key)
+        raise FieldError("upload", f"expected {checkpoint.size} bytes in the store; found {size if size is not None else 'none'}")
+    try:
+        size, sha = object_digest(key=key, limit=checkpoint.size)
+    except ObjectMissing as err:
+        raise FieldError("upload", "the object vanished while it was checked") from err
+    if size != checkpoint.size or sha != checkpoint.sha256:
+        objects.delete(key)
+        raise FieldError("upload", f"expected sha256 {checkpoint.sha256}; the stored bytes have {sha}")
+    return _record(checkpoint=checkpoint, key=key)
+
+
+def _record(*, checkpoint: Checkpoint, key: str) -> bool:
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(stored_path=key)
+    # Retention may have removed the record meanwhile: then the object goes too.
+    if Checkpoint.objects.filter(pk=checkpoint.pk, deleted_at__isnull=False).exists():
+        checkpoint_file_delete(checkpoint=checkpoint, key=key)
+        return False
+    return True
+
+
+def checkpoint_download_url(*, checkpoint: Checkpoint, filename: str = "") -> str:
+    return store().presigned_get(checkpoint.stored_path, filename=filename)
+
+
+def checkpoint_open(*, checkpoint: Checkpoint) -> IO[bytes]:
+    """The stored bytes, for a client that cannot follow a store URL (agents of protocol < 5)."""
+    if not checkpoint.stored_path:
+        raise ObjectMissing(f"checkpoint {checkpoint.pk}")
+    return store().get(checkpoint.stored_path)
+
+
+def checkpoint_file_delete(*, checkpoint: Checkpoint, key: str = "") -> None:
+    key = key or checkpoint.stored_path
+    if key:
+        store().delete(key)
+
+
+class _HashingReader:
+    """Reads a request body through, counting and hashing, and stops one byte past `limit`."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        self.stream, self.limit = stream, limit
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        left = self.limit + 1 - self.size
+        if left <= 0:
+            return b""
+        chunk = self.stream.read(min(n if n > 0 else 1 << 20, left))
+        self.size += len(chunk)
+        self.digest.update(chunk)
+        return chunk
