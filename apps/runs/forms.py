@@ -1,6 +1,6 @@
 """The submission form, generated from a template's JSON Schema: one input per parameter, with
-its default, bounds and help; posted strings are turned back into typed values so run_submit's
-errors read the same as the API's."""
+its default, bounds and help; posted strings are turned back into typed values, and the post into
+a Submission, so its errors read the same as the API's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any
 from django.http import QueryDict
 
 from apps.jobtemplates.models import JobTemplate
-from apps.runs.services.submit import Errors, resources_resolve
+from apps.runs.models import Priority
+from apps.runs.services.submission import TEXT_INPUTS, Errors, Submission, resources_resolve, submission_from_data
+from apps.tenants.models import Project
 
 INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -124,6 +126,32 @@ def params_from_post(*, template: JobTemplate, post: QueryDict) -> tuple[dict[st
         else:
             params[f.name] = text
     return params, raw, errors
+
+
+@dataclass(frozen=True)
+class PostedSubmission:
+    submission: Submission
+    values: dict[str, Any]  # the raw parameter values, to show again
+    errors: dict[str, list[str]]  # the form's own: what does not even parse, a project not offered
+
+
+def submission_from_post(*, project: Project, template: JobTemplate, post: QueryDict) -> PostedSubmission:
+    """The submission the form's post asks for, of the project and template the form shows."""
+    params, values, errors = params_from_post(template=template, post=post)
+    if str(project.pk) != post.get("project"):
+        # Never fall back to another project on a POST: the run would land somewhere unasked.
+        errors.setdefault("project", []).append("no such project")
+    tags = {key: value for key in TAG_FIELDS if (value := post.get(f"tag_{key}", "").strip())}
+    extra, tag_errors = extra_tags_from_text(post.get("extra_tags", ""))
+    if tag_errors:
+        errors.setdefault("extra_tags", []).extend(tag_errors)
+    data = {
+        "project": project, "template": template, "params": params, "tags": {**extra, **tags},
+        "priority": post.get("priority") or Priority.NORMAL, "resources": resources_from_post(post),
+        "init_run": post.get("init_run", "").strip() or None, "code_snapshot": post.get("code_snapshot", "").strip(),
+        "secrets": post.getlist("secrets"), **{text.name: post.get(text.name, "").strip() for text in TEXT_INPUTS},
+    }
+    return PostedSubmission(submission=submission_from_data(data), values=values, errors=errors)
 
 
 def extra_tags_from_text(text: str) -> tuple[dict[str, str], list[str]]:

@@ -15,9 +15,9 @@ from typing import Any
 from django.utils import timezone
 
 from apps.core.text import fmt_duration
-from apps.jobtemplates.models import JobTemplate, TemplateKind
+from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import NodePool
-from apps.runs.services.submit import Errors, submission_check, submitter_check
+from apps.runs.services.submission import Check, Submission, submission_validate
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import QueuedJob, WaitCode
@@ -127,23 +127,16 @@ def _ordinal(n: int) -> str:
     return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
-def forecast_for_submission(*, user: AnyUser, project: Project, template: JobTemplate, params: Any, priority: Any,
-                            resources: Any, extras: dict[str, Any] | None = None) -> Forecast:
+def forecast_for_submission(*, user: AnyUser, submission: Submission) -> Forecast:
     """The forecast for what `run_submit` would queue, checked the same way: ServiceError (400)
     naming every bad field, Forbidden below engineer. Sweeps queue one run per point; forecast a point.
 
-    `extras` (name, tags, init_run, init_checkpoint), when given, are checked as the submission
-    would check them, so a dry run refuses what the submission would; the submit page, asking
-    as the form changes, leaves them out."""
-    submitter_check(user=user, project=project)
-    errors = Errors()
-    if template.kind == TemplateKind.SWEEP:
-        errors.add("template", "a sweep queues one run per point: ask for a forecast of one point's template")
-    checked = submission_check(user=user, template=template, params=params, priority=priority, resources=resources,
-                               errors=errors, extras=extras)
-    errors.raise_if_any()
-    clean, clean_params, clean_priority = checked.resources, checked.params, checked.priority
-    assert clean is not None
-    return start_forecast(project=project, template=template, pool=clean.pool, nodes=clean.nodes,
-                          devices_per_node=clean.devices_per_node, priority=clean_priority, preemptible=clean.preemptible,
-                          max_runtime_s=clean.max_runtime_s, params=clean_params)
+    A submission with tags is a dry run, checked as the submission would be (but for the code
+    snapshot, not uploaded yet), so it refuses what the submission would; without tags (the
+    submit page, asking as the form changes) only what decides the place in line is checked."""
+    check = Check.PLACE if submission.tags is None else Check.DRY_RUN
+    valid = submission_validate(submission=submission, user=user, check=check)
+    resources = valid.resources
+    return start_forecast(project=valid.project, template=valid.template, pool=resources.pool, nodes=resources.nodes,
+                          devices_per_node=resources.devices_per_node, priority=valid.priority,
+                          preemptible=resources.preemptible, max_runtime_s=resources.max_runtime_s, params=valid.params)

@@ -163,7 +163,12 @@ def cmd_templates(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _submit_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
+# Options of `trainyard submit` sent as the body keys of the same name.
+SUBMIT_OPTIONS = ("name", "template_version", "init_run")
+
+
+def _submission(args: argparse.Namespace) -> dict[str, Any]:
+    """The submission `submit` sends (and `submit --dry-run` forecasts), but for the code snapshot."""
     params = _kv_pairs(args.param, "param", parse_json=True)
     tags = {k: str(v) for k, v in _kv_pairs(args.tag, "tag", parse_json=False).items()}
     template = args.template or ("custom" if args.code else None)
@@ -171,37 +176,34 @@ def _submit_body(args: argparse.Namespace, client: Client) -> dict[str, Any]:
         raise CliError("give a TEMPLATE (see `trainyard templates`), or --code DIR for the custom template", EXIT_USAGE)
     if args.command is not None:
         params["command"] = args.command
-    snapshot = None
-    if args.code:
-        try:
-            data = snapshot_tar(args.code)
-        except FileNotFoundError as err:
-            raise CliError(str(err), EXIT_USAGE) from None
-        commit = git_commit_of(args.code)
-        uploaded = client.upload_snapshot(project=args.project, data=data, git_commit=commit)
-        snapshot = str(uploaded["sha256"])
-        print(
-            f"uploaded {args.code} ({len(data)} bytes, sha256 {snapshot[:12]}{', commit ' + commit[:12] if commit else ''})",
-            file=sys.stderr,
-        )
-    return {
-        "project": args.project,
-        "template": template,
-        "params": params,
-        "tags": tags,
-        "priority": args.priority,
-        "name": args.name,
-        "code_snapshot": snapshot,
-        "template_version": args.template_version,
-        "init_run": args.init_run,
-    }
+    return {"project": args.project, "template": template, "params": params, "tags": tags, "priority": args.priority,
+            **{key: getattr(args, key) for key in SUBMIT_OPTIONS}}
+
+
+def _upload_code(args: argparse.Namespace, client: Client) -> str:
+    """Uploads ``--code DIR`` as a snapshot of the project; its sha256."""
+    try:
+        data = snapshot_tar(args.code)
+    except FileNotFoundError as err:
+        raise CliError(str(err), EXIT_USAGE) from None
+    commit = git_commit_of(args.code)
+    uploaded = client.upload_snapshot(project=args.project, data=data, git_commit=commit)
+    snapshot = str(uploaded["sha256"])
+    print(
+        f"uploaded {args.code} ({len(data)} bytes, sha256 {snapshot[:12]}{', commit ' + commit[:12] if commit else ''})",
+        file=sys.stderr,
+    )
+    return snapshot
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
+    body = _submission(args)
     if args.dry_run:
-        return _forecast(client, args)
-    run = client.submit(**_submit_body(args, client))
+        return _forecast(client, args, body)
+    if args.code:
+        body["code_snapshot"] = _upload_code(args, client)
+    run = client.submit(**body)
     url = f"{client.url}/runs/{run['id']}/"
     if not args.wait:
         if args.json:
@@ -213,20 +215,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _wait(client, int(run["id"]), args, unit="runs" if is_sweep(run) else "steps")
 
 
-def _forecast(client: Client, args: argparse.Namespace) -> int:
+def _forecast(client: Client, args: argparse.Namespace, body: dict[str, Any]) -> int:
     """`submit --dry-run`: the server's forecast for this submission; nothing is uploaded or queued."""
-    template = args.template or ("custom" if args.code else None)
-    if not template:
-        raise CliError("give a TEMPLATE (see `trainyard templates`), or --code DIR for the custom template", EXIT_USAGE)
-    params = _kv_pairs(args.param, "param", parse_json=True)
-    tags = {k: str(v) for k, v in _kv_pairs(args.tag, "tag", parse_json=False).items()}
-    if args.command is not None:
-        params["command"] = args.command
     if args.code and not Path(args.code).is_dir():
         raise CliError(f"{args.code}: not a directory", EXIT_USAGE)
     # Tags, name and the start run go along so the server refuses what the submission would.
-    answer = client.forecast(project=args.project, template=template, params=params, priority=args.priority,
-                             template_version=args.template_version, tags=tags, name=args.name, init_run=args.init_run)
+    answer = client.forecast(**body)
     if args.json:
         _out(answer)
     else:

@@ -170,6 +170,15 @@ def git_commit_of(directory: str | os.PathLike[str]) -> str:
     return commit if out.returncode == 0 and len(commit) >= 7 else ""
 
 
+def submission_body(project: int | str, template: str, fields: Mapping[str, Any]) -> JSON:
+    """The JSON body of a submission (or its forecast): the fields given, None ones left out."""
+    body: JSON = {"project": str(project), "template": template}
+    for key, value in fields.items():
+        if value is not None:
+            body[key] = dict(value) if isinstance(value, Mapping) else value
+    return body
+
+
 class Client:
     """The REST API as typed methods. ``url`` is the portal's base URL, ``token`` an API token."""
 
@@ -305,22 +314,13 @@ class Client:
 
     get_run = run
 
-    def submit(self, *, project: int | str, template: str, params: Mapping[str, Any] | None = None,
-               tags: Mapping[str, str] | None = None, priority: str = "normal", resources: Mapping[str, Any] | None = None,
-               name: str = "", template_version: int | None = None, init_run: int | str | None = None,
-               init_checkpoint: int | str | None = None, code_snapshot: str | None = None) -> JSON:
-        """Submits a run; returns its detail. ValidationError names each bad field."""
-        body: JSON = {"project": str(project), "template": template, "params": dict(params or {}), "tags": dict(tags or {}),
-                      "priority": priority, "resources": dict(resources or {}), "name": name}
-        if template_version is not None:
-            body["template_version"] = template_version
-        if init_run is not None:
-            body["init_run"] = str(init_run)
-        if init_checkpoint is not None:
-            body["init_checkpoint"] = str(init_checkpoint)
-        if code_snapshot:
-            body["code_snapshot"] = code_snapshot
-        return dict(self.request("POST", "/api/v1/runs/", body=body))
+    def submit(self, *, project: int | str, template: str, **fields: Any) -> JSON:
+        """Submits a run; returns its detail. ValidationError names each bad field.
+
+        ``fields`` are the other keys of ``POST /api/v1/runs/`` (params, tags, priority, resources,
+        name, template_version, init_run, init_checkpoint, code_snapshot, secrets, ...); one that is
+        None is left out, so the server's default applies."""
+        return dict(self.request("POST", "/api/v1/runs/", body=submission_body(project, template, fields)))
 
     def cancel(self, run_id: int) -> JSON:
         return dict(self.request("POST", f"/api/v1/runs/{int(run_id)}/cancel/"))
@@ -352,21 +352,12 @@ class Client:
     def queue(self) -> Any:
         return self.request("GET", "/api/v1/queue/")
 
-    def forecast(self, *, project: int | str, template: str, params: Mapping[str, Any] | None = None,
-                 priority: str = "normal", resources: Mapping[str, Any] | None = None,
-                 template_version: int | None = None, tags: Mapping[str, str] | None = None, name: str = "",
-                 init_run: int | str | None = None) -> JSON:
+    def forecast(self, *, project: int | str, template: str, **fields: Any) -> JSON:
         """Where a run would stand in line and when it would start if submitted now; queues nothing.
 
-        With `tags`, the server also checks the tags, name and `init_run` as a submission would
-        (a dry run); without, only what decides the place in line."""
-        body: JSON = {"project": str(project), "template": template, "params": dict(params or {}), "priority": priority,
-                      "resources": dict(resources or {})}
-        if template_version is not None:
-            body["template_version"] = template_version
-        if tags is not None:
-            body.update(tags=dict(tags), name=name, init_run="" if init_run is None else str(init_run))
-        return dict(self.request("POST", "/api/v1/queue/forecast/", body=body))
+        ``fields`` are those of :meth:`submit`. With `tags`, the server also checks the rest as a
+        submission would (a dry run); without, only what decides the place in line."""
+        return dict(self.request("POST", "/api/v1/queue/forecast/", body=submission_body(project, template, fields)))
 
     def budget(self, project: int | str) -> JSON:
         text = str(project).strip()

@@ -7,18 +7,25 @@ from rest_framework import serializers
 
 from apps.runs.detail_selectors import run_attempts, run_cost, run_energy, run_lineage
 from apps.runs.models import CodeSnapshot, Run
+from apps.runs.services.submission import TEXT_INPUTS, TextInput
+
+
+def _text_field(text: TextInput) -> serializers.CharField:
+    return serializers.CharField(required=False, allow_blank=True, default="", max_length=text.max_length,
+                                 help_text=text.help or None)
 
 
 class RunCreateSerializer(serializers.Serializer[Run]):
-    """Only the shape is checked here; run_submit checks the content and names bad fields."""
+    """Only the shape is checked here; submission_validate checks the content and names bad fields.
+    The free-text fields (name, ...) are the submission's TEXT_INPUTS."""
 
     project = serializers.CharField(help_text="Project id, or 'team/project' slug. Must be a project of your team.")
     template = serializers.CharField(help_text="Template slug; the latest published version unless template_version is given.")
     template_version = serializers.IntegerField(required=False, min_value=1, help_text="A specific published version.")
-    name = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
     params = serializers.JSONField(required=False, default=dict, help_text="Parameters; checked against the template's JSON Schema, "
                                    "defaults filled in.")
-    tags = serializers.JSONField(required=False, default=dict, help_text="Required: task, dataset, candidate (baseline, candidate, "
+    # No default: a forecast without tags checks only what decides the place in line.
+    tags = serializers.JSONField(required=False, help_text="Required: task, dataset, candidate (baseline, candidate, "
                                  "promoted, rejected), family; any other key: value strings. owner is set to you.")
     priority = serializers.CharField(required=False, default="normal", help_text="urgent, normal or low.")
     resources = serializers.JSONField(required=False, default=dict, help_text="Overrides of the template's pool, nodes, "
@@ -30,6 +37,12 @@ class RunCreateSerializer(serializers.Serializer[Run]):
                                           "of a code snapshot uploaded to this project.")
     secrets = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list, max_length=32,
                                     help_text="Names of project secrets the job gets as environment variables.")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        declared = super().get_fields()
+        texts = {text.name: _text_field(text) for text in TEXT_INPUTS}
+        head = ("project", "template", "template_version")
+        return {**{k: declared[k] for k in head}, **texts, **{k: v for k, v in declared.items() if k not in head}}
 
 
 class TrialsRequestSerializer(serializers.Serializer[Any]):
@@ -114,7 +127,8 @@ class RunDetailSerializer(RunSerializer):
     entrypoint = serializers.CharField(read_only=True)
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "params", "resources", "entrypoint", "attempts", "estimated_start", "cost", "energy",
+        fields = [*RunSerializer.Meta.fields, *(t.name for t in TEXT_INPUTS if t.name not in RunSerializer.Meta.fields),
+                  "params", "resources", "entrypoint", "attempts", "estimated_start", "cost", "energy",
                   "lineage", "children", "cancel_requested_at", "max_restarts", "restarts"]
         read_only_fields = fields
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -18,7 +17,7 @@ from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError, Forbidden, NotFound
 from apps.core.storage import ObjectMissing
 from apps.core.text import is_id
-from apps.jobtemplates.models import JobTemplate, TemplateKind
+from apps.jobtemplates.models import TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.auth import AgentAPIView
 from apps.runs.api.serializers import (
@@ -34,12 +33,11 @@ from apps.runs.models import CodeSnapshot, Run, RunStatus
 from apps.runs.services.family import run_family_cancel, run_family_refresh
 from apps.runs.services.lifecycle import run_cancel
 from apps.runs.services.snapshots import snapshot_create, snapshot_download_url, snapshot_open
-from apps.runs.services.submit import TAG_KEY_RE, run_submit
+from apps.runs.services.submission import TAG_KEY_RE, Submission, submission_from_data
+from apps.runs.services.submit import run_submit
 from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
-
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def project_from_ref(*, user: AnyUser, ref: Any, field: str = "project") -> Project:
@@ -50,31 +48,12 @@ def project_from_ref(*, user: AnyUser, ref: Any, field: str = "project") -> Proj
     return project
 
 
-def submission_from_request(request: Request) -> tuple[dict[str, Any], Project, JobTemplate]:
-    """A run submission's body (shape checked), and its project and template as the user may see
-    them: a 400 naming `project` or `template` otherwise. Shared by submitting and forecasting."""
+def submission_from_request(request: Request) -> Submission:
+    """A run submission's body, its shape checked (a 400 naming each bad field): for submitting
+    and forecasting, which check its content."""
     body = RunCreateSerializer(data=request.data)
     body.is_valid(raise_exception=True)
-    data = dict(body.validated_data)
-    project = project_from_ref(user=request.user, ref=data["project"])
-    try:
-        template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
-    except NotFound as err:
-        version = data.get("template_version")
-        raise FieldError("template", f"no such template {data['template']!r}" + (f" version {version}" if version else "")) from err
-    return data, project, template
-
-
-def snapshot_from_ref(*, project: Project, ref: str) -> CodeSnapshot | None:
-    if not ref:
-        return None
-    snapshots = CodeSnapshot.objects.filter(project=project)
-    found = snapshots.filter(sha256=ref.lower()).first() if SHA256_RE.match(ref.lower()) else None
-    if found is None and is_id(ref):
-        found = snapshots.filter(pk=int(ref)).first()
-    if found is None:
-        raise FieldError("code_snapshot", "no such snapshot in this project")
-    return found
+    return submission_from_data(body.validated_data)
 
 
 LIST_PARAMETERS = [
@@ -153,21 +132,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
 
     @extend_schema(request=RunCreateSerializer, responses={201: RunDetailSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data, project, template = submission_from_request(request)
-        run = run_submit(
-            project=project,
-            template=template,
-            params=data["params"],
-            tags=data["tags"],
-            priority=data["priority"],
-            resources=data["resources"],
-            user=request.user,
-            name=data["name"],
-            init_run=data["init_run"] or None,
-            init_checkpoint=data["init_checkpoint"] or None,
-            code_snapshot=snapshot_from_ref(project=project, ref=data["code_snapshot"].strip()),
-            secrets=data["secrets"] or None,
-        )
+        run = run_submit(submission=submission_from_request(request), user=request.user)
         run = self.get_base_queryset().get(pk=run.pk)
         return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 

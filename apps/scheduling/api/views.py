@@ -81,16 +81,13 @@ class ForecastView(UnscopedAPIMixin, APIView):
         description=("Takes the body you would POST to /api/v1/runs/ and answers "
                      "where the run would stand in its pool's line right now, why it would wait, and its estimated "
                      "start with a range, from the same scheduler and estimator the queue uses. Nothing is queued. "
-                     "Bad fields get 400 naming the field, as a submission would. Name, tags and the fine-tune's "
-                     "init_run/init_checkpoint are checked only when the body has `tags` (a dry run); without, only "
+                     "Bad fields get 400 naming the field, as a submission would. A body with `tags` (a dry run) is "
+                     "checked as the submission would be, but for the code snapshot (not uploaded yet); without, only "
                      "what decides the place in line, so a form can ask while it is half filled."),
         request=RunCreateSerializer,
         responses={200: ForecastSerializer},
     )
     def post(self, request: Request) -> Response:
-        data, project, template = submission_from_request(request)
         # Sent with tags (as `trainyard submit --dry-run` does), the rest is checked as a submission would be.
-        extras = {k: data.get(k) for k in ("name", "tags", "init_run", "init_checkpoint")} if "tags" in request.data else None
-        forecast = forecast_for_submission(user=request.user, project=project, template=template, params=data["params"],
-                                           priority=data["priority"], resources=data["resources"], extras=extras)
+        forecast = forecast_for_submission(user=request.user, submission=submission_from_request(request))
         return Response(forecast_payload(forecast))
