@@ -14,13 +14,16 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from agents import protocol
 
 log = logging.getLogger("agents.client")
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -124,25 +127,78 @@ class Client:
             self.stop.wait(delay)
 
     def download(self, path: str, dest: Path, *, retry_for: float | None = 60.0) -> None:
-        """GET a file to dest (via a temp file and rename, so dest is whole or absent)."""
+        """GET a file of the server's API to dest (via a temp file and rename, so dest is whole or absent)."""
+        self._get_file(self.server + path, self._headers(None), dest, retry_for=retry_for, what=path)
+
+    def store_url(self, url: str) -> str:
+        """A URL of an upload plan or download link: absolute (the object store) or relative to the server."""
+        return urllib.parse.urljoin(self.server + "/", url)
+
+    def fetch(self, url: str, dest: Path, *, retry_for: float | None = 120.0) -> None:
+        """GET an object from the store by a presigned URL: no credential of ours goes with it."""
+        self._get_file(self.store_url(url), {}, dest, retry_for=retry_for, what=_redacted(url))
+
+    def put_part(self, url: str, fh: IO[bytes], offset: int, size: int, *, retry_for: float | None = 120.0,
+                 timeout: float = 600.0) -> str:
+        """PUT `size` bytes of fh from `offset` to a presigned URL; the store's ETag for the part.
+        No credential goes with it; 5xx answers and broken connections are tried again."""
+        full, what = self.store_url(url), _redacted(url)
+
+        def attempt() -> str:
+            fh.seek(offset)
+            req = urllib.request.Request(full, data=_Slice(fh, size), method="PUT",  # type: ignore[arg-type]
+                                         headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"})
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                resp.read()
+                return str(resp.headers.get("ETag", ""))
+
+        return self._with_retry("PUT", what, attempt, retry_for=retry_for)
+
+    def _get_file(self, url: str, headers: dict[str, str], dest: Path, *, retry_for: float | None, what: str) -> None:
         tmp = dest.with_name(f".{dest.name}.download")
+
+        def attempt() -> None:
+            req = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp, open(tmp, "wb") as fh:
+                while chunk := resp.read(1 << 20):
+                    fh.write(chunk)
+            tmp.replace(dest)
+
+        self._with_retry("GET", what, attempt, retry_for=retry_for)
+
+    def _with_retry(self, method: str, what: str, attempt: Callable[[], T], *, retry_for: float | None) -> T:
+        """4xx raise ApiError at once; 5xx and connection errors are tried again until retry_for."""
         deadline = None if retry_for is None else time.monotonic() + retry_for
         tries = 0
         while True:
             tries += 1
             try:
-                req = urllib.request.Request(self.server + path, headers=self._headers(None))
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp, open(tmp, "wb") as fh:
-                    while chunk := resp.read(1 << 20):
-                        fh.write(chunk)
-                tmp.replace(dest)
-                return
+                return attempt()
             except urllib.error.HTTPError as err:
                 if err.code < 500:
-                    raise ApiError(err.code, err.read().decode(errors="replace")[:500], path) from None
+                    raise ApiError(err.code, err.read().decode(errors="replace")[:500], what) from None
                 problem = f"HTTP {err.code}"
             except (urllib.error.URLError, OSError, TimeoutError) as err:
                 problem = str(getattr(err, "reason", err))
             if self.stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                raise Unreachable(f"GET {path}: {problem} (after {tries} tries)")
+                raise Unreachable(f"{method} {what}: {problem} (after {tries} tries)")
             self.stop.wait(random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** min(tries, 10))))
+
+
+class _Slice:
+    """`size` bytes of a file from where it stands, in 1 MiB pieces (http.client sends each as
+    it comes; given a file it would read 8 KiB at a time)."""
+
+    def __init__(self, fh: IO[bytes], size: int) -> None:
+        self.fh, self.size = fh, size
+
+    def __iter__(self) -> Iterator[bytes]:
+        left = self.size
+        while left > 0 and (chunk := self.fh.read(min(left, 1 << 20))):
+            left -= len(chunk)
+            yield chunk
+
+
+def _redacted(url: str) -> str:
+    """A URL for logs and errors: without its query, which holds the signature."""
+    return url.split("?", 1)[0]

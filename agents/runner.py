@@ -208,7 +208,7 @@ class Runner:
         dest = directory / ref["file"]
         if not (dest.exists() and dest.stat().st_size == ref["size"] and _sha256(dest) == ref["sha256"]):
             log.info("downloading checkpoint %d (step %d) of run %d", ref["id"], ref["step"], ref["run_id"])
-            self.client.download(f"{protocol.API_PREFIX}checkpoints/{ref['id']}/file/", dest)
+            self._download(f"{protocol.API_PREFIX}checkpoints/{ref['id']}", dest, legacy="file/")
             if _sha256(dest) != ref["sha256"]:
                 dest.unlink(missing_ok=True)
                 raise ValueError(f"checkpoint {ref['id']} downloaded with a wrong sha256")
@@ -223,8 +223,20 @@ class Runner:
         archive = root / "agent" / f"snapshot-{ref['sha256'][:16]}.tar.gz"
         if not archive.exists():
             log.info("downloading code snapshot %s (%d bytes)", ref["sha256"][:12], ref["size"])
-            self.client.download(f"{protocol.API_PREFIX}snapshots/{ref['sha256']}/", archive)
+            self._download(f"{protocol.API_PREFIX}snapshots/{ref['sha256']}", archive, legacy="")
         snapshot_unpack(archive, run_dir, expected_sha256=ref["sha256"])
+
+    def _download(self, base: str, dest: Path, *, legacy: str) -> None:
+        """From the object store by a fresh presigned URL; from the web itself (base + legacy)
+        when the server predates them (protocol < 5: no download/ path, a 404)."""
+        try:
+            link: protocol.DownloadLink = self.client.request("GET", f"{base}/download/", retry_for=60.0)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            self.client.download(f"{base}/{legacy}", dest)
+            return
+        self.client.fetch(link["url"], dest)
 
     def _ensure_checkpoint(self, ref: protocol.CheckpointRef, ckpt_dir: Path, number: int) -> None:
         """Attempt N>1 on a node without the run's latest checkpoint: fetch it and record it."""
