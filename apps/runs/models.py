@@ -39,6 +39,7 @@ class Run(models.Model):
     template = models.ForeignKey("jobtemplates.JobTemplate", on_delete=models.PROTECT, related_name="runs")
     submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     name = models.CharField(max_length=200, blank=True)
+    notes = models.TextField(blank=True, default="", help_text="Free text from the submitter (at most 2,000 characters).")
     params = models.JSONField(default=dict)
     tags = models.JSONField(default=dict)
     family = models.CharField(max_length=200, blank=True, db_index=True)

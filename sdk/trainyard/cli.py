@@ -164,7 +164,7 @@ def cmd_templates(args: argparse.Namespace) -> int:
 
 
 # Options of `trainyard submit` sent as the body keys of the same name.
-SUBMIT_OPTIONS = ("name", "template_version", "init_run")
+SUBMIT_OPTIONS = ("name", "notes", "template_version", "init_run")
 
 
 def _submission(args: argparse.Namespace) -> dict[str, Any]:
@@ -469,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--priority", default="normal", choices=["urgent", "normal", "low"], help="queue class (default normal)")
     p.add_argument("--name", default="", help="a display name")
+    p.add_argument("--notes", help="free text shown on the run's page (at most 2,000 characters)")
     p.add_argument("--template-version", type=int, help="a specific published template version")
     p.add_argument("--init-run", help="fine-tune/evaluate: the run whose latest checkpoint to start from")
     p.add_argument("--code", metavar="DIR", help="tar DIR (leaving out VCS folders, caches, virtualenvs, *.pyc and links), "

@@ -33,6 +33,7 @@ TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
 TAG_VALUE_MAX = 200
 MAX_TAGS = 32
 NAME_MAX = 200
+NOTES_MAX = 2000
 RESOURCE_KEYS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "preemptible")
 INIT_KINDS = (TemplateKind.FINETUNE, TemplateKind.EVALUATE)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -52,7 +53,10 @@ class TextInput:
     multiline: bool = False
 
 
-TEXT_INPUTS = (TextInput("name", "Name", NAME_MAX),)
+TEXT_INPUTS = (
+    TextInput("name", "Name", NAME_MAX),
+    TextInput("notes", "Notes", NOTES_MAX, "Free text shown on the run's page: what this run tries, why.", multiline=True),
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Submission:
     template: Any
     template_version: Any = None
     name: Any = ""
+    notes: Any = ""
     params: Any = field(default_factory=dict)
     tags: Any = None
     priority: Any = None
