@@ -31,6 +31,8 @@ MAX_MAX_POINTS = 5000
 COMPARE_MIN_RUNS = 2
 COMPARE_MAX_RUNS = 50
 COMPARE_MAX_KEYS = 20
+# A series this short (rows at the level read) costs about the same to read whatever max_points asks.
+SHORT_SERIES_ROWS = 1000
 _NONFINITE = {Flag.NAN.value: math.nan, Flag.POS_INF.value: math.inf, Flag.NEG_INF.value: -math.inf}
 
 
@@ -82,8 +84,9 @@ class SeriesQuery:
 def _pick_level(s: MetricSummary, q: SeriesQuery) -> int | None:
     """The coarsest data needed: None for raw points, else a rollup level index.
 
-    Reads at most about 2 x max_points rows when a level allows it; the merge down to
-    max_points then keeps exact min/max per output bucket.
+    Reads at most about 2 x max_points rows when a level allows it (a short series up to
+    SHORT_SERIES_ROWS, to fill max_points); the merge down to max_points then keeps exact min/max
+    per output bucket.
     """
     if q.x == "time":
         total = max(s.last_wall - s.first_wall, 1e-9)
@@ -96,14 +99,16 @@ def _pick_level(s: MetricSummary, q: SeriesQuery) -> int | None:
         hi = s.last_step if q.end is None else min(q.end, s.last_step)
         span_steps = max(0.0, hi - lo + 1)
     budget = 2 * q.max_points
-    density = s.count / max(1.0, s.last_step - s.first_step + 1)
-    if span_steps * min(1.0, density) <= budget:
+    raw_rows = span_steps * min(1.0, s.count / max(1.0, s.last_step - s.first_step + 1))
+    if raw_rows <= budget:
         return None
     for level, size in enumerate(LEVELS):
         if span_steps / size + 1 <= budget:
             # A level too coarse to fill max_points (600 steps at 1024 per bucket is one point)
-            # gives way to the next finer one, which reads at most 16 x max_points rows.
-            if span_steps / size < q.max_points:
+            # gives way to the next finer one only when that one is short: it reads up to 16 x
+            # max_points rows, which a comparison of 60 long series paid 60 times (issue 33).
+            finer_rows = raw_rows if level == 0 else span_steps / LEVELS[level - 1] + 1
+            if span_steps / size < q.max_points and finer_rows <= SHORT_SERIES_ROWS:
                 return level - 1 if level > 0 else None
             return level
     return len(LEVELS) - 1
