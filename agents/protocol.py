@@ -191,6 +191,12 @@ class AssignmentSpec(TypedDict):
     # authenticated channel; the agent keeps them in memory and redacts them from job output.
     secrets: NotRequired[dict[str, str]]
     code_snapshot: NotRequired[SnapshotRef | None]
+    # The run's team (its project's): an agent without per-job users runs one team's jobs only.
+    team: NotRequired[str]
+    # Limits of this node's share, enforced with a cgroup when the agent is root: memory in bytes
+    # and CPU cores (a fraction is a quota). Absent: the agent's --job-memory-limit, no CPU quota.
+    memory_bytes: NotRequired[int]
+    cpus: NotRequired[float]
 
 
 class ClaimResponse(TypedDict):

@@ -434,7 +434,7 @@ def _spec(a: Assignment) -> protocol.AssignmentSpec:
         **_gang(run, a), "devices": [int(d) for d in a.devices],
         "device_kind": a.node.devices.filter(index__in=a.devices).values_list("kind", flat=True).first() or "cpu",
         "entrypoint": run.entrypoint, "params": run.params, "checkpoint_policy": run.checkpoint_policy or {},
-        "grace_period_s": run.grace_period_s, "max_runtime_s": run.max_runtime_s,
+        "team": run.project.team.slug, "grace_period_s": run.grace_period_s, "max_runtime_s": run.max_runtime_s,
         "master_addr": attempt.master_addr, "master_port": attempt.master_port or master_port_for(run_id=run.pk, number=attempt.number),
         "resume_checkpoint": _ref(resume) if attempt.number > 1 else None,
         # Attempts whose late reports were refused: what they left on a node is not to be resumed from.

@@ -30,15 +30,18 @@ _PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
         r"DistNetworkError|DistStoreError|Connection (reset|closed|refused) by peer|Broken pipe|"
         r"Socket Timeout|timed out after .* waiting for rendezvous|RendezvousTimeout|NCCL watchdog", re.I)),
 ]
+# The agent's line when the kernel killed a job at its cgroup's memory limit (agents.isolation):
+# the job asked for more than it was given, which no other node would change.
+_MEMORY_LIMIT = re.compile(r"exceeded its memory limit of ([0-9.]+ GiB)")
 # Codes whose cause lies in the gang's own rank (not a reaction to a peer): the order in which
 # the gang's outcome picks among several ranks' failures, most telling first.
-PRECEDENCE = ["exit_code", "crashed", "device_error", "oom_killed", "killed", "port_in_use", "comm_error"]
+PRECEDENCE = ["exit_code", "crashed", "memory_limit", "device_error", "oom_killed", "killed", "port_in_use", "comm_error"]
 
 
 @dataclass(frozen=True)
 class Failure:
     cls: str  # USER or INFRA
-    code: str  # reason_code: exit_code, crashed, oom_killed, killed, port_in_use, device_error, comm_error
+    code: str  # reason_code: exit_code, crashed, memory_limit, oom_killed, killed, port_in_use, device_error, comm_error
     words: str  # "rank 3 failed with exit code 1"
 
     @property
@@ -57,6 +60,9 @@ def classify_exit(*, rank: int | None, exit_code: int | None, signal: int | None
     how = f"failed with exit code {exit_code}" if exit_code is not None else f"was killed by signal {signal} ({_signal_name(signal)})"
     if signal == signals.SIGKILL:
         how = f"was killed by signal {signal}"  # SIGKILL says nothing more than its number
+    limit = _MEMORY_LIMIT.search(log_tail or "")
+    if limit and (signal == signals.SIGKILL or exit_code == OOM_EXIT_CODE):
+        return Failure(USER, "memory_limit", f"{who} exceeded its memory limit of {limit.group(1)}")
     for code, words, pattern in _PATTERNS:
         if pattern.search(log_tail or ""):
             return Failure(INFRA, code, f"{who} {how}: {words}")
@@ -69,7 +75,7 @@ def classify_exit(*, rank: int | None, exit_code: int | None, signal: int | None
     return Failure(USER, "exit_code", f"{who} {how}")
 
 
-_CLASS = {"exit_code": USER, "crashed": USER}
+_CLASS = {"exit_code": USER, "crashed": USER, "memory_limit": USER}
 
 
 def failure_of(code: str, words: str) -> Failure:
