@@ -20,7 +20,7 @@ import time
 import uuid
 from types import FrameType
 
-from agents import protocol
+from agents import isolation, protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config, parse_args
 from agents.devices import Nvml, cpu_inventory, memory_bytes
@@ -297,6 +297,23 @@ class Agent:
         t.start()
         self.threads.append(t)
 
+    def _isolation_ready(self) -> bool:
+        config = self.config
+        if config.isolation == "users":
+            problem = isolation.job_reach_problem(config.job_python, config.repo_root, config.runs_dir)
+            if problem:
+                log.error("%s. Per-job users need the job's Python (--job-python), the agent's code and --workdir reachable by "
+                          "any user; or start the agent with --isolation none (and --single-tenant where teams may share)",
+                          problem)
+                return False
+            log.info("isolation: each job runs as its own Unix user, in private directories")
+        elif config.single_tenant:
+            log.warning("isolation: none, single-tenant: jobs of every team run as uid %d and can read each other's secrets "
+                        "and files and this node's credential", os.geteuid())
+        else:
+            log.info("isolation: none: jobs run as uid %d; this node runs one team's jobs only", os.geteuid())
+        return True
+
     # --- run ----------------------------------------------------------------------------
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -304,6 +321,8 @@ class Agent:
         if not self.config.join_token and not self.client.credential:
             log.error("no join token given (--join-token or TRAINYARD_AGENT_JOIN_TOKEN) and no node credential in %s: the first "
                       "start of an agent needs one; %s", self.config.workdir, _join_token_help(self.config))
+            return 2
+        if not self._isolation_ready():
             return 2
         self.runner.kill_leftovers()
         try:

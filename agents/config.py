@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,15 @@ class Config:
     watts_per_core: float
     request_timeout_s: float
     repo_root: Path
+    # "users": each attempt as its own Unix user (root only); "none": as the agent's user.
+    isolation: str = "none"
+    # Without isolation, any team's jobs may run here (else one team's only).
+    single_tenant: bool = False
+    # Memory a job may use per device it holds, when the server does not say; None: the node's
+    # memory divided by its devices; 0: no limit.
+    job_memory_per_device: int | None = None
+    # The interpreter for the launcher and `python` entrypoints: one the jobs' users can run.
+    job_python: str = sys.executable
 
     @property
     def spool_dir(self) -> Path:
@@ -59,6 +70,16 @@ def _outbound_address(server: str) -> str:
             return str(s.getsockname()[0])
     except OSError:
         return socket.gethostbyname(socket.gethostname())
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes from "200M", "2G", "1.5GiB", "512MiB" or a plain number (powers of 1024); None for "auto"."""
+    if text.strip().lower() == "auto":
+        return None
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.I)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (like 200M, 2G, 0 or auto)")
+    return int(float(match.group(1)) * 1024 ** "_kmgt".index(match.group(2).lower() or "_"))
 
 
 EPILOG = """\
@@ -111,7 +132,25 @@ def parse_args(argv: list[str] | None = None) -> Config:
         type=float, metavar="WATTS")
     opt("--request-timeout", "REQUEST_TIMEOUT_S", "30", "seconds one request to the server may take", type=float,
         metavar="SECONDS")
+    opt("--isolation", "ISOLATION", "auto", "how jobs are kept apart: users (a Unix user and private directories per job; "
+        "needs root), none (jobs run as the agent's user), or auto (users when root)", choices=["auto", "users", "none"])
+    p.add_argument("--single-tenant", action="store_true", default=_env("SINGLE_TENANT", "").lower() in ("1", "true", "yes"),
+                   help="without isolation, run any team's jobs here, accepting that they can read each other's secrets and "
+                        "files and the node credential (else only the first team's) (env TRAINYARD_AGENT_SINGLE_TENANT=1)")
+    opt("--job-memory-limit", "JOB_MEMORY_LIMIT", "auto", "memory a job may use per device it holds, enforced with a cgroup when "
+        "the agent is root and the server does not say: like 512M or 4G; auto: the node's memory divided by its devices; "
+        "0: no limit", metavar="SIZE")
+    opt("--job-python", "JOB_PYTHON", sys.executable, "the Python that runs job launchers and `python` entrypoints; with "
+        "per-job users it must be one any user can run", metavar="PATH")
     a = p.parse_args(argv)
+    try:
+        job_memory = parse_size(a.job_memory_limit)
+    except ValueError as err:
+        p.error(f"--job-memory-limit: {err}")
+    root = os.geteuid() == 0
+    isolation = ("users" if root else "none") if a.isolation == "auto" else a.isolation
+    if isolation == "users" and not root:
+        p.error("--isolation users needs the agent to run as root (it makes a Unix user per job)")
     if a.slots < 1 or a.slots > 1024:
         p.error("--slots must be from 1 to 1024")
     if a.heartbeat <= 0 or a.drain_timeout < 0:
@@ -126,5 +165,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
         claim_wait_s=min(a.claim_wait, 25.0), drain_timeout_s=a.drain_timeout, ship_interval_s=a.ship_interval,
         sample_interval_s=a.sample_interval, energy_interval_s=a.energy_interval,
         spool_max_bytes=int(a.spool_max_mb * 1024 * 1024), watts_per_core=a.watts_per_core,
-        request_timeout_s=a.request_timeout, repo_root=Path(__file__).resolve().parents[1],
+        request_timeout_s=a.request_timeout, repo_root=Path(__file__).resolve().parents[1], isolation=isolation,
+        single_tenant=a.single_tenant, job_memory_per_device=job_memory, job_python=a.job_python,
     )

@@ -142,9 +142,10 @@ class Launcher:
                 thread.join(timeout=5)
         exits = [r.exit for r in self.ranks if r.exit is not None]
         result = {"ranks": exits, "failed_rank": self.first_failure["rank"] if self.first_failure else None}
-        tmp = self.log_dir / ".result.json.tmp"
-        tmp.write_text(json.dumps(result))
-        os.replace(tmp, self.log_dir / "result.json")
+        # In place, not renamed over: with per-job users the agent made the file for the job in a
+        # folder the job may not write. The agent reads it only once the launcher has exited.
+        with open(self.log_dir / "result.json", "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(result))
         failure = self.first_failure or next((e for e in exits if e["exit_code"] != 0), None)
         if failure is None:
             return 0

@@ -9,7 +9,6 @@ kill -9 of its agent must not keep writing into a run that has moved on).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import logging
@@ -19,7 +18,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,24 +27,18 @@ from typing import Any
 
 from trainyard.snapshot import snapshot_unpack
 
-from agents import lineage, protocol
+from agents import isolation, lineage, protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config
+from agents.devices import memory_bytes
 from agents.launch import Plan
 from agents.redact import Redactor
 from agents.shipper import Shipper, Tail
 
 log = logging.getLogger("agents.runner")
-PR_SET_PDEATHSIG = 1
 LOG_TAIL_LINES = 20
 # How long a rank >0 node waits for rank 0's agent to report the rendezvous port.
 RENDEZVOUS_WAIT_S = 300.0
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGKILL it when the agent (its parent) dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _signal_pids(pgid: int, pids: set[int], sig: int) -> None:
@@ -73,6 +65,8 @@ class Job:
     cpu_s: float = 0.0
     # CPU seconds of the job and its reaped children, from wait4 at exit (for the last energy interval).
     exit_cpu_s: float | None = None
+    user: isolation.JobUser | None = None  # the attempt's own Unix user (--isolation users)
+    cgroup: isolation.Cgroup | None = None  # its memory and CPU limits (the agent is root)
 
     @property
     def attempt_id(self) -> int:
@@ -95,6 +89,30 @@ class Runner:
         # (GPU driver, CUDA driver) versions for lineage; empty without NVML.
         self.drivers: Callable[[], tuple[str, str]] = lambda: ("", "")
         config.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.isolated = config.isolation == "users"
+        self.user_prefix = f"ty-{isolation.agent_tag(config.workdir)}-"
+        self.job_users: dict[int, isolation.JobUser] = {}  # made while preparing, until the job starts
+        self.cgroups: isolation.Cgroups | None = None
+        if os.geteuid() == 0:
+            try:
+                self.cgroups = isolation.Cgroups.detect(isolation.agent_tag(config.workdir))
+            except OSError as err:
+                log.error("cannot set up cgroups (%s): jobs' memory and CPU are not limited", err)
+            else:
+                if self.cgroups is None:
+                    log.warning("no cgroup memory controller (v2 or v1) here: jobs' memory and CPU are not limited")
+        if self.isolated:
+            self._secure_workdir()
+
+    def _secure_workdir(self) -> None:
+        """Jobs may pass through the workdir to their own run directory (0711), and see nothing else."""
+        config = self.config
+        config.runs_dir.mkdir(parents=True, exist_ok=True)
+        for path, mode in ((config.workdir, 0o711), (config.runs_dir, 0o711), (config.jobs_dir, 0o700),
+                           (config.spool_dir, 0o700), (config.workdir / "credential", 0o600), (config.workdir / "agent.json", 0o600)):
+            if path.exists():
+                os.chown(path, 0, 0)
+                os.chmod(path, mode)
 
     # --- startup ----------------------------------------------------------------------
     def kill_leftovers(self) -> None:
@@ -109,6 +127,14 @@ class Runner:
             log.warning("killing process group %d left by a previous agent (attempt %s)", pgid, record.stem)
             _signal_pids(pgid, pids, signal.SIGKILL)
             record.unlink(missing_ok=True)
+        if self.cgroups is not None:
+            for cgroup in self.cgroups.leftovers():
+                log.warning("removing cgroup %s left by a previous agent", cgroup.dirs[0])
+                cgroup.remove()
+        if self.isolated:
+            for name in isolation.users_leftover(self.user_prefix):
+                log.warning("removing job user %s left by a previous agent", name)
+                isolation.user_remove(name)
 
     # --- capacity ---------------------------------------------------------------------
     def used_devices(self) -> set[int]:
@@ -138,10 +164,24 @@ class Runner:
         root = self.config.runs_dir / str(spec["run_id"]) / f"a{spec['number']}-r{spec['node_rank']}"
         return root, root / "job", self.config.runs_dir / str(spec["run_id"]) / "checkpoints"
 
+    def _refusal(self, spec: protocol.AssignmentSpec) -> str:
+        """Why this agent will not run the job ("" when it will): without per-job users, one team per node."""
+        if self.isolated or self.config.single_tenant:
+            return ""
+        return isolation.tenant_admit(self.config.workdir / "tenant", spec.get("team"))
+
     def _prepare(self, spec: protocol.AssignmentSpec) -> None:
         root, run_dir, ckpt_dir = self._paths(spec)
         env: dict[str, str] = {}
+        refusal = self._refusal(spec)
+        if refusal:
+            log.error("attempt %d: refused: %s", spec["attempt_id"], refusal)
+            self.ready.put((spec, {"__error__": refusal}))
+            return
         try:
+            if self.isolated:  # an earlier attempt's user owned these: nothing it left may redirect our writes
+                for d in (ckpt_dir, root.parent / "init"):
+                    isolation.reclaim(d)
             for d in (run_dir, root / "agent", ckpt_dir):
                 d.mkdir(parents=True, exist_ok=True)
             resume = spec.get("resume_checkpoint")
@@ -164,6 +204,8 @@ class Runner:
                 self._unpack_snapshot(snapshot, root, run_dir)
             env["MASTER_ADDR"], port = self._rendezvous(spec)
             env["MASTER_PORT"] = str(port)
+            if self.isolated:
+                self._hand_over(spec, root, run_dir, ckpt_dir)
         except (ApiError, Unreachable, OSError, ValueError) as err:
             log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
             env["__error__"] = f"preparing the run directory failed: {err}"
@@ -176,6 +218,46 @@ class Runner:
         else:  # a runner without the agent's inventory (tests): lineage finds the node's devices itself
             lineage.report_on_node(self.shipper, spec=spec, env=job_env, slots=self.config.slots)
         self.ready.put((spec, env))
+
+    def _hand_over(self, spec: protocol.AssignmentSpec, root: Path, run_dir: Path, ckpt_dir: Path) -> None:
+        """The attempt's own user, and its directories made its own: the run directory, the run's
+        checkpoints (a resumed attempt's new user takes them over), its temporary folder. The
+        agent's folder of the attempt (plan, logs) it may read, not write."""
+        user = isolation.user_create(f"{self.user_prefix}a{spec['attempt_id']}")
+        with self.lock:
+            self.job_users[spec["attempt_id"]] = user
+        os.chmod(root.parent, 0o711)
+        isolation.shared_with(root, user)
+        isolation.shared_with(root / "agent", user)
+        (root / "tmp").mkdir(exist_ok=True)
+        for d in (run_dir, ckpt_dir, root / "tmp", root.parent / "init"):
+            if d.is_dir():
+                isolation.own(d, user)
+
+    def _release(self, spec: protocol.AssignmentSpec, user: isolation.JobUser | None, cgroup: isolation.Cgroup | None) -> None:
+        """After the attempt: whatever is left of it is killed, its cgroup and user removed, and its
+        files given back to root (a later user with the same uid must not inherit them)."""
+        if cgroup is not None:
+            cgroup.remove()
+        if user is None:
+            return
+        root, _, ckpt_dir = self._paths(spec)
+        isolation.user_remove(user.name)
+        for d in (root, ckpt_dir, root.parent / "init"):
+            try:
+                isolation.reclaim(d)
+            except OSError as err:
+                log.error("attempt %d: cannot give %s back to root: %s", spec["attempt_id"], d, err)
+
+    def _memory_limit(self, spec: protocol.AssignmentSpec) -> int:
+        """The server's figure for this node's share, else --job-memory-limit per device (by default
+        the node's memory divided by its devices); 0: none."""
+        if spec.get("memory_bytes"):
+            return int(spec["memory_bytes"])
+        per_device = self.config.job_memory_per_device
+        if per_device is None:
+            per_device = memory_bytes() // max(1, len(self.inventory()) or self.config.slots)
+        return per_device * max(1, len(spec["devices"]))
 
     def _rendezvous(self, spec: protocol.AssignmentSpec) -> tuple[str, int]:
         """(MASTER_ADDR, MASTER_PORT): rank 0's agent binds a free port (the server's hint first)
@@ -305,35 +387,44 @@ class Runner:
         error = extra.pop("__error__", "")
         proc = None
         plan: Plan | None = None
+        with self.lock:
+            user = self.job_users.pop(spec["attempt_id"], None)
+        cgroup: isolation.Cgroup | None = None
         if not error:
             try:
                 argv = shlex.split(spec["entrypoint"])
                 if argv and argv[0] in ("python", "python3"):
-                    argv[0] = sys.executable  # the agent's interpreter: same venv, same torch
+                    argv[0] = self.config.job_python  # the agent's interpreter by default: same venv, same torch
                 if not argv:
                     raise ValueError("the run's entrypoint is empty")
                 env = {**self._env(spec, run_dir, ckpt_dir), **extra}
-                # Secret values live only in the job's environment; the launcher redacts them from
-                # the ranks' output before it reaches the log files (and so the server).
+                # Secret values live only in the job's environment (readable by its own uid alone); the
+                # launcher redacts them from the ranks' output before it reaches the log files (and so the server).
                 env.update(spec.get("secrets") or {})
+                if user is not None:
+                    env.update({"HOME": str(run_dir), "USER": user.name, "LOGNAME": user.name, "TMPDIR": str(root / "tmp")})
                 log_dir = root / "agent"
-                (log_dir / "result.json").unlink(missing_ok=True)
                 plan = self.launch_plan(spec, argv, run_dir, log_dir)
                 plan_path = log_dir / "plan.json"
                 plan_path.write_text(json.dumps(plan))
+                self._job_files(spec, plan, log_dir, user)
+                if self.cgroups is not None:
+                    cgroup = self.cgroups.create(spec["attempt_id"], memory_bytes=self._memory_limit(spec),
+                                                 cpus=float(spec.get("cpus") or 0))
                 with open(log_dir / "launcher.log", "ab") as out:
-                    proc = subprocess.Popen([sys.executable, "-m", "agents.launch", str(plan_path)], cwd=run_dir, env=env,
-                                            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
-            except (OSError, ValueError) as exc:
+                    proc = subprocess.Popen([self.config.job_python, "-m", "agents.launch", str(plan_path)], cwd=run_dir,
+                                            env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=isolation.child_setup(cgroup, user), umask=0o077 if user else -1)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.preparing.pop(spec["attempt_id"], None)
             if proc is None or plan is None:
                 log.error("attempt %d rank %d failed to start: %s", spec["attempt_id"], spec["node_rank"], error)
                 self.shipper.event({**base, "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
+                self._release(spec, user, cgroup)
                 return
-            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic())
+            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic(), user=user, cgroup=cgroup)
             self.jobs[spec["attempt_id"]] = job
             self._record(job)
         first = spec["node_rank"] * plan["local_world_size"]
@@ -347,6 +438,25 @@ class Runner:
         if spec["number"] > 1 and spec["node_rank"] == 0:
             started["resumed_from_step"] = resumable_step(ckpt_dir)
         self.shipper.event(started)
+
+    def _job_files(self, spec: protocol.AssignmentSpec, plan: Plan, log_dir: Path, user: isolation.JobUser | None) -> None:
+        """The launcher's result and the ranks' logs. With a job user: made for it beforehand, in the
+        agent's folder that it may not write, so it cannot swap one for a link to a file of the agent's."""
+        result = log_dir / "result.json"
+        if user is None:
+            result.unlink(missing_ok=True)
+            return
+        os.chown(log_dir / "plan.json", user.uid, user.gid)
+        os.chmod(log_dir / "plan.json", 0o600)
+        first = spec["node_rank"] * plan["local_world_size"]
+        isolation.file_for(result, user)
+        for rank in range(first, first + plan["local_world_size"]):
+            for stream in ("stdout", "stderr"):
+                path = log_dir / f"rank{rank}.{stream}.log"
+                if path.is_file() and not path.is_symlink():
+                    os.chown(path, user.uid, user.gid)
+                else:
+                    isolation.file_for(path, user)
 
     def _record(self, job: Job) -> None:
         path = self.config.jobs_dir / f"{job.attempt_id}.json"
@@ -423,9 +533,16 @@ class Runner:
             exit_code, sig = (code, None) if code >= 0 else (None, -code)  # the launcher itself (killed after grace)
         log.info("attempt %d exited: %s%s%s", job.attempt_id, f"code {exit_code}" if sig is None else f"signal {sig}",
                  f" (rank {failed} failed first)" if failed is not None else "", f" after {job.stop_kind}" if job.stop_kind else "")
+        tail = self._log_tail(job, failed)
+        if job.cgroup is not None and job.cgroup.memory_bytes and job.cgroup.oom_kills():
+            who = f"rank {failed}" if failed is not None else "a process of the job"
+            line = f"trainyard agent: {who} {isolation.memory_limit_words(job.cgroup.memory_bytes)}"
+            log.warning("attempt %d: %s", job.attempt_id, line)
+            tail = f"{tail}\n{line}" if tail else line
         self.shipper.event({"attempt_id": job.attempt_id, "number": job.spec["number"], "node_rank": job.spec["node_rank"],
                             "event": "exited", "exit_code": exit_code, "signal": sig, "ranks": ranks, "failed_rank": failed,
-                            "stop_kind": job.stop_kind, "log_tail": self._log_tail(job, failed), "time": time.time()})  # type: ignore[typeddict-item]
+                            "stop_kind": job.stop_kind, "log_tail": tail, "time": time.time()})  # type: ignore[typeddict-item]
+        self._release(job.spec, job.user, job.cgroup)
         (self.config.jobs_dir / f"{job.attempt_id}.json").unlink(missing_ok=True)
 
     def _log_tail(self, job: Job, rank: int | None) -> str:

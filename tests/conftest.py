@@ -6,6 +6,7 @@ bob of team nlp, victor a viewer in vision, carol finance, and an admin superuse
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -47,6 +48,14 @@ class Cast:
 @pytest.fixture
 def cast(db: Any, django_user_model: Any) -> Cast:
     return Cast(django_user_model)
+
+
+def pytest_configure(config: Any) -> None:
+    """Agents started by tests run jobs as the test's own user (CI runs as root): a per-job user
+    could not reach the job scripts in pytest's private temporary folders. tests/agents/test_isolation*
+    start their agents with --isolation users."""
+    os.environ.setdefault("TRAINYARD_AGENT_ISOLATION", "none")
+    os.environ.setdefault("TRAINYARD_AGENT_SINGLE_TENANT", "1")
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
