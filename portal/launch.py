@@ -82,6 +82,8 @@ class Component:
     name: str
     argv: Callable[[], list[str]]
     port: tuple[str, int] | None = None  # it listens here: a restart waits until the port is free
+    # Environment of its own, on top of the launcher's (asked again at each start, like argv).
+    env: Callable[[], dict[str, str]] | None = None
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0  # in all, shown in the terminal
@@ -119,15 +121,17 @@ class Launcher:
         name = component.name
         with open(self.logs / f"{name}.log", "ab") as log:
             # Own session: Ctrl-C reaches only this launcher, which then stops the children in order.
-            proc = subprocess.Popen(component.argv(), cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            argv = component.argv()
+            env = {**self.env, **component.env()} if component.env is not None else self.env
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         component.proc, component.started_at = proc, time.monotonic()
         verb = f"restarted {name} (restart {component.restarts})" if component.restarts else f"started {name:<8}"
         print(f"  {verb} pid {proc.pid:<7} log var/logs/{name}.log", flush=True)
         return proc
 
-    def add(self, name: str, argv: Callable[[], list[str]], port: tuple[str, int] | None = None) -> subprocess.Popen[bytes]:
-        component = Component(name, argv, port)
+    def add(self, name: str, argv: Callable[[], list[str]], port: tuple[str, int] | None = None,
+            env: Callable[[], dict[str, str]] | None = None) -> subprocess.Popen[bytes]:
+        component = Component(name, argv, port, env)
         self.components.append(component)
         return self.spawn(component)
 
@@ -150,7 +154,8 @@ class Launcher:
         _wait_port("127.0.0.1", port, "redis", proc)
         self.env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
 
-    def _agent_argv(self, url: str) -> list[str]:
+    def _agent_env(self) -> dict[str, str]:
+        """The join token, in the agent's environment: a command line is anyone's to read (ps)."""
         if self.join_token_at is None or time.monotonic() - self.join_token_at > JOIN_TOKEN_REFRESH_S:
             result = self._manage("agent_join_token", "--pool", "local", "--name", "make-run", "--ttl-hours", "1")
             if result.returncode == 0:
@@ -158,8 +163,11 @@ class Launcher:
             elif not self.join_token:
                 sys.stderr.write(result.stdout + result.stderr)
                 raise SystemExit("manage.py agent_join_token failed")
-        return [PY, "-m", "agents", "--server", url, "--join-token", self.join_token, "--pool", "local",
-                "--workdir", str(self.var / "agent"), "--drain-timeout", str(AGENT_DRAIN_S)]
+        return {"TRAINYARD_AGENT_JOIN_TOKEN": self.join_token}
+
+    def _agent_argv(self, url: str) -> list[str]:
+        return [PY, "-m", "agents", "--server", url, "--pool", "local", "--workdir", str(self.var / "agent"),
+                "--drain-timeout", str(AGENT_DRAIN_S)]
 
     def run(self) -> None:
         print("Trainyard: preparing the database under var/ ...")
@@ -189,7 +197,7 @@ class Launcher:
                      "-s", str(self.var / "celerybeat-schedule")]
         self.add("beat", lambda: beat_argv)
         _wait_port(self.host, self.port, "web", web)
-        self.add("agent", lambda: self._agent_argv(url))
+        self.add("agent", lambda: self._agent_argv(url), env=self._agent_env)
         print(f"\nTrainyard is up at {url}/")
         print("Demo logins (password trainyard-demo): alice (vision engineer), bob (nlp engineer), carol (finance), admin")
         print(f"API docs: {url}/api/docs/   Press Ctrl-C to stop everything.\n", flush=True)

@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
-from apps.scheduling.model import ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
+from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
 from apps.scheduling.policies import OrderKey, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
@@ -515,6 +515,31 @@ def _release(free: dict[str, int], nodes: dict[str, Node], run: RunningJob) -> N
             free[node_id] = min(cap, free[node_id] + count)
 
 
+def unestimated(state: ClusterState) -> frozenset[str]:
+    """Queued jobs that get no estimated start: held for budget, or shaped so that no set of
+    their pool's ready nodes could ever hold them (too few nodes with enough devices, or none
+    ready, as `core` finds them: `WaitCode.NO_HARDWARE`). No replay would ever start them, and a
+    guess of when money or hardware arrives is no estimate."""
+    sizes: dict[str, list[int]] = defaultdict(list)
+    for node in state.nodes:
+        if node.state == NodeState.READY:
+            sizes[node.pool].append(node.total_devices)
+    fits: dict[tuple[str, int, int], bool] = {}
+    out: set[str] = set()
+    for job in state.queued:
+        if job.blocked_reason is not None and job.blocked_reason != RETRY_BACKOFF:
+            out.add(job.id)
+            continue
+        shape = (job.pool, job.nodes, job.devices_per_node)
+        ok = fits.get(shape)
+        if ok is None:
+            ok = fits[shape] = (job.nodes >= 1 and job.devices_per_node >= 1
+                                and sum(1 for t in sizes.get(job.pool, ()) if t >= job.devices_per_node) >= job.nodes)
+        if not ok:
+            out.add(job.id)
+    return frozenset(out)
+
+
 def queue_estimates(
     state: ClusterState,
     *,
@@ -527,7 +552,8 @@ def queue_estimates(
     step_ratio: float = 0.05,
     max_ahead: int | None = None,
 ) -> dict[str, Estimate]:
-    """Estimated start and range for every queued job (or just `jobs`).
+    """Estimated start and range for every queued job (or just `jobs`); none (all three None)
+    for the jobs no pass can start as the pool stands (`unestimated`).
 
     With `max_ahead`, only the jobs that many places from the front of their pool, or closer,
     are replayed; the rest are placed by `lags` (see `simulate_starts`). Replayed jobs get their
@@ -541,8 +567,9 @@ def queue_estimates(
         return simulate_starts(state, targets=targets, scale=scale, max_passes=max_passes, step_ratio=step_ratio,
                                ahead_only=ahead_only, max_ahead=max_ahead, lag=lags)
 
-    point = replay(1.0, jobs)
     wanted = sorted(j.id for j in state.queued) if jobs is None else sorted(jobs)
+    never = unestimated(state)
+    point = replay(1.0, [j for j in wanted if j not in never])
     # Only jobs a replay placed are worth replaying again, shrunk and stretched.
     again = [j for j in wanted if j in point.starts and j not in point.extrapolated]
     low = replay(low_scale, again) if ranges and again else point
@@ -550,6 +577,9 @@ def queue_estimates(
     now = state.now
     out: dict[str, Estimate] = {}
     for job_id in wanted:
+        if job_id in never:
+            out[job_id] = Estimate(job_id=job_id, start=None, low=None, high=None)
+            continue
         start = point.starts.get(job_id)
         lo: float | None
         hi: float | None

@@ -20,7 +20,7 @@ from apps.nodes.models import NodePool
 from apps.runs.services.submission import Check, Submission, submission_validate
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
-from apps.scheduling.model import QueuedJob, WaitCode
+from apps.scheduling.model import UNESTIMATED, QueuedJob, WaitCode
 from apps.scheduling.predict import RuntimeQuery
 from apps.scheduling.selectors import reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
@@ -89,6 +89,10 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
     if entry.code == WaitCode.PREEMPTING:
         # Nobody is ahead of it: it waits only for the runs stopped for it to checkpoint and exit.
         summary = f"Would start once the runs stopped to make room for it have checkpointed and exited; {when}; {runtime_words}."
+    elif entry.code in (WaitCode.NO_HARDWARE, WaitCode.NO_POLICY):
+        # No place in line means anything while the pool cannot hold it: say what is missing.
+        summary = (f"Would not start in pool {pool.name} as it stands: {message.rstrip('.')}; no start can be "
+                   f"estimated until that changes; {runtime_words}.")
     else:
         summary = (f"Would wait: {position}{_ordinal(position)} in line in pool {pool.name}, "
                    f"{reason_label(entry.code.value).lower()}; {when}; {runtime_words}.")
@@ -103,7 +107,7 @@ def _probe_estimate(
 ) -> tuple[datetime | None, datetime | None, datetime | None]:
     """The probe's estimated start, low and high; none while it waits for budget or hardware."""
     estimate = None
-    if code not in (WaitCode.BUDGET, WaitCode.NO_POLICY, WaitCode.NO_HARDWARE):
+    if code not in UNESTIMATED:
         lags = lags_load(now=now, policies=dict(state.policies))
         estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
                                    max_ahead=MAX_AHEAD).get(PROBE)

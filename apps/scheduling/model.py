@@ -83,6 +83,11 @@ class WaitCode(StrEnum):
     RETRY_BACKOFF = "retrying_after_failure"
 
 
+# Waits with no estimated start anywhere (API, queue page, CLI, forecast): what ends them is not
+# a run ending (money, or hardware the pool does not have), so no replay of the line can say when.
+UNESTIMATED = frozenset({WaitCode.BUDGET, WaitCode.NO_HARDWARE, WaitCode.NO_POLICY})
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     id: str

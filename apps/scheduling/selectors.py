@@ -19,7 +19,7 @@ from django.utils import timezone
 from apps.core.text import fmt_duration
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.models import Run, RunStatus
-from apps.scheduling.model import WaitCode
+from apps.scheduling.model import UNESTIMATED, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.policies import explain_policy
 from apps.scheduling.predict import RuntimePrediction
@@ -50,6 +50,15 @@ REASON_LABELS: dict[str, str] = {
     WaitCode.DEMOTED: "Has run longer than the jobs ahead of it; resumes from its checkpoint",
 }
 NOT_YET = "Waiting for the next scheduling pass"
+# Why a run has no estimated start (`model.UNESTIMATED`): what must change first. The reason's
+# message says exactly what is missing ("needs 2 nodes with 1 device each; pool local has 1 ...").
+NO_ESTIMATE: dict[str, str] = {
+    WaitCode.BUDGET: "none until the budget allows it",
+    WaitCode.NO_HARDWARE: "none: no set of this pool's ready nodes can hold it",
+    WaitCode.NO_POLICY: "none: the pool has no nodes",
+}
+# Reasons that name no other run and no money: every viewer reads the full message.
+PUBLIC_MESSAGES = frozenset({WaitCode.NO_HARDWARE, WaitCode.NO_POLICY})
 
 
 def reason_label(code: str) -> str:
@@ -168,6 +177,7 @@ def _runtime_text(prediction: RuntimePrediction) -> str:
 
 
 def _entry(run: Run, *, position: int, mine: bool, predicted: RuntimePrediction, now: datetime) -> dict[str, Any]:
+    unestimated = run.reason_code in UNESTIMATED
     return {
         "position": position,
         "priority": run.priority,
@@ -183,11 +193,16 @@ def _entry(run: Run, *, position: int, mine: bool, predicted: RuntimePrediction,
             "code": run.reason_code,
             "label": reason_label(run.reason_code),
             # The detailed message can carry budget figures: only the run's own team reads it.
-            "message": (run.status_reason or NOT_YET) if mine else reason_label(run.reason_code),
+            "message": (run.status_reason or NOT_YET) if mine or run.reason_code in PUBLIC_MESSAGES
+            else reason_label(run.reason_code),
         },
-        "estimated_start": {"at": run.estimated_start, "low": run.estimated_start_low, "high": run.estimated_start_high},
+        # A run held for money or missing hardware has no estimate, even one stored before it was held.
+        "estimated_start": {"at": None if unestimated else run.estimated_start,
+                            "low": None if unestimated else run.estimated_start_low,
+                            "high": None if unestimated else run.estimated_start_high,
+                            "none_because": NO_ESTIMATE.get(run.reason_code)},
         # In words for the page ("in 40 seconds"): Django's timeuntil says "0 minutes" under a minute.
-        "starts_in": _until(run.estimated_start, now),
+        "starts_in": "" if unestimated else _until(run.estimated_start, now),
         "waiting_since": run.queued_at or run.created_at,
         "mine": mine,
         "run": {

@@ -33,7 +33,7 @@ from apps.runs.services.placement import master_port_for
 from apps.runs.services.transitions import runs_transition_many
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
-from apps.scheduling.model import Decision, QueueEntry, WaitCode
+from apps.scheduling.model import UNESTIMATED, Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.snapshot import Snapshot, dt, lags_load, snapshot_load
 
@@ -273,7 +273,8 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
     waiting: list[QueueEntry] = [e for e in decision.queue if int(e.job_id) not in placed and e.job_id in snap.queued]
     if not waiting:
         return 0
-    est = _queue_estimates(snap, waiting, timings) if estimates else {}
+    # Runs held for money or hardware the pool lacks get no estimated start: their reason says what is missing.
+    est = _queue_estimates(snap, [e for e in waiting if e.code not in UNESTIMATED], timings) if estimates else {}
     teams = _teams(snap)
     now = snap.now
     last_rows = dict(
@@ -312,6 +313,8 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
 def _queue_estimates(snap: Snapshot, waiting: list[QueueEntry], timings: dict[str, float] | None) -> dict[str, Estimate]:
     """Estimated starts of the waiting runs; none when the estimator fails (the rest is still written)."""
     est: dict[str, Estimate] = {}
+    if not waiting:
+        return est
     mark = time.perf_counter()
     try:
         lags = lags_load(now=snap.now, policies=dict(snap.state.policies))

@@ -18,6 +18,10 @@ class EstimatedStartSerializer(serializers.Serializer):  # type: ignore[type-arg
     at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null where the replay did not reach it.")
     low = serializers.DateTimeField(allow_null=True, help_text="Earliest plausible start (runs ahead end early).")
     high = serializers.DateTimeField(allow_null=True, help_text="Latest plausible start (runs ahead take twice as long).")
+    none_because = serializers.CharField(
+        allow_null=True, required=False,
+        help_text="Why there is no estimate, where no run ending can start it: held for budget, or no set of the "
+                  "pool's ready nodes can hold its shape (the reason's message says what is missing). Null otherwise.")
 
 
 class RunRefSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -21,7 +21,7 @@ from apps.runs.api.serializers import RunCreateSerializer
 from apps.runs.api.views import submission_from_request
 from apps.scheduling.api.serializers import ForecastSerializer, QueueSerializer
 from apps.scheduling.forecast import Forecast, forecast_for_submission
-from apps.scheduling.selectors import queue_list, scheduler_status
+from apps.scheduling.selectors import NO_ESTIMATE, queue_list, scheduler_status
 
 POOL_MAX = 63
 
@@ -60,7 +60,8 @@ def forecast_payload(forecast: Forecast) -> dict[str, Any]:
         "pool": forecast.pool, "starts_now": forecast.starts_now, "position": forecast.position, "ahead": forecast.ahead,
         "reason": {"code": forecast.reason_code, "label": forecast.reason, "message": forecast.message},
         "predicted_runtime_s": forecast.predicted_runtime_s, "runtime_basis": forecast.runtime_basis,
-        "estimated_start": {"at": forecast.start, "low": forecast.start_low, "high": forecast.start_high},
+        "estimated_start": {"at": forecast.start, "low": forecast.start_low, "high": forecast.start_high,
+                            "none_because": NO_ESTIMATE.get(forecast.reason_code)},
         "summary": forecast.summary,
     }
     return dict(ForecastSerializer(data).data)
