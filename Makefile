@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # installs the missing ones once (root with apt-get) or stops, naming the command to run.
 TEST_PACKAGES := chromium:/usr/bin/chromium docker-compose:/usr/bin/docker-compose
 
-.PHONY: run test test-fast test-packages lint bench clean-var
+.PHONY: run test test-fast test-packages lint bench bench-check clean-var
 
 $(STAMP): requirements.txt requirements-dev.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+# The quick benches again, each figure beside the README's (bench/reference.json), flagging any
+# more than 1.5x worse: run it before resolving an issue that touches a measured path.
+bench-check: $(STAMP)
+	$(PY) bench/bench_check.py $(BENCH_CHECK_ARGS)
 
 clean-var:
 	rm -rf var

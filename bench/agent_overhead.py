@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._results import write_result  # noqa: E402
+
 SCRIPT = """
 import json, os, sys, time, torch, trainyard
 torch.set_num_threads(1)
@@ -96,8 +98,7 @@ def main() -> None:
     summary = {"steps": args.steps, "repeats": args.repeats, "bare_steps_per_s": results["bare"],
                "agent_steps_per_s": results["agent"], "bare_median": bare_med, "agent_median": agent_med,
                "ratio": agent_med / bare_med, "goal": 0.99, "cpus": os.cpu_count(), "time": time.time()}
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "agent_overhead.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_result("agent_overhead", summary)
     print(f"median bare {bare_med:.1f} steps/s, under agent {agent_med:.1f} steps/s: ratio {agent_med / bare_med:.3f} (goal >= 0.99)")
 
 

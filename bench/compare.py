@@ -5,7 +5,8 @@ run), then times GET /api/v1/compare/?runs=... in-process through Django's full 
 handling (middleware, authentication, DRF view, JSON rendering; no network), which is what
 "server time" means here. Checks that every series carries its run's true min and max (a
 planted spike per run) both as true_min/true_max and in its bucket min/max. Prints the median
-and p95 and the number of SQL queries per request; writes bench/results/compare.json.
+and p95 and the number of SQL queries per request; writes bench/results/compare.json (with the
+commit, date and machine: bench/_results.py).
 
     python bench/compare.py [--runs 20] [--steps 100000] [--repeats 21] [--max-points 200]
 """
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from _pgcluster import create_database, postgres_server, postmaster_pid  # noqa: E402
 from _procstat import Window  # noqa: E402
+from _results import write_result  # noqa: E402
 
 KEYS = ("loss", "accuracy", "lr")
 
@@ -49,9 +51,8 @@ def main() -> int:
 
         django.setup()
         result = run_bench(args, postmaster_pid(server))
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "compare.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+    print(f"wrote {write_result('compare', result)}")
     return 0 if result["all_extremes_present"] else 1
 
 

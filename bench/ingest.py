@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE))
 
 from _pgcluster import create_database, postgres_server, postmaster_pid  # noqa: E402
 from _procstat import Window  # noqa: E402
+from _results import write_result  # noqa: E402
 
 BATCH = 10_000
 MLFLOW_BATCH = 1_000
@@ -252,8 +253,7 @@ def main() -> int:
         if ty is not None:
             print(f"trainyard target 100,000 points/s: {'met' if ty['points_per_s_median'] >= 100_000 else 'NOT met'}")
     result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "ingest.json").write_text(json.dumps(result, indent=2))
+    write_result("ingest", result)
     return 0
 
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from _pgcluster import create_database, postgres_server  # noqa: E402
+from _results import write_result  # noqa: E402
 
 
 def cases(setup: dict[str, Any], project: int) -> list[tuple[str, str, str]]:
@@ -101,8 +102,7 @@ def main() -> int:
         os.environ.update({k: v for k, v in env.items() if k != "BENCH_SCALE"})
         rows = measure(setup, args)
     result = {"scale": args.scale, "database": "postgresql" if args.postgres else "sqlite", "repeat": args.repeat, "pages": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result("scale_pages", result, path=Path(args.out))
     print(f"wrote {args.out}")
     return 0 if all(r["status"] < 400 for r in rows) else 1
 

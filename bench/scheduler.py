@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from _pgcluster import create_database, postgres_server  # noqa: E402
+from _results import write_result  # noqa: E402
 
 TARGET_PLACEMENTS_PER_S = 500.0
 
@@ -166,8 +167,7 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "postgres": server_version},
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "scheduler.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    write_result("scheduler", out)
     verdict = "meets" if out["meets_target"] else "MISSES"
     print(f"median {median:.0f} placements/s ({verdict} the {TARGET_PLACEMENTS_PER_S:.0f}/s target); "
           "wrote bench/results/scheduler.json")

@@ -10,7 +10,6 @@ Target: median under 250 ms with reasons.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -30,6 +29,7 @@ from apps.scheduling.core import (
     TeamUsage,
     schedule,
 )
+from bench._results import write_result
 
 POOL = "a100"
 
@@ -135,9 +135,7 @@ def main() -> int:
     print(f"  placed {len(decision.placements)}, preempted {len(decision.preemptions)}")
     print(f"  with reasons    median {explained['median_ms']:8.1f} ms   p95 {explained['p95_ms']:8.1f} ms")
     print(f"  without reasons median {quiet['median_ms']:8.1f} ms   p95 {quiet['p95_ms']:8.1f} ms")
-    out = Path(__file__).resolve().parent / "results" / "scheduler_core.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {write_result('scheduler_core', result)}")
     return 0
 
 

@@ -36,7 +36,6 @@ not in the test suite, which asserts the same quality figures without the clock
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import asdict
@@ -55,6 +54,7 @@ from apps.scheduling.simulate import (
     replay_trace,
     teams_compared,
 )
+from bench._results import write_result
 
 DEFAULT_TRACE = os.environ.get("TRAINYARD_TRACE", str(Path(__file__).resolve().parents[1] / "tests" / "data" / "philly-vc-seed0.csv"))
 RESULTS = Path(__file__).resolve().parent / "results" / "simulate.json"
@@ -186,23 +186,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {check:40} {sum(held)}/{len(held)}")
     # A one-policy run writes beside the full one rather than over it.
     out = RESULTS if args.policy == "all" else RESULTS.with_name(f"simulate-{args.policy}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "trace": str(args.trace),
-                "limit": args.limit,
-                "nodes": args.nodes,
-                "gpus_per_node": args.gpus_per_node,
-                "results": [asdict(s) for s in results.values()],
-                "checks": [{"check": label, "pass": ok, "value": detail} for label, ok, detail in rows],
-                "pessimistic": pessimistic,
-                "variants": variants,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_result(out.stem, {
+        "trace": str(args.trace),
+        "limit": args.limit,
+        "nodes": args.nodes,
+        "gpus_per_node": args.gpus_per_node,
+        "results": [asdict(s) for s in results.values()],
+        "checks": [{"check": label, "pass": ok, "value": detail} for label, ok, detail in rows],
+        "pessimistic": pessimistic,
+        "variants": variants,
+    }, path=out)
     # A benchmark reports; it fails only when it could not run.
     return 0
 
