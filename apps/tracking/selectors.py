@@ -31,8 +31,9 @@ MAX_MAX_POINTS = 5000
 COMPARE_MIN_RUNS = 2
 COMPARE_MAX_RUNS = 50
 COMPARE_MAX_KEYS = 20
-# A series this short (rows at the level read) costs about the same to read whatever max_points asks.
-SHORT_SERIES_ROWS = 1000
+# Rows one request may spend, shared among its series, reading a level finer than max_points asks
+# for so that a short series fills max_points (5 points of 600 steps would be one level-1 bucket).
+FILL_ROWS = 6000
 _NONFINITE = {Flag.NAN.value: math.nan, Flag.POS_INF.value: math.inf, Flag.NEG_INF.value: -math.inf}
 
 
@@ -81,12 +82,12 @@ class SeriesQuery:
     end: float | None = None
 
 
-def _pick_level(s: MetricSummary, q: SeriesQuery) -> int | None:
+def _pick_level(s: MetricSummary, q: SeriesQuery, *, fill_rows: float = FILL_ROWS) -> int | None:
     """The coarsest data needed: None for raw points, else a rollup level index.
 
-    Reads at most about 2 x max_points rows when a level allows it (a short series up to
-    SHORT_SERIES_ROWS, to fill max_points); the merge down to max_points then keeps exact min/max
-    per output bucket.
+    Reads at most about 2 x max_points rows when a level allows it, or up to `fill_rows` (this
+    series' share of FILL_ROWS) to fill max_points; the merge down to max_points then keeps exact
+    min/max per output bucket.
     """
     if q.x == "time":
         total = max(s.last_wall - s.first_wall, 1e-9)
@@ -105,10 +106,10 @@ def _pick_level(s: MetricSummary, q: SeriesQuery) -> int | None:
     for level, size in enumerate(LEVELS):
         if span_steps / size + 1 <= budget:
             # A level too coarse to fill max_points (600 steps at 1024 per bucket is one point)
-            # gives way to the next finer one only when that one is short: it reads up to 16 x
+            # gives way to the next finer one only within fill_rows: that one reads up to 16 x
             # max_points rows, which a comparison of 60 long series paid 60 times (issue 33).
             finer_rows = raw_rows if level == 0 else span_steps / LEVELS[level - 1] + 1
-            if span_steps / size < q.max_points and finer_rows <= SHORT_SERIES_ROWS:
+            if span_steps / size < q.max_points and finer_rows <= fill_rows:
                 return level - 1 if level > 0 else None
             return level
     return len(LEVELS) - 1
@@ -209,12 +210,11 @@ def metric_series_many(
 
     Each series picks its own level from its summary and max_points; then there is one query
     per level in use (at most len(LEVELS) + 1), not one per series."""
+    present = [(rid, key, summaries[rid][key]) for rid in run_ids for key in keys if key in summaries.get(rid, {})]
+    fill_rows = FILL_ROWS / max(1, len(present))
     wanted: dict[int | None, list[tuple[int, str]]] = {}
-    for rid in run_ids:
-        for key in keys:
-            summary = summaries.get(rid, {}).get(key)
-            if summary is not None:
-                wanted.setdefault(_pick_level(summary, q), []).append((rid, key))
+    for rid, key, summary in present:
+        wanted.setdefault(_pick_level(summary, q, fill_rows=fill_rows), []).append((rid, key))
     fetched: dict[tuple[int, str], tuple[int | None, list[Bucket]]] = {}
     for level, pairs in wanted.items():
         got = _fetch_many(level, pairs, q)
