@@ -3,6 +3,7 @@ on a free port, spoken to over HTTP exactly as an S3 or MinIO server would be.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,10 @@ def s3_server() -> Iterator[S3Server]:
     log = Path(tempfile.mkdtemp(prefix="ty-moto-")) / "moto.log"
     moto = Path(sys.executable).parent / "moto_server"
     with open(log, "ab") as out:
+        # At the lowest CPU priority: it stands in for a store on other machines, and on a small
+        # test machine its Python S3 emulation would otherwise take the web's CPU.
         proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=lambda: os.nice(19))
     try:
         wait_for_port(port, 60)
         yield S3Server(f"http://127.0.0.1:{port}", log)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import threading
 import time
 import urllib.request
@@ -25,9 +26,8 @@ from typing import Any
 import pytest
 
 from agents.client import Client
-from agents.shipper import Shipper, Spool
 from tests.agents.helpers import join_token, kill9, start_agent, submit, wait_status, write
-from tests.fixtures.live import PYTHON, LiveStack
+from tests.fixtures.live import PYTHON, ROOT, LiveStack
 from tests.fixtures.services import free_port, wait_for_port
 from tests.storage.conftest import S3Server
 
@@ -150,6 +150,18 @@ def latencies(url: str, token: str, *, count: int | None = None, until: threadin
     return out
 
 
+UPLOAD = """
+import json, sys
+from pathlib import Path
+from agents.client import Client
+job = json.loads(Path(sys.argv[1]).read_text())
+client = Client(job["server"], timeout=120)
+client.credential = job["credential"]
+shipper = Shipper(client, Spool(Path(job["spool"]), 1 << 30), interval=1.0, on_stale=lambda *_: None)
+shipper._upload(job["id"], Path(job["path"]), job["plan"])
+"""
+
+
 def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98]
 
@@ -159,11 +171,9 @@ def test_web_p99_during_a_200mb_checkpoint_upload(two_webs: tuple[LiveStack, str
     stack.start_worker()
     client, session = register(stack)
     submit(stack, "python -c 'import time; time.sleep(600)'")
-    deadline = time.monotonic() + 60
-    specs: list[dict[str, Any]] = []
-    while not specs and time.monotonic() < deadline:
-        specs = client.request("POST", A + "claim/", {"session": session, "wait_s": 5, "free_devices": [0]})["assignments"]
-    assert specs, "the run was never placed on the test's node"
+    specs: list[dict[str, Any]] = stack.wait_for(
+        lambda: client.request("POST", A + "claim/", {"session": session, "wait_s": 5, "free_devices": [0]})["assignments"],
+        180, "the run placed on the test's node")
     base = {"attempt_id": specs[0]["attempt_id"], "number": specs[0]["number"]}
     client.request("POST", A + "events/", {**base, "node_rank": 0, "time": 0, "event": "started"})
 
@@ -181,27 +191,23 @@ def test_web_p99_during_a_200mb_checkpoint_upload(two_webs: tuple[LiveStack, str
     url = stack.url + "/api/v1/teams/"
     latencies(url, token, count=20)  # warm both workers
     idle = latencies(url, token, count=300)
-    shipper = Shipper(client, Spool(tmp_path / "spool", 1 << 30), interval=1.0, on_stale=lambda *_: None)
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def upload() -> None:
-        try:
-            shipper._upload(answer["id"], path, plan)
-        except BaseException as err:  # reported below, in the test's thread
-            failure.append(err)
-        finally:
-            done.set()
-
+    # The agent's own upload code, in a process of its own at the lowest CPU priority: the agent
+    # runs on a GPU node, not beside the web, and must not take the web's CPU on this machine.
+    job = {"server": stack.url, "credential": client.credential, "id": answer["id"], "path": str(path), "plan": plan,
+           "spool": str(tmp_path / "spool")}
+    (tmp_path / "upload.json").write_text(json.dumps(job))
     t0 = time.monotonic()
-    thread = threading.Thread(target=upload)
-    thread.start()
+    uploader = subprocess.Popen([PYTHON, "-c", UPLOAD, str(tmp_path / "upload.json")], cwd=ROOT, preexec_fn=lambda: os.nice(19),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    done = threading.Event()
+    threading.Thread(target=lambda: (uploader.wait(), done.set()), daemon=True).start()
     busy = latencies(url, token, until=done)
     took = time.monotonic() - t0
-    thread.join()
-    assert not failure, failure
+    after = latencies(url, token, count=300)
+    assert uploader.returncode == 0, uploader.stdout.read().decode(errors="replace")[-3000:] if uploader.stdout else ""
     assert stack.query("SELECT stored_path FROM runs_checkpoint WHERE id=?", (answer["id"],))[0][0]
     figures = {"idle_p99_ms": round(p99(idle) * 1000, 2), "upload_p99_ms": round(p99(busy) * 1000, 2),
+               "idle_after_p99_ms": round(p99(after) * 1000, 2),
                "idle_median_ms": round(statistics.median(idle) * 1000, 2),
                "upload_median_ms": round(statistics.median(busy) * 1000, 2), "requests_during_upload": len(busy),
                "upload_s": round(took, 1), "upload_mb_per_s": round(200 / took, 1)}
