@@ -44,6 +44,19 @@ PORT_WAIT_NOTICE_S = 10.0
 # only once the first one (valid an hour) may be near its end.
 JOIN_TOKEN_REFRESH_S = 1800.0
 TICK_S = 0.5
+# The web server: gunicorn's threaded worker. Every agent keeps a claim open (a long poll that
+# waits on Redis, apps.nodes.wakeups), and so holds a thread: threads start only as connections
+# need them, a waiting one costs tens of KB, and with a thread for every agent a worker may
+# hold, no heartbeat or page queues behind the long polls. bench/load.py --idle-agents
+# measures 1,000 agents on exactly this command (README "Performance").
+WEB_WORKERS = 2
+WEB_THREADS = 1000
+
+
+def web_argv(host: str, port: int) -> list[str]:
+    return [PY, "-m", "gunicorn", "portal.wsgi:application", "-b", f"{host}:{port}", "-k", "gthread", "-w", str(WEB_WORKERS),
+            # Connections past the threads are the keep-alive ones, idle between requests.
+            "--threads", str(WEB_THREADS), "--worker-connections", str(2 * WEB_THREADS), "--timeout", "120"]
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -188,9 +201,7 @@ class Launcher:
         url = f"http://{self.host}:{self.port}"
         if _port_open(self.host, self.port):
             raise SystemExit(f"{url} is already in use; stop the other server or set TRAINYARD_PORT")
-        web_argv = [PY, "-m", "gunicorn", "portal.wsgi:application", "-b", f"{self.host}:{self.port}",
-                    "-w", "2", "--threads", "4", "--timeout", "120"]
-        web = self.add("web", lambda: web_argv, (self.host, self.port))
+        web = self.add("web", lambda: web_argv(self.host, self.port), (self.host, self.port))
         worker_argv = [PY, "-m", "celery", "-A", "portal", "worker", "-c", "2", "--loglevel", "INFO"]
         self.add("worker", lambda: worker_argv)
         beat_argv = [PY, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO",

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 # A wake-up nobody took (no claim was waiting) expires; the next claim reads the database anyway.
 WAKE_TTL_S = 60
+# Each waiting claim holds a connection of the waiting client (redis-py's default cap is 100).
+MAX_WAITING = 10_000
 UNREACHABLE: tuple[type[BaseException], ...] = (RedisError, ConnectionError, TimeoutError, OSError)
 
 # While Redis is down every waiting claim notices: say so once a minute, not once a claim.
@@ -54,7 +56,8 @@ def _client(*, blocking: bool) -> redis.Redis:
         client = _clients.get(key)
         if client is None:
             timeout = protocol.MAX_CLAIM_WAIT_S + 5.0 if blocking else 1.0
-            client = _clients[key] = redis.Redis.from_url(key[0], socket_connect_timeout=1.0, socket_timeout=timeout)
+            client = _clients[key] = redis.Redis.from_url(key[0], socket_connect_timeout=1.0, socket_timeout=timeout,
+                                                          max_connections=MAX_WAITING if blocking else None)
         return client
 
 

@@ -96,6 +96,14 @@ if _database_url:
         # metric batch (bench/_profile_requests.py). Django's own queries bind client-side and
         # are not affected.
         DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = env_int("TRAINYARD_DB_PREPARE_THRESHOLD", 5)
+        # The web holds a thread per connected agent (its open claim: portal.launch.web_argv), so a
+        # connection per thread would be one per agent, past PostgreSQL's max_connections at a
+        # thousand. A pool per process instead: a request borrows a connection (a waiting claim
+        # hands it back), and past the pool's size threads wait their turn for one.
+        _pool_size = env_int("TRAINYARD_DB_POOL_SIZE", 10)
+        if _pool_size:
+            DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them instead
+            DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 2, "max_size": _pool_size, "timeout": 30}
 else:
     DATABASES = {
         "default": {

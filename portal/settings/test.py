@@ -25,3 +25,7 @@ STORAGES = {
 }
 # In-process tests re-place a requeued run at once; tests of the backoff itself set their own.
 TRAINYARD_RETRY_BACKOFF_S = 0
+# In-process tests keep a connection per thread, as before the pool (portal.settings.base), which
+# is for the web's thread per agent; the live stacks' processes run with it.
+if DATABASES["default"].get("OPTIONS", {}).pop("pool", None):  # noqa: F405
+    DATABASES["default"]["CONN_MAX_AGE"] = 60  # noqa: F405
