@@ -23,14 +23,25 @@ def _git(*argv: str) -> str:
         done = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _head() -> str | None:
+    return _git("rev-parse", "HEAD").strip() or None
+
+
+# The code a bench runs is what was checked out when it started: others may commit meanwhile.
+_HEAD_AT_START = _head()
 
 
 def measured() -> dict[str, Any]:
-    """The commit (and how many tracked files differ from it), the date (UTC) and the machine, now."""
+    """The commit the bench started on (and the tracked files that differ from it), the date
+    (UTC) and the machine, now."""
     changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    head = _head()
     return {
-        "commit": _git("rev-parse", "HEAD") or None,
+        "commit": _HEAD_AT_START,
+        **({"commit_at_end": head} if head != _HEAD_AT_START else {}),
         "uncommitted_files": changed,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cores": os.cpu_count(),
