@@ -33,8 +33,9 @@ def _as_owner(argv: list[str]) -> list[str]:
 
 
 @contextmanager
-def postgres_server() -> Iterator[str]:
-    """Yields a URL to a database on a running server (the server's `postgres` database)."""
+def postgres_server(*, preload: str = "") -> Iterator[str]:
+    """Yields a URL to a database on a running server (the server's `postgres` database);
+    `preload`: shared_preload_libraries of a private cluster (pg_stat_statements, to count statements)."""
     if os.environ.get("DATABASE_URL", "").startswith("postgres"):
         yield os.environ["DATABASE_URL"]
         return
@@ -46,7 +47,8 @@ def postgres_server() -> Iterator[str]:
     subprocess.run(_as_owner([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
                               "--no-sync"]), check=True, capture_output=True)
     opts = (f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={workdir} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB")
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB"
+            + (f" -c shared_preload_libraries={preload}" if preload else ""))
     subprocess.run(_as_owner([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(workdir / "pg.log"), "-w", "start"]),
                    check=True, capture_output=True)
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"

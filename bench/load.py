@@ -2,6 +2,7 @@
 
     python bench/load.py [--duration 300] [--agents 200] [--users 50] [--interval 5]
                          [--workers 2] [--threads 8] [--points 20]
+    python bench/load.py --idle-agents 1000 [--duration 120] [--place 10] [--place-every 5]
 
 Each simulated agent (a thread with its own keep-alive connection and node credential) sends a
 heartbeat every --interval seconds and a metric batch of --points points in the agent wire
@@ -14,6 +15,11 @@ Prints throughput, p50/p95/p99 latency per endpoint class and errors, then compa
 points in the database with those sent. Writes bench/results/load.json. Targets: no errors, no
 lost points, p99 < 500 ms for heartbeats and metric batches, p95 < 300 ms for pages. The machine
 may be shared: the load average and the CPU used by other processes are recorded with the figures.
+
+--idle-agents N is the other scenario (bench/_idle_agents.py): N agents that heartbeat and keep a
+claim open, on `make run`'s web command, while runs are placed on them; heartbeat p99 (target
+200 ms), placement to claim p99 (target 1 s), the database statements of idle claims and the
+web's memory. Writes bench/results/load_idle.json.
 """
 
 from __future__ import annotations
@@ -36,9 +42,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(ROOT))
 
+import _idle_agents  # noqa: E402
 from _pgcluster import create_database, postgres_server, postmaster_pid  # noqa: E402
 from _procstat import Window  # noqa: E402
+
+from portal.launch import web_argv  # noqa: E402
 
 RETRIES = 3
 KEYS = ("loss", "accuracy", "lr", "grad_norm")
@@ -223,8 +233,16 @@ def main() -> int:
     # only add context switches and GIL hand-offs on a 2-core machine.
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker (default 8)")
-    parser.add_argument("--out", default=str(HERE / "results" / "load.json"))
+    parser.add_argument("--idle-agents", type=int, default=0, help="the idle-agents scenario with this many agents (see above)")
+    parser.add_argument("--place", type=int, default=10, help="--idle-agents: runs placed per pass (default 10)")
+    parser.add_argument("--place-every", type=float, default=5.0, help="--idle-agents: seconds between passes (default 5)")
+    parser.add_argument("--out", default="")
     args = parser.parse_args()
+    if args.idle_agents:
+        if not 1 <= args.idle_agents <= 5000 or not 30 <= args.duration <= 3600:
+            parser.error("--idle-agents 1-5000, --duration 30-3600")
+        return idle_main(args)
+    args.out = args.out or str(HERE / "results" / "load.json")
     if not 1 <= args.duration <= 3600 or not 1 <= args.agents <= 2000 or not 0 <= args.users <= 1000:
         parser.error("--duration 1-3600, --agents 1-2000, --users 0-1000")
 
@@ -314,6 +332,65 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0 if result["targets_met"] else 1
+
+
+def idle_main(args: argparse.Namespace) -> int:
+    """The idle-agents scenario: PostgreSQL (counting statements), Redis, `make run`'s web command,
+    a Celery worker with beat, and the agents of bench/_idle_agents.py."""
+    py = sys.executable
+    redis_url, redis_proc, redis_dir = _redis()
+    web = worker = None
+    var = tempfile.mkdtemp(prefix="ty-idle-var-")
+    with postgres_server(preload="pg_stat_statements") as server:
+        db = create_database(server, "ty_bench_idle")
+        env = {**os.environ, "DATABASE_URL": db, "DJANGO_SETTINGS_MODULE": "portal.settings.base", "TRAINYARD_DEBUG": "false",
+               "TRAINYARD_LOG_LEVEL": "WARNING", "REDIS_URL": redis_url, "TRAINYARD_VAR_DIR": var}
+        try:
+            print(f"setting up: {args.idle_agents} idle agents ...", flush=True)
+            subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+            port = _free_port()
+            argv = web_argv("127.0.0.1", port)
+            env["BENCH_WEB_ARGV"] = " ".join(argv[1:])
+            with open(Path(var) / "web.log", "ab") as log:
+                web = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+            _wait_port(port)
+            worker = subprocess.Popen([py, "-m", "celery", "-A", "portal", "worker", "-B", "-c", "1", "--loglevel", "WARNING",
+                                       "-s", str(Path(var) / "beat-schedule")], cwd=ROOT, env=env,
+                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            window = Window({"web": web.pid, "database": postmaster_pid(server), "worker": worker.pid,
+                             "redis": redis_proc.pid if redis_proc is not None else None})
+            window.start()
+            clients0 = sum(os.times()[:2])
+            figures = _idle_agents.run(args, py, env, db, port, web.pid)
+            cpu = window.stop({"load_clients": sum(os.times()[:2]) - clients0})
+            figures["machine"] = {"cpus": os.cpu_count(), **cpu}
+            warnings = [line for line in (Path(var) / "web.log").read_text(errors="replace").splitlines()
+                        if "WARNING" in line or "ERROR" in line or "Traceback" in line]
+            figures["web_log_warnings"] = {"count": len(warnings), "samples": warnings[:10]}
+        finally:
+            for proc in (web, worker):
+                if proc is not None:
+                    try:
+                        os.killpg(proc.pid, 15)
+                        proc.wait(30)
+                    except (ProcessLookupError, subprocess.TimeoutExpired):
+                        os.killpg(proc.pid, 9)
+            if redis_proc is not None:
+                redis_proc.terminate()
+                redis_proc.wait(10)
+                shutil.rmtree(redis_dir or "", ignore_errors=True)
+            shutil.rmtree(var, ignore_errors=True)
+    _idle_agents.report(figures)
+    print(f"web log: {figures['web_log_warnings']['count']} warning/error lines" +
+          "".join(f"\n  {line[:200]}" for line in figures["web_log_warnings"]["samples"]))
+    cpu_s = figures["machine"]["cpu_s"]
+    print("CPU-s: " + ", ".join(f"{k} {v}" for k, v in cpu_s.items()) + f"; machine busy {figures['machine']['machine_cores_busy']} "
+          f"cores on average, load average {figures['machine']['loadavg_before'][0]} -> {figures['machine']['loadavg_after'][0]}")
+    out = Path(args.out or HERE / "results" / "load_idle.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0 if all(figures["targets"].values()) else 1
 
 
 def _report(args: argparse.Namespace, stats: Stats, sent: dict[int, int], db: str, elapsed: float, pages: dict[str, str],
