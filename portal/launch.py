@@ -179,8 +179,11 @@ class Launcher:
         return {"TRAINYARD_AGENT_JOIN_TOKEN": self.join_token}
 
     def _agent_argv(self, url: str) -> list[str]:
+        # One machine and its owner's demo: jobs run as the user who ran make run, with the venv's
+        # Python (which job users could not reach under a private home), for every demo team.
+        # A shared node's agent keeps jobs apart (README "Keeping jobs apart on a node").
         return [PY, "-m", "agents", "--server", url, "--pool", "local", "--workdir", str(self.var / "agent"),
-                "--drain-timeout", str(AGENT_DRAIN_S)]
+                "--drain-timeout", str(AGENT_DRAIN_S), "--isolation", "none", "--single-tenant"]
 
     def run(self) -> None:
         print("Trainyard: preparing the database under var/ ...")
