@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -203,6 +204,20 @@ def log_batches(attempt_id: int, number: int, chunks: list[protocol.LogChunkMsg]
     if current:
         batches.append({"attempt_id": attempt_id, "number": number, "chunks": current})
     return batches
+
+
+def _open_job_file(path: Path) -> Any:
+    """A file the job names, opened for the agent (root) without following a link the job may
+    have put there (a checkpoint 'file' pointing at the node credential would upload it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _read_new(path: Path, offset: int, *, final: bool, limit: int = 8 << 20) -> tuple[bytes, int]:
@@ -522,9 +537,12 @@ class Shipper:
         """Put the file in the object store by the plan's presigned URLs (parts for a large one),
         then ask the server to check it; a server without plans (protocol < 5) takes the bytes itself."""
         try:
-            fh = open(path, "rb")
+            fh = _open_job_file(path)
         except FileNotFoundError:
             log.info("checkpoint file %s is gone (keep-last-K); not uploaded", path.name)
+            return
+        except OSError as err:
+            log.error("checkpoint file %s is not a plain file of the job's (%s); not uploaded", path, err)
             return
         with fh:
             size = os.fstat(fh.fileno()).st_size
