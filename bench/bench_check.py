@@ -87,7 +87,7 @@ def table(reference: list[dict[str, Any]], names: list[str], factor: float) -> t
 def print_table(rows: list[dict[str, Any]], factor: float) -> None:
     print(f"\n{'bench':15} {'figure':34} {'README':>10} {'now':>10}  worse by  (flag: > {factor}x worse)")
     for r in rows:
-        now = "missing" if r["now"] is None else f"{r['now']:,.4g}"
+        now = "missing" if r["now"] is None else f"{r['now']:,.0f}" if r["now"] >= 1000 else f"{r['now']:.4g}"
         worse = "" if r["worse_by"] is None else f"{r['worse_by']:.2f}x"
         mark = "  FLAG" if r["flagged"] else ""
         print(f"{r['bench']:15} {r['label'] + ' (' + r['unit'] + ')':34} {r['value']:>10,} {now:>10}  {worse:>8}{mark}")
