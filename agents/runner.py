@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shlex
 import signal
 import socket
@@ -37,6 +38,13 @@ from agents.shipper import Shipper, Tail
 
 log = logging.getLogger("agents.runner")
 LOG_TAIL_LINES = 20
+# What of the agent's own environment a job gets: what training needs (paths, locale, the
+# CUDA/NCCL/threading knobs). Nothing else: the agent's join token, and under make run the
+# server's database URL and vault key, are in the agent's environment.
+PASSED_ENV = re.compile(
+    r"(PATH|HOME|LANG|LANGUAGE|TZ|TMPDIR|TERM|USER|LOGNAME|SHELL|VIRTUAL_ENV|LD_LIBRARY_PATH|LD_PRELOAD|SSL_CERT_\w+|"
+    r"REQUESTS_CA_BUNDLE|LC_\w+|CUDA_\w+|NVIDIA_\w+|NCCL_\w+|GLOO_\w+|TORCH\w*|OMP_\w+|MKL_\w+|OPENBLAS_\w+|KMP_\w+|"
+    r"HF_\w+|TRANSFORMERS_\w+|PYTHON(?!PATH\b)\w+|PIP_\w+|XDG_\w+)\Z")
 # How long a rank >0 node waits for rank 0's agent to report the rendezvous port.
 RENDEZVOUS_WAIT_S = 300.0
 
@@ -348,7 +356,7 @@ class Runner:
         repo = str(self.config.repo_root)
         pythonpath = os.pathsep.join(p for p in [repo, str(self.config.repo_root / "sdk"), os.environ.get("PYTHONPATH", "")] if p)
         env = {
-            **os.environ, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
+            **{k: v for k, v in os.environ.items() if PASSED_ENV.match(k)}, "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
             "TRAINYARD_RUN_ID": str(spec["run_id"]), "TRAINYARD_ATTEMPT": str(spec["number"]),
             "TRAINYARD_RUN_DIR": str(run_dir), "TRAINYARD_CHECKPOINT_DIR": str(ckpt_dir),
             "TRAINYARD_PARAMS": json.dumps(spec.get("params") or {}),
@@ -360,8 +368,6 @@ class Runner:
         for name in ("TRAINYARD_INIT_CHECKPOINT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                      "CUDA_VISIBLE_DEVICES"):
             env.pop(name, None)
-        for name in [k for k in env if k.startswith("TRAINYARD_AGENT_")]:
-            env.pop(name)
         return env
 
     def launch_plan(self, spec: protocol.AssignmentSpec, argv: list[str], run_dir: Path, log_dir: Path) -> Plan:

@@ -135,10 +135,11 @@ class Stack:
                             "-s", str(self.work / "celerybeat-schedule")])
         self._wait_port(web, self.port)
         token = self.manage("agent_join_token", "--pool", "local", "--name", "gpu-check", "--ttl-hours", "1").strip()
-        argv = [PY, "-m", "agents", "--server", self.url, "--join-token", token, "--pool", "local",
+        # A throwaway one-machine stack: jobs run as this user, with its Python (as make run's do).
+        argv = [PY, "-m", "agents", "--server", self.url, "--pool", "local", "--isolation", "none", "--single-tenant",
                 "--workdir", str(self.work / "agent"), "--name", self.node_name, "--heartbeat", "1", "--claim-wait", "5",
                 "--drain-timeout", "1", "--energy-interval", "1"]
-        env = {}
+        env = {"TRAINYARD_AGENT_JOIN_TOKEN": token}
         if self.cpu_slots is not None:
             argv += ["--slots", str(self.cpu_slots)]
             env["TRAINYARD_AGENT_NO_GPU"] = "1"

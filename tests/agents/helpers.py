@@ -22,7 +22,10 @@ def start_agent(stack: LiveStack, name: str, *, token: str | None = None, extra:
     argv = [PYTHON, "-m", "agents", "--server", stack.url, "--join-token", token or join_token(stack), "--pool", "local",
             "--workdir", str(workdir), "--name", name, "--heartbeat", "1", "--claim-wait", "5", "--drain-timeout", "1",
             "--energy-interval", "1", *(extra or [])]
-    proc = stack.spawn(name, argv, env={"TRAINYARD_AGENT_NO_GPU": "1", **(env or {})})
+    # Jobs run as this user unless a test asks for isolation (the suite's conftest says the same;
+    # benches that borrow this helper run outside it).
+    proc = stack.spawn(name, argv, env={"TRAINYARD_AGENT_NO_GPU": "1", "TRAINYARD_AGENT_ISOLATION": "none",
+                                        "TRAINYARD_AGENT_SINGLE_TENANT": "1", **(env or {})})
     # Teardown stops processes in this order: agents first, so they drain against a live server
     # instead of waiting out their flush timeout against a stopped one.
     stack.procs = {name: stack.procs.pop(name), **stack.procs}

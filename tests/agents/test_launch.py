@@ -110,3 +110,20 @@ class _RendezvousClient:
         assert path.endswith("/rendezvous/") and body["node_rank"] == 1
         self.asked += 1
         return {"master_addr": "10.0.0.1", "master_port": self.port if self.asked > 1 else None}
+
+
+PRINT_SECRETS = ("import json, os\nkeys = ['DATABASE_URL', 'TRAINYARD_SECRET_KEYS', 'TRAINYARD_AGENT_JOIN_TOKEN', 'REDIS_URL', "
+                 "'OMP_NUM_THREADS', 'NCCL_DEBUG']\nprint(json.dumps({k: os.environ.get(k) for k in keys}))\n")
+
+
+def test_a_job_gets_none_of_the_agents_own_settings(parts: tuple[Runner, Monitor, FakeShipper], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, monitor, shipper = parts
+    for name, value in {"DATABASE_URL": "postgres://u:pw@db/ty", "TRAINYARD_SECRET_KEYS": "vault-key", "REDIS_URL": "redis://r",
+                        "TRAINYARD_AGENT_JOIN_TOKEN": "tyj_token", "OMP_NUM_THREADS": "3", "NCCL_DEBUG": "INFO"}.items():
+        monkeypatch.setenv(name, value)
+    runner.submit(gang_spec(15, write(tmp_path / "env.py", PRINT_SECRETS), devices=[0]))
+    run_until_exit(runner, monitor, shipper, 15, 20)
+    [env] = [json.loads(t) for t in rank_logs(tmp_path, 15).values()]
+    assert env == {"DATABASE_URL": None, "TRAINYARD_SECRET_KEYS": None, "TRAINYARD_AGENT_JOIN_TOKEN": None, "REDIS_URL": None,
+                   "OMP_NUM_THREADS": "3", "NCCL_DEBUG": "INFO"}
