@@ -38,8 +38,7 @@ The rules, per pool, in the order they apply:
    nodes held so nothing else slips in.
 6. Least attained service (`Policy.demote_after_s`, after Tiresias). Runtimes of training jobs
    are heavy-tailed and mostly unknown at submission, so instead of guessing which job is short
-   the pool watches how much each has run, in device-time (devices x seconds: 2-D, as in
-   Tiresias, so a wide run is demoted sooner). A normal (or low) run that has used more than the
+   the pool watches how long each has run. A normal (or low) run that has run longer than the
    threshold in all is demoted: it stands below every run of its class that has not been, at a
    level that deepens with every further factor of service (`demotion_factor`). A waiting job may preempt runs at a lower standing
    under rule 5 (beyond their guarantee, cheapest checkpoint first, and not in the first minutes
@@ -48,10 +47,6 @@ The rules, per pool, in the order they apply:
    class that has not been demoted, the one that has run least first, and resume from their
    checkpoints. A class still outweighs service: a low job never stops a normal run.
    Urgent runs are never demoted. Standing (`policies.STANDING_STEP`) orders all of this.
-   Two guards bound what a long job pays: a demoted job that has waited `starve_factor` times
-   its last turn competes again as if never demoted, its next turn a full one
-   (`policies.starved`); and a run stopped `max_preemptions` times is stopped again only for an
-   urgent job.
 
 Fragmentation figures count free devices that no queued shape could use after the pass.
 """
@@ -64,7 +59,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from apps.core.text import plural  # plain Python, no Django
+from apps.core.text import hours_minutes, plural  # plain Python, no Django
 from apps.scheduling.model import (
     RETRY_BACKOFF,
     ClusterState,
@@ -102,9 +97,7 @@ from apps.scheduling.policies import (
     running_standings,
     runs_within_guarantee,
     service_level,
-    service_words,
     standing,
-    starved,
     team_usage_devices,
     virtual_deadline,
 )
@@ -220,8 +213,6 @@ class _PoolPass:
     # Built on the pass's first preemption attempt (`_try_preempt`).
     victims: VictimIndex | None = None
     top_standing: float = INF
-    # An urgent job waits: it may stop runs past `Policy.max_preemptions` too.
-    urgent_waiting: bool = False
     entries: list[QueueEntry] = field(default_factory=list)
     order: tuple[str, ...] = ()
     fragmentation: Fragmentation | None = None
@@ -249,8 +240,8 @@ class _PoolPass:
         """The walk's starting state, or None when, without reasons to give, nothing can change."""
         policy, now, explain = self.policy, self.now, self.explain
         guarantees = guarantees_by_team(self.quotas, self.pool)
-        shortest = self._survey()
         within_run, lowest_victim = self._victim_floor(guarantees)
+        shortest = self._survey()
         # Reclaiming borrowed devices ignores standing, so only without it can standing rule
         # preemption out.
         if not policy.reclaim_borrowed and lowest_victim is not None and self.top_standing <= lowest_victim:
@@ -289,21 +280,15 @@ class _PoolPass:
         """Which runs are inside their guarantee, and the lowest standing (class, or service level
         once demoted: `policies.STANDING_STEP`) among the borrowed preemptible ones: a job of that
         standing or lower has nobody to preempt. Sets `run_standing`."""
-        if not (self.policy.preemption and any(self._movable(r) for r in self.running)):
+        if not (self.policy.preemption and any(r.preemptible and not r.stopping for r in self.running)):
             return {}, None
         run_standing = self.run_standing = running_standings(self.running, self.now, self.policy)
         within_run = runs_within_guarantee(self.running, guarantees, run_standing)
         lowest_victim = min(
-            (run_standing[r.id] for r in self.running if self._movable(r) and not within_run[r.id]),
+            (run_standing[r.id] for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
             default=None,
         )
         return within_run, lowest_victim
-
-    def _movable(self, run: RunningJob) -> bool:
-        """Whether some waiting job could stop the run (guarantees aside): preemptible, not already
-        stopping, and stopped fewer than `max_preemptions` times unless an urgent job waits."""
-        return run.preemptible and not run.stopping and (
-            run.preemptions < self.policy.max_preemptions or self.urgent_waiting)
 
     def _survey(self) -> dict[Shape, float]:
         """Shortest predicted runtime per gang shape (if not even that fits anywhere now, no job of
@@ -324,8 +309,7 @@ class _PoolPass:
                 if j.predicted_runtime < shortest.get(shape, INF):
                     shortest[shape] = j.predicted_runtime
                 klass: int = j.priority_class
-                if klass <= normal and j.attained_s >= demote_after and not (
-                        j.requeued_at is not None and starved(self.now - j.requeued_at, j.last_run_s, policy)):
+                if klass <= normal and j.attained_s >= demote_after:
                     if j.attained_s < least_service.get(klass, INF):
                         least_service[klass] = j.attained_s
                     continue
@@ -333,7 +317,6 @@ class _PoolPass:
                     klass = normal
                 if klass > top_class:
                     top_class = klass
-        self.urgent_waiting = top_class >= PriorityClass.URGENT
         top_standing: float = top_class * STANDING_STEP if top_class >= 0 else -INF
         for demoted_class, service in least_service.items():
             top_standing = max(top_standing, standing(demoted_class, service_level(service, policy)))
@@ -496,8 +479,6 @@ class _PoolPass:
 
         def eligible(run: RunningJob) -> bool:
             # (The index holds only preemptible runs beyond their guarantee, none stopping.)
-            if run.preemptions >= self.policy.max_preemptions and klass < PriorityClass.URGENT:
-                return False  # stopped often enough: only an urgent job may stop it again
             if run.priority_class < klass:
                 return True
             if standings.get(run.id, mine) < mine:
@@ -536,7 +517,7 @@ class _PoolPass:
         return VictimIndex(
             cap,
             self.running,
-            lambda r: self._movable(r) and not within_run.get(r.id, False)
+            lambda r: r.preemptible and not r.stopping and not within_run.get(r.id, False)
             and (not by_standing or standings.get(r.id, top) < top),
             self.now,
         )
@@ -551,15 +532,15 @@ class _PoolPass:
             )
         elif self.run_standing.get(victim.id, mine) < mine:
             kind = PreemptionKind.DEMOTED
-            ran = service_words(victim.service(self.now))
+            ran = hours_minutes(victim.service(self.now))
             if job.attained_s > 0:
-                who = f"job {job.id}, which has used {service_words(job.attained_s)}"
+                who = f"job {job.id}, which has run for {hours_minutes(job.attained_s)}"
             else:
                 who = f"new job {job.id}"
             reason = (
-                f"demoted: run {victim.id} (team {victim.team}) has used {ran} in all, more than pool "
-                f"{self.pool}'s {service_words(self.policy.demote_after_s)}, and is beyond its team's guarantee; the job "
-                f"that has used less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
+                f"demoted: run {victim.id} (team {victim.team}) has run for {ran} in all, more than pool "
+                f"{self.pool}'s {hours_minutes(self.policy.demote_after_s)}, and is beyond its team's guarantee; the job "
+                f"that has run less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
             )
         else:
             kind = PreemptionKind.RECLAIMED
@@ -605,8 +586,8 @@ class _PoolPass:
 
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
         when = "" if start is None else f" Reserved to start at about {_fmt_clock(start, self.now)}."
-        if demoted(job, self.policy, self.now):
-            when += f" It has used {service_words(job.attained_s)} in all and resumes from its latest checkpoint."
+        if demoted(job, self.policy):
+            when += f" It has run for {hours_minutes(job.attained_s)} in all and resumes from its latest checkpoint."
         if job.nodes > 1:
             ready = cap.count_free_at_least(job.devices_per_node)
             msg = (
@@ -638,10 +619,10 @@ class _PoolPass:
             )
             self._entry(job, position, WaitCode.BACKFILL_TOO_LONG, msg)
             return
-        if demoted(job, self.policy, self.now):
+        if demoted(job, self.policy):
             msg = (
-                f"It has used {service_words(job.attained_s)} in all, more than pool {self.pool}'s "
-                f"{service_words(self.policy.demote_after_s)}: jobs that have used less go first. "
+                f"It has run for {hours_minutes(job.attained_s)} in all, more than pool {self.pool}'s "
+                f"{hours_minutes(self.policy.demote_after_s)}: jobs that have run less go first. "
                 "It resumes from its latest checkpoint."
             )
             self._entry(job, position, WaitCode.DEMOTED, msg)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
-from apps.scheduling.policies import OrderKey, rank_time, starts_promoted
+from apps.scheduling.policies import OrderKey, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
 MAX_AHEAD = 150
@@ -350,8 +350,6 @@ class _Replay:
             predicted_end=end,
             preemptible=job.preemptible,
             attained_s=job.attained_s,
-            preemptions=job.preemptions,
-            promoted=starts_promoted(job, now, self.state.policies.get(job.pool, self.state.default_policy)),
         )
         heapq.heappush(self.ends, (end, job.id))
         for node_id, count in placement.allocation:
@@ -374,9 +372,6 @@ class _Replay:
             predicted_runtime=max(0.0, victim.predicted_end - now),
             preemptible=victim.preemptible,
             attained_s=victim.service(now),
-            preemptions=victim.preemptions + 1,
-            requeued_at=now,
-            last_run_s=now - victim.started_at,
         )
 
     def _advance(self, step_ratio: float) -> bool:

@@ -121,16 +121,9 @@ class RunningJob:
     # Expected end (mean of the history rather than the median behind `predicted_end`): only
     # wait estimates read it, since they sum many durations; None means `predicted_end`.
     expected_end: float | None = None
-    # Device-seconds it ran in earlier attempts (devices x seconds), before this one started:
-    # with the current attempt's, its attained service (`Policy.demote_after_s`). Counted in
-    # device-time (2-D least attained service, as in Tiresias), so a wide run is demoted sooner.
+    # Seconds it ran in earlier attempts (wall clock, however many devices), before this one
+    # started: with the current attempt's time, its attained service (`Policy.demote_after_s`).
     attained_s: float = 0.0
-    # Times it was preempted so far (`Policy.max_preemptions`).
-    preemptions: int = 0
-    # This attempt started because the starvation guard promoted it (`policies.starved`): its
-    # standing counts only this attempt's seconds, as if on one device (Tiresias resets a
-    # promoted job's service), so it gets a full turn however wide it is.
-    promoted: bool = False
     # For a caller that knows how often a run checkpoints rather than when it last did (the
     # trace simulator): a checkpoint every this many seconds of the attempt.
     checkpoint_every_s: float | None = None
@@ -141,8 +134,8 @@ class RunningJob:
         object.__setattr__(self, "devices", sum(count for _, count in self.allocation))
 
     def service(self, now: float) -> float:
-        """Device-seconds it has run in all, this attempt included."""
-        return self.attained_s + self.devices * max(0.0, now - self.started_at)
+        """Seconds it has run in all, this attempt included."""
+        return self.attained_s + max(0.0, now - self.started_at)
 
     def work_at_risk(self, now: float) -> float:
         """Device-seconds lost if stopped now: work since the latest checkpoint (or start)."""
@@ -180,15 +173,9 @@ class QueuedJob:
     # requeue. Fixed, so a later runtime prediction or a change in fair share never moves a
     # job in line and the line only moves forward. None: not fixed yet (computed per pass).
     deadline: float | None = None
-    # Device-seconds it already ran in earlier attempts (a preempted or requeued run): its
-    # attained service, which decides whether it is demoted (`Policy.demote_after_s`).
+    # Seconds it already ran in earlier attempts (a preempted or requeued run): its attained
+    # service, which decides whether it is demoted (`Policy.demote_after_s`).
     attained_s: float = 0.0
-    # Times it was preempted so far (`Policy.max_preemptions`); when it last went back in line
-    # and how long (wall seconds) its last attempt ran, for the starvation guard
-    # (`Policy.starve_factor`). None: it never ran.
-    preemptions: int = 0
-    requeued_at: float | None = None
-    last_run_s: float = 0.0
     # Nodes suspected of an infrastructure failure of this run: not used while others can host it.
     avoid_nodes: frozenset[str] = frozenset()
     devices: int = field(init=False, repr=False, compare=False)
@@ -247,15 +234,14 @@ class Policy:
     headroom_devices: int = 0
     headroom_max_runtime_s: float = 2 * 3600.0
     # Least attained service (Tiresias' answer to runtimes nobody can predict): a normal or low
-    # run that has used this much device-time in all (device-seconds, over every attempt: an
-    # hour on one device, 7.5 minutes on eight) is demoted. Running, it stands below
+    # run that has run this long in all, over every attempt, is demoted. Running, it stands below
     # the jobs of its class that have not been demoted, so such a job that cannot start otherwise
     # may preempt it (if it is preemptible and beyond its team's guarantee, as any preemption);
     # waiting, it sits behind every job of its class that has not been demoted, and among demoted
     # jobs the one that has run least goes first. A class still outweighs service. Short
     # jobs, most of them, then start at once and finish without waiting behind long ones; long
     # ones take turns, each resuming from its checkpoint. Urgent runs are never demoted, and
-    # aging between classes never promotes a demoted job (`starve_factor` does). 0 turns it off.
+    # aging never promotes a demoted job (it is not starving: it has run). 0 turns it off.
     demote_after_s: float = 3600.0
     # Demoted jobs sit at levels: 1 up to demote_after_s x this factor of service, 2 up to
     # x factor², and so on. A job waiting at a level may preempt (beyond guarantees, as always)
@@ -265,15 +251,6 @@ class Policy:
     # A demoted run is not stopped for a job of its own class in the first this-many seconds of
     # an attempt, so a run that has just resumed (and paid its restart) gets to make progress.
     demoted_min_attempt_s: float = 900.0
-    # Starvation guard (Tiresias' STARVELIMIT): a demoted job that has waited, since it last
-    # went back in line, this many times as long as its last attempt ran (at least
-    # `demoted_min_attempt_s`) competes as a job that was never demoted: by its fixed deadline,
-    # and it may preempt demoted runs. Its next attempt counts service from its own start, so it
-    # gets a full turn (`RunningJob.promoted`). 0 turns it off.
-    starve_factor: float = 4.0
-    # A run preempted this many times is no longer stopped but for an urgent job, so no run is
-    # stopped more than this often for service or borrowing (at least 1).
-    max_preemptions: int = 10
 
 
 @dataclass(frozen=True, slots=True)

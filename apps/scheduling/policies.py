@@ -85,38 +85,12 @@ def demotion_threshold(policy: Policy) -> float:
     return math.inf
 
 
-def service_words(device_s: float) -> str:
-    """Attained service in words: "3 h 10 min of device time"."""
-    return f"{hours_minutes(device_s)} of device time"
-
-
-def starved(waited_s: float, last_run_s: float, policy: Policy) -> bool:
-    """The starvation guard (`Policy.starve_factor`): whether a demoted job that has waited
-    `waited_s` since it went back in line, after an attempt of `last_run_s`, competes again as a
-    job that was never demoted."""
-    factor = policy.starve_factor
-    return factor > 0 and waited_s >= factor * max(last_run_s, policy.demoted_min_attempt_s, 1.0)
-
-
-def starts_promoted(job: QueuedJob, now: float, policy: Policy) -> bool:
-    """Whether a job starting now was demoted and promoted back by the starvation guard, so its
-    attempt counts service from its own start (`RunningJob.promoted`)."""
-    return (
-        job.priority_class <= PriorityClass.NORMAL
-        and job.attained_s >= demotion_threshold(policy)
-        and job.requeued_at is not None
-        and starved(now - job.requeued_at, job.last_run_s, policy)
-    )
-
-
-def demoted(job: QueuedJob, policy: Policy, now: float) -> bool:
-    """Whether a waiting job has used enough device-time, over its earlier attempts, to be
-    demoted, and has not waited long enough since to be promoted back (`starved`)."""
+def demoted(job: QueuedJob, policy: Policy) -> bool:
+    """Whether a waiting job has run long enough, over its earlier attempts, to be demoted."""
     return (
         demotion_threshold(policy) < math.inf
         and job.priority_class <= PriorityClass.NORMAL
         and job.attained_s >= policy.demote_after_s
-        and not (job.requeued_at is not None and starved(now - job.requeued_at, job.last_run_s, policy))
     )
 
 
@@ -124,9 +98,9 @@ def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass
     """Aging between classes: a low job that has waited long enough competes as normal.
 
     It never climbs to urgent, so urgent keeps meaning "someone decided this is urgent". A
-    demoted job (`demoted`) is not promoted by aging: it ran (`starved` is its guard).
+    demoted job (`demoted`) is never promoted: it is not starving, it ran.
     """
-    if demoted(job, policy, now):
+    if demoted(job, policy):
         return job.priority_class
     if (
         job.priority_class == PriorityClass.LOW
@@ -135,10 +109,6 @@ def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass
     ):
         return PriorityClass.NORMAL
     return job.priority_class
-
-
-# The width the policy's words take as their example of device-time.
-WIDE_EXAMPLE = 8
 
 
 # A job's standing decides who may preempt whom: class x STANDING_STEP - service level (see
@@ -182,10 +152,7 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
     normal = PriorityClass.NORMAL
     out: dict[str, int] = {}
     for run in running:
-        # Device-seconds. A run the starvation guard promoted gets a full turn: only this
-        # attempt's seconds count, as if on one device, however wide it is.
-        ran = now - run.started_at
-        service = ran if run.promoted else run.attained_s + run.devices * ran
+        service = run.attained_s + now - run.started_at
         demoted_run = service >= threshold and run.priority_class <= normal
         out[run.id] = standing(int(run.priority_class), bisect_right(bounds, service) if demoted_run else 0)
     return out
@@ -300,8 +267,7 @@ def order_keys(
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
-        if j.attained_s >= demote_after and klass <= normal and not (
-                j.requeued_at is not None and starved(now - j.requeued_at, j.last_run_s, policy)):
+        if j.attained_s >= demote_after and klass <= normal:
             # Demoted (see `demoted`): behind every job of its class, least service first.
             append((-klass, DEMOTED_TIER, j.attained_s, submitted, j.id, j))
             continue
@@ -443,13 +409,12 @@ def _preemption_rules(policy: Policy) -> list[str]:
         )
     if demotion_threshold(policy) < math.inf and policy.preemption:
         rules.append(
-            f"A job that has used {service_words(policy.demote_after_s)} in all (devices times hours: a job on "
-            f"{WIDE_EXAMPLE} devices gets there {WIDE_EXAMPLE} times as fast) is demoted: while it runs, a new "
+            f"A job that has run for {hours_minutes(policy.demote_after_s)} in all is demoted: while it runs, a new "
             "job of its class (or higher) that cannot start otherwise may stop it (if it is preemptible and beyond "
             "its team's guarantee, never within it), and it resumes from its latest checkpoint when devices come "
             "free, behind the jobs of its class that have not been demoted. Among demoted jobs, the one that has "
-            "used least goes first"
-            + (f", and may stop one that has used {policy.demotion_factor:g} times as much or more." if policy.demotion_factor > 1
+            "run least goes first"
+            + (f", and may stop one that has run {policy.demotion_factor:g} times as long or more." if policy.demotion_factor > 1
                else ".")
             + " Most jobs are short, so they start at once instead of waiting behind long ones; long ones take "
             "turns. Urgent jobs are never demoted."
@@ -459,14 +424,4 @@ def _preemption_rules(policy: Policy) -> list[str]:
                 f"A demoted job that has just resumed runs at least {hours_minutes(policy.demoted_min_attempt_s)} "
                 "before it can be stopped again."
             )
-        if policy.starve_factor > 0:
-            rules.append(
-                f"A demoted job that has waited {policy.starve_factor:g} times as long as its last turn ran (at least "
-                f"{hours_minutes(policy.starve_factor * max(policy.demoted_min_attempt_s, 1.0))}) goes back to its "
-                "place by deadline, as if never demoted, and its next turn is a full one, so no long job starves."
-            )
-    if policy.preemption:
-        rules.append(
-            f"A run that has been stopped {policy.max_preemptions} times is not stopped again, except for an urgent job."
-        )
     return rules

@@ -47,7 +47,7 @@ REASON_LABELS: dict[str, str] = {
     WaitCode.IN_LINE: "Behind earlier jobs",
     WaitCode.BACKFILL_TOO_LONG: "Too long to slip in before the job at the front",
     WaitCode.HEADROOM: "The last free devices are kept for short jobs",
-    WaitCode.DEMOTED: "Has used more device time than the jobs ahead of it; resumes from its checkpoint",
+    WaitCode.DEMOTED: "Has run longer than the jobs ahead of it; resumes from its checkpoint",
 }
 NOT_YET = "Waiting for the next scheduling pass"
 # Why a run has no estimated start (`model.UNESTIMATED`): what must change first. The reason's

@@ -25,6 +25,7 @@ from django.utils import timezone
 from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
+from apps.core.text import hours_minutes
 from apps.nodes.wakeups import claims_wake_on_commit
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.services.lifecycle import run_preempt
@@ -34,7 +35,6 @@ from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import UNESTIMATED, Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
-from apps.scheduling.policies import service_words
 from apps.scheduling.snapshot import Snapshot, dt, lags_load, snapshot_load
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,8 @@ def _victim_reason(victim: Run, for_run: Run | None, kind: core.PreemptionKind, 
     if kind == core.PreemptionKind.LOWER_CLASS:
         why = "it is lower priority and"
     elif kind == core.PreemptionKind.DEMOTED:
-        why = (f"it has used {service_words(ran_s)} in all, more than the pool's {service_words(demote_after_s)} after "
-               "which runs that have used less go first, and it")
+        why = (f"it has run for {hours_minutes(ran_s)} in all, more than the pool's {hours_minutes(demote_after_s)} after which "
+               "runs that have run less go first, and it")
     else:
         why = "its team borrowed these devices and"
     return (f"preempted to make room for {whom}: {why} runs beyond team {victim.project.team.slug}'s guaranteed devices; "

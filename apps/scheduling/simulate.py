@@ -32,7 +32,6 @@ measured to its first start.
 from __future__ import annotations
 
 import argparse
-import bisect
 import csv
 import heapq
 import json
@@ -43,7 +42,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
@@ -60,7 +59,7 @@ from apps.scheduling.model import (
     TeamQuota,
     TeamUsage,
 )
-from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team, starts_promoted
+from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team
 from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
 
 POOL = "trace"
@@ -150,15 +149,6 @@ class Summary:
     # Each team's mean slowdown (JCT / runtime), what Jain's index is taken over: comparing two
     # policies team by team says who gained and who lost, which the one index hides.
     team_slowdown: dict[str, float]
-    # The tail (issue 28): p99 JCT, the most times one job was preempted, how many were 5+ times.
-    p99_jct_s: float = 0.0
-    max_preemptions_per_job: int = 0
-    jobs_preempted_5_plus: int = 0
-    # Estimates for the jobs that really waited (over 10 minutes, over an hour), beside two
-    # baselines judged the same way: "starts now", and the pool's median wait (of the starts in
-    # the day before the submission). Keys: "10m" and "1h"; values: jobs, estimate, starts_now,
-    # pool_median (shares within max(10 min, 25% of the wait)).
-    waited: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
@@ -311,10 +301,7 @@ class Replay:
         # Preemption: progress saved (seconds of the job's own duration), seconds run over ended
         # attempts, each job's fixed deadline, and the figures.
         self.saved: dict[str, float] = defaultdict(float)
-        # Device-seconds run over ended attempts (attained service), and when each stopped job went
-        # back in line after an attempt of how many seconds (the starvation guard's inputs).
         self.attained: dict[str, float] = defaultdict(float)
-        self.requeued: dict[str, tuple[float, float]] = {}
         self.deadlines: dict[str, float] = {}
         self.preemptions = 0
         self.lost_device_s = 0.0
@@ -375,9 +362,6 @@ class Replay:
             expected_runtime=expected,
             deadline=self.deadlines.get(job.id),
             attained_s=self.attained.get(job.id, 0.0),
-            preemptions=len(self.attempts.get(job.id, ())),
-            requeued_at=self.requeued[job.id][0] if job.id in self.requeued else None,
-            last_run_s=self.requeued[job.id][1] if job.id in self.requeued else 0.0,
         )
         self.queued_by_type[job.job_type][job.id] = None
         if self.attained.get(job.id, 0.0) < demotion_threshold(self.policy):
@@ -558,8 +542,6 @@ class Replay:
             expected_end=expected_end,
             attained_s=queued.attained_s,
             checkpoint_every_s=self.resume.checkpoint_every_s if self.policy.preemption else None,
-            preemptions=queued.preemptions,
-            promoted=starts_promoted(queued, now, self.policy),
         )
         self.held[job.team] += queued.devices
         if first:
@@ -570,13 +552,10 @@ class Replay:
         self.ends[job_id] = end
         heapq.heappush(self.completions, (end, job_id))
         heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
-        if self.policy.preemption and queued.preemptions < self.policy.max_preemptions:
+        if self.policy.preemption:
             threshold = demotion_threshold(self.policy)
             if threshold < math.inf:
-                run = self.running[job_id]
-                # (A promoted run's turn counts its own seconds only: `policies.running_standings`.)
-                turn = threshold if run.promoted else (threshold - queued.attained_s) / run.devices
-                ready = now + max(turn, self.policy.demoted_min_attempt_s, 0.0)
+                ready = now + max(threshold - queued.attained_s, self.policy.demoted_min_attempt_s, 0.0)
                 heapq.heappush(self.victim_ready, (ready, job_id, now))
 
     def _stop(self, job_id: str, now: float) -> None:
@@ -598,8 +577,7 @@ class Replay:
         kept = every * math.floor(ran / every)
         progress = max(0.0, kept - restart)
         self.saved[job.id] += progress
-        self.attained[job.id] += ran * run.devices
-        self.requeued[job.id] = (stopped_at, ran)
+        self.attained[job.id] += ran
         self.lost_device_s += (ran - progress) * run.devices
         self._queue(job)
 
@@ -667,42 +645,7 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
         wall_s=wall_s,
         cpu_s=cpu_s,
         team_slowdown=team_slowdown,
-        p99_jct_s=percentile(jcts, 0.99),
-        max_preemptions_per_job=max((o.preempted for o in outcomes), default=0),
-        jobs_preempted_5_plus=sum(1 for o in outcomes if o.preempted >= 5),
-        waited=waited_estimates(outcomes),
     )
-
-
-WAITED_BUCKETS = (("10m", 600.0), ("1h", 3600.0))
-
-
-def _close(estimate: float | None, o: JobOutcome) -> bool:
-    return estimate is not None and abs(estimate - o.start) <= max(600.0, 0.25 * o.wait)
-
-
-def waited_estimates(outcomes: Sequence[JobOutcome], *, window_s: float = 86400.0) -> dict[str, dict[str, float]]:
-    """Per bucket of jobs that waited longer than 10 minutes or an hour: how many, and the share
-    whose start the estimate, "starts now", and the pool's median wait (of the starts in the
-    `window_s` before the submission, known then) put within max(10 min, 25% of the wait)."""
-    starts = sorted((o.start, o.wait) for o in outcomes)
-    times = [t for t, _ in starts]
-
-    def median_wait(at: float) -> float:
-        recent = sorted(w for _, w in starts[bisect.bisect_left(times, at - window_s):bisect.bisect_left(times, at)])
-        return recent[len(recent) // 2] if recent else 0.0
-
-    out: dict[str, dict[str, float]] = {}
-    for name, floor in WAITED_BUCKETS:
-        chosen = [o for o in outcomes if o.wait > floor]
-        n = len(chosen)
-        out[name] = {
-            "jobs": n,
-            "estimate": _fraction(sum(_close(o.estimated_start, o) for o in chosen), n),
-            "starts_now": _fraction(sum(_close(o.job.submit_s, o) for o in chosen), n),
-            "pool_median": _fraction(sum(_close(o.job.submit_s + median_wait(o.job.submit_s), o) for o in chosen), n),
-        }
-    return out
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -779,7 +722,6 @@ def format_table(summaries: Sequence[Summary]) -> str:
         ("jobs", lambda s: f"{s.jobs:12d}"),
         ("avg JCT", lambda s: _hours(s.avg_jct_s)),
         ("p95 JCT", lambda s: _hours(s.p95_jct_s)),
-        ("p99 JCT", lambda s: _hours(s.p99_jct_s)),
         ("avg wait", lambda s: _hours(s.avg_wait_s)),
         ("p95 wait", lambda s: _hours(s.p95_wait_s)),
         ("utilization", lambda s: f"{s.utilization:12.3f}"),
@@ -789,11 +731,8 @@ def format_table(summaries: Sequence[Summary]) -> str:
         ("estimate within", lambda s: f"{s.estimate_within:12.3f}"),
         ("est. median err", lambda s: _hours(s.estimate_median_abs_error_s)),
         ("est. median err (waited)", lambda s: _hours(s.estimate_median_abs_error_waited_s)),
-        *_waited_rows(),
         ("preemptions", lambda s: f"{s.preemptions:12d}"),
         ("jobs preempted", lambda s: f"{s.preempted_jobs:12.3f}"),
-        ("max preempted (one job)", lambda s: f"{s.max_preemptions_per_job:12d}"),
-        ("jobs preempted 5+ times", lambda s: f"{s.jobs_preempted_5_plus:12d}"),
         ("work lost", lambda s: f"{s.lost_device_h:8.0f} GPU-h"),
         ("replay wall time", lambda s: f"{s.wall_s:10.1f} s"),
         ("replay CPU time", lambda s: f"{s.cpu_s:10.1f} s"),
@@ -803,22 +742,6 @@ def format_table(summaries: Sequence[Summary]) -> str:
     for label, fmt in rows:
         lines.append(f"{label:26}" + "".join(f"{fmt(s):>14}" for s in summaries))
     return "\n".join(lines)
-
-
-def _waited_rows() -> list[tuple[str, Callable[[Summary], str]]]:
-    """Rows for the jobs that waited (`waited_estimates`): the estimate and both baselines."""
-    def cell(bucket: str, key: str) -> Callable[[Summary], str]:
-        def fmt(s: Summary) -> str:
-            value = s.waited.get(bucket, {}).get(key, 0.0)
-            return f"{int(value):12d}" if key == "jobs" else f"{value:12.3f}"
-        return fmt
-
-    rows: list[tuple[str, Callable[[Summary], str]]] = []
-    for name, _ in WAITED_BUCKETS:
-        rows.append((f"waited > {name}: jobs", cell(name, "jobs")))
-        for key, label in (("estimate", "estimate"), ("starts_now", "'starts now'"), ("pool_median", "pool median")):
-            rows.append((f"  {label} within", cell(name, key)))
-    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,13 +32,12 @@ from apps.runs.models import (
     Priority,
     Run,
     RunStatus,
-    StopKind,
 )
 from apps.runs.selectors import run_live_measure
 from apps.scheduling import model as core
 from apps.scheduling.estimate import QueueLag
 from apps.scheduling.models import EstimateKind, QueueEstimate
-from apps.scheduling.policies import decay_usage, demotion_threshold, starved
+from apps.scheduling.policies import decay_usage
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
 
 CLASS_OF: dict[str, core.PriorityClass] = {
@@ -267,45 +266,20 @@ def queued_runs(*, lock: bool) -> QuerySet[Run]:
     return qs.select_for_update(of=("self",)) if lock else qs
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceHistory:
-    """What a run's ended attempts (preempted, lost, ...) add up to, for least attained service."""
-
-    # Attained service: devices x seconds over those attempts (`Policy.demote_after_s`).
-    device_s: float = 0.0
-    # Of them, stopped by preemption (`Policy.max_preemptions`).
-    preemptions: int = 0
-    # When the latest ended (it went back in line then) and how long it ran: the starvation
-    # guard's inputs (`policies.starved`).
-    last_end: float | None = None
-    last_run_s: float = 0.0
-
-
-def service_histories(*, running_run_ids: Iterable[int]) -> dict[int, ServiceHistory]:
-    """Each queued or running run's `ServiceHistory` (a running run's current attempt left out:
-    the core adds it from its start)."""
+def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
+    """Seconds each queued or running run ran in its ended attempts (preempted, lost, ...):
+    its attained service, which demotes it past the pool's threshold (`Policy.demote_after_s`).
+    A running run's current attempt is not included; the core adds it from its start."""
+    seconds: dict[int, float] = defaultdict(float)
     rows = (
         Attempt.objects.filter(Q(run__status=RunStatus.QUEUED) | Q(run_id__in=list(running_run_ids)))
         .filter(status__in=ATTEMPT_ENDED, started_at__isnull=False, ended_at__isnull=False)
-        .order_by("run_id", "ended_at", "number")
-        .values_list("run_id", "started_at", "ended_at", "stop_kind", "run__nodes", "run__devices_per_node")
+        .values_list("run_id", "started_at", "ended_at")
     )
-    out: dict[int, ServiceHistory] = {}
-    for run_id, started, ended, stop_kind, nodes, dpn in rows:
-        if started is None or ended is None:  # (the filter says so; the types do not)
-            continue
-        ran = max(0.0, (ended - started).total_seconds())
-        was = out.get(run_id, ServiceHistory())
-        out[run_id] = ServiceHistory(device_s=was.device_s + ran * max(1, nodes * dpn),
-                                     preemptions=was.preemptions + (stop_kind == StopKind.PREEMPT),
-                                     last_end=ts(ended), last_run_s=ran)
-    return out
-
-
-def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
-    """Device-seconds each queued or running run ran in its ended attempts: its attained service,
-    which demotes it past the pool's threshold (`Policy.demote_after_s`)."""
-    return {run_id: h.device_s for run_id, h in service_histories(running_run_ids=running_run_ids).items()}
+    for run_id, started, ended in rows:
+        if started is not None and ended is not None:  # (the filter says so; the types do not)
+            seconds[run_id] += max(0.0, (ended - started).total_seconds())
+    return dict(seconds)
 
 
 def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
@@ -313,7 +287,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     policies = {name: policy_from_json(p.policy) for name, p in pools.items()}
     fleet = _fleet_load(now)
     predictor = predictor_load(now=now)
-    running, running_jobs, attained = _running_load(now=now, predictor=predictor, alloc=fleet.alloc, policies=policies)
+    running, running_jobs, attained = _running_load(now=now, predictor=predictor, alloc=fleet.alloc)
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
     predictions, jobs = _queued_jobs(queued, now=now, predictor=predictor, attained=attained)
     quotas = tuple(
@@ -374,9 +348,8 @@ def _fleet_load(now: datetime) -> _Fleet:
 
 
 def _running_load(
-    *, now: datetime, predictor: RuntimePredictor, alloc: dict[int, list[tuple[int, str, int]]],
-    policies: dict[str, core.Policy],
-) -> tuple[dict[str, Attempt], list[core.RunningJob], dict[int, ServiceHistory]]:
+    *, now: datetime, predictor: RuntimePredictor, alloc: dict[int, list[tuple[int, str, int]]]
+) -> tuple[dict[str, Attempt], list[core.RunningJob], dict[int, float]]:
     """The attempts holding devices as the core's running jobs; and every run's attained service."""
     now_s = ts(now)
     running: dict[str, Attempt] = {}
@@ -392,7 +365,7 @@ def _running_load(
         Checkpoint.objects.filter(run_id__in=[a.run_id for a in attempt_list]).values("run_id").annotate(m=Max("created_at"))
         .values_list("run_id", "m")
     )
-    attained = service_histories(running_run_ids=[a.run_id for a in attempt_list])
+    attained = attained_service(running_run_ids=[a.run_id for a in attempt_list])
     for attempt in attempt_list:
         run = attempt.run
         started = attempt.started_at or attempt.created_at
@@ -414,24 +387,12 @@ def _running_load(
             last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
             # Wait estimates add many runtimes up: they take the history's mean, not its median.
             expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s),
-            **_service_fields(attained.get(run.pk), run=run, started=ts(started),
-                              policy=policies.get(run.pool.name, core.Policy()))))
+            attained_s=attained.get(run.pk, 0.0)))
     return running, running_jobs, attained
 
 
-def _service_fields(history: ServiceHistory | None, *, run: Run, started: float, policy: core.Policy) -> dict[str, Any]:
-    """A running run's service fields: attained device-seconds, preemptions, and whether this
-    attempt started as promoted by the starvation guard (from the attempt before it)."""
-    if history is None:
-        return {}
-    promoted = (CLASS_OF.get(run.priority, core.PriorityClass.NORMAL) <= core.PriorityClass.NORMAL
-                and history.device_s >= demotion_threshold(policy) and history.last_end is not None
-                and starved(started - history.last_end, history.last_run_s, policy))
-    return {"attained_s": history.device_s, "preemptions": history.preemptions, "promoted": promoted}
-
-
 def _queued_jobs(
-    queued: dict[str, Run], *, now: datetime, predictor: RuntimePredictor, attained: dict[int, ServiceHistory]
+    queued: dict[str, Run], *, now: datetime, predictor: RuntimePredictor, attained: dict[int, float]
 ) -> tuple[dict[str, RuntimePrediction], list[core.QueuedJob]]:
     """The queued runs as the core's queued jobs (held for budget or backoff), and their predictions."""
     blocks = budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
@@ -439,7 +400,6 @@ def _queued_jobs(
     jobs: list[core.QueuedJob] = []
     for run_id, run in queued.items():
         pred = predictions[run_id] = predict_queued(predictor, run)
-        history = attained.get(run.pk, ServiceHistory())
         block = blocks.get(run.project_id)
         blocked = "budget" if block else None
         if not block and run.retry_at is not None and run.retry_at > now:
@@ -452,8 +412,7 @@ def _queued_jobs(
             predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
             blocked_reason=blocked, blocked_message=block or "",
             deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None,
-            attained_s=history.device_s, preemptions=history.preemptions, requeued_at=history.last_end,
-            last_run_s=history.last_run_s, avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or [])))
+            attained_s=attained.get(run.pk, 0.0), avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or [])))
     return predictions, jobs
 
 

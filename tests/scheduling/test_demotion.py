@@ -1,7 +1,6 @@
 """Least attained service (`Policy.demote_after_s`) on small hand-made clusters.
 
-A run that has used more device-time (devices x seconds) than the pool's threshold, over all
-its attempts, is demoted: new
+A run that has run longer than the pool's threshold, over all its attempts, is demoted: new
 jobs may preempt it beyond its team's guarantee, and waiting demoted jobs go behind every other
 job, least service first, at levels that deepen with each further factor of service.
 """
@@ -49,17 +48,14 @@ def test_a_new_job_preempts_a_run_demoted_after_the_threshold() -> None:
     assert [p.victim_id for p in decision.preemptions] == ["old"]
     reason = decision.preemptions[0].reason
     assert decision.preemptions[0].kind == PreemptionKind.DEMOTED
-    # Two hours on eight devices: 16 hours of device time.
-    assert reason.startswith("demoted: run old (team nlp) has used 16 h of device time in all, more than pool a100's "
-                             "1 h of device time")
+    assert reason.startswith("demoted: run old (team nlp) has run for 2 h in all, more than pool a100's 1 h")
     assert "new job new" in reason and "latest checkpoint" in reason
     assert entry(decision, "new").code == WaitCode.PREEMPTING
     assert "that have run longer than it" in entry(decision, "new").message
 
 
 def test_a_run_below_the_threshold_keeps_its_devices() -> None:
-    # Six minutes on eight devices: 48 minutes of device time.
-    decision = schedule(state([node("n1", 0)], [fresh()], [long_run(hours=0.1)], now=NOW, quotas=QUOTAS))
+    decision = schedule(state([node("n1", 0)], [fresh()], [long_run(hours=0.5)], now=NOW, quotas=QUOTAS))
     assert decision.preemptions == ()
     assert entry(decision, "new").code != WaitCode.PREEMPTING
 
@@ -76,12 +72,12 @@ def test_demotion_never_reaches_inside_a_guarantee_non_preemptible_or_urgent_run
 
 
 def test_attained_service_counts_earlier_attempts_and_a_resume_gets_its_minimum() -> None:
-    # 50 device-minutes in earlier attempts plus 20 minutes on 8 devices in this one: demoted.
+    # 50 minutes in earlier attempts plus 20 in this one: demoted, but only just resumed.
     resumed = long_run(hours=20 / 60, attained=50 * 60)
-    assert resumed.service(NOW) == 50 * 60 + 8 * 20 * 60
+    assert resumed.service(NOW) == 70 * 60
     decision = schedule(state([node("n1", 0)], [fresh()], [resumed], now=NOW, quotas=QUOTAS))
     assert [p.victim_id for p in decision.preemptions] == ["old"]  # past its first 15 minutes
-    assert "has used 3 h 30 min of device time in all" in decision.preemptions[0].reason
+    assert "has run for 1 h 10 min in all" in decision.preemptions[0].reason
     policy = Policy(demoted_min_attempt_s=30 * 60)
     held_back = schedule(state([node("n1", 0)], [fresh()], [resumed], now=NOW, quotas=QUOTAS, policy=policy))
     assert held_back.preemptions == ()
@@ -127,7 +123,7 @@ def test_a_demoted_job_waits_with_its_own_reason() -> None:
     decision = schedule(state([node("n1", 0)], [fresh("first"), waiting], [long_run(hours=0.1)], now=NOW, quotas=QUOTAS))
     reason = entry(decision, "back")
     assert reason.code == WaitCode.DEMOTED
-    assert reason.message.startswith("It has used 3 h 10 min of device time in all, more than pool a100's 1 h of device time")
+    assert reason.message.startswith("It has run for 3 h 10 min in all, more than pool a100's 1 h")
 
 
 def test_service_levels_deepen_by_the_factor() -> None:
@@ -140,11 +136,11 @@ def test_service_levels_deepen_by_the_factor() -> None:
 
 def test_a_waiting_demoted_job_preempts_runs_demoted_deeper_but_not_its_level() -> None:
     waiting = replace(job("gang", devices=8, team="vision", submitted=0.0), attained_s=1.5 * HOUR)
-    deeper = long_run(hours=2)  # 16 h of device time: level 3 (16 h to 64 h)
-    same = long_run(hours=0.3)  # 2.4 h of device time: level 1 (1 h to 4 h), like the waiting job
+    deeper = long_run(hours=10)  # level 2 (4 h to 16 h)
+    same = long_run(hours=3)  # level 1, like the waiting job
     decision = schedule(state([node("n1", 0)], [waiting], [deeper], now=NOW, quotas=QUOTAS))
     assert [p.victim_id for p in decision.preemptions] == ["old"]
-    assert "job gang, which has used 1 h 30 min of device time" in decision.preemptions[0].reason
+    assert "job gang, which has run for 1 h 30 min" in decision.preemptions[0].reason
     decision = schedule(state([node("n1", 0)], [waiting], [same], now=NOW, quotas=QUOTAS))
     assert decision.preemptions == ()
 
@@ -154,7 +150,7 @@ def test_turned_off_it_is_the_plain_class_rule() -> None:
     decision = schedule(state([node("n1", 0)], [fresh()], [long_run(hours=30)], now=NOW, quotas=QUOTAS, policy=policy))
     assert decision.preemptions == ()
     assert not any("demoted" in rule for rule in explain_policy(policy))
-    assert any("has used 1 h of device time in all" in rule for rule in explain_policy(Policy()))
+    assert any("has run for 1 h in all is demoted" in rule for rule in explain_policy(Policy()))
 
 
 def test_a_teams_guarantee_protects_its_undemoted_runs_first() -> None:

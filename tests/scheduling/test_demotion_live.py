@@ -56,7 +56,7 @@ def test_a_new_run_preempts_a_demoted_run_which_resumes_and_succeeds(recipe_stac
     reasons = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in stack.query(
         "SELECT after FROM audit_auditevent WHERE action='run.preempt' AND object_id=?", (str(long),))]
     assert len(reasons) == 1 and reasons[0]["for_run"] == short
-    assert "in all, more than the pool's 2 s of device time after which runs that have used less go first" in reasons[0]["reason"]
+    assert "in all, more than the pool's 2 s after which runs that have run less go first" in reasons[0]["reason"]
     assert "resumes from its latest checkpoint" in reasons[0]["reason"]
 
     assert stack.wait_for(lambda: run_row(stack, short)["status"] == "succeeded", 90, "the new run to succeed")

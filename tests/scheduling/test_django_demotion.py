@@ -50,10 +50,10 @@ def test_a_run_demoted_after_an_hour_is_preempted_by_a_new_run_and_waits_with_it
     result = scheduling_pass()
     assert result.placed == [] and result.preempted == [long.pk]
     refresh(long, new)
-    assert long.reason_code == "preempting" and "has used 2 h of device time in all" in long.status_reason
+    assert long.reason_code == "preempting" and "has run for 2 h in all" in long.status_reason
     assert new.reason_code == "preempting" and "that have run longer than it" in new.status_reason
     event = AuditEvent.objects.get(action="run.preempt", object_id=str(long.pk))
-    assert event.after["for_run"] == new.pk and "has used 2 h of device time in all" in event.after["reason"]
+    assert event.after["for_run"] == new.pk and "has run for 2 h in all" in event.after["reason"]
 
     exit_(long, stop_kind="preempt")
     long.refresh_from_db()
@@ -69,8 +69,7 @@ def test_a_run_demoted_after_an_hour_is_preempted_by_a_new_run_and_waits_with_it
     refresh(long, later)
     assert (later.queue_position, long.queue_position) == (1, 2)
     assert long.reason_code == "ran_longer_than_others"
-    assert long.status_reason.startswith(
-        "It has used 2 h of device time in all, more than pool local's 1 h of device time")
+    assert long.status_reason.startswith("It has run for 2 h in all, more than pool local's 1 h")
 
     # At the front of the line, it says it is next and how long it has run.
     start(new)
@@ -79,7 +78,7 @@ def test_a_run_demoted_after_an_hour_is_preempted_by_a_new_run_and_waits_with_it
     refresh(long, later)
     assert later.status == RunStatus.SCHEDULED and long.queue_position == 1
     assert long.reason_code == "waiting_for_resources"
-    assert "It has used 2 h of device time in all and resumes from its latest checkpoint." in long.status_reason
+    assert "It has run for 2 h in all and resumes from its latest checkpoint." in long.status_reason
 
     # Resumed, the new attempt's time adds to the two hours it already ran.
     start(later)

@@ -24,7 +24,6 @@ from apps.scheduling.simulate import (
     Summary,
     TraceJob,
     equal_quotas,
-    format_table,
     gang_shape,
     jain,
     load_trace,
@@ -290,19 +289,3 @@ def test_real_trace_estimate_accuracy(real_replay: Callable[[str], tuple[Summary
     # What preemption cost: work since the last checkpoint and the restarts.
     work_device_h = sum(o.job.gpus * o.job.duration_s for o in outcomes) / 3600
     assert 0 < trainyard.lost_device_h <= LOST_WORK_CEILING * work_device_h, trainyard
-
-
-def test_the_summary_reports_the_tail_and_the_estimates_of_runs_that_really_waited() -> None:
-    jobs = synthetic(400, seed=13, rate_s=150.0)
-    summary, outcomes = replay_trace(jobs, nodes=3, policy="trainyard")
-    assert summary.p99_jct_s >= summary.p95_jct_s > 0
-    assert summary.max_preemptions_per_job == max(o.preempted for o in outcomes) <= 10
-    assert summary.jobs_preempted_5_plus == sum(1 for o in outcomes if o.preempted >= 5)
-    for bucket, floor in (("10m", 600), ("1h", 3600)):
-        figures = summary.waited[bucket]
-        assert figures["jobs"] == sum(1 for o in outcomes if o.wait > floor)
-        assert all(0.0 <= figures[k] <= 1.0 for k in ("estimate", "starts_now", "pool_median"))
-        # "Starts now" is never within max(10 min, 25% of the wait) of a start over 10 minutes late.
-        assert figures["starts_now"] == 0.0
-    printed = format_table([summary])
-    assert "waited > 10m: jobs" in printed and "'starts now' within" in printed and "p99 JCT" in printed
