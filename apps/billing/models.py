@@ -62,6 +62,7 @@ class UsageEntry(models.Model):
 
     class Meta:
         ordering = ["period_start", "id"]
+        verbose_name_plural = "usage entries"
         indexes = [
             models.Index(fields=["attempt", "period_end"]),
             models.Index(fields=["project", "period_start"]),

@@ -173,6 +173,59 @@ def budget_name(*, budget: Budget, period: Period) -> str:
     return f"{budget.scope_label} {period.label}"
 
 
+@dataclass(frozen=True)
+class BudgetLeft:
+    """What a budget has left to admit new work against: its amount less this period's spend and
+    what unfinished runs may still spend. The one reading of "left" for the API, the pages, the
+    CLI, the forecast and admission: `remaining` never reads below zero; `overspent` says by how much."""
+
+    amount: Decimal
+    spent: Decimal
+    reserved: Decimal
+
+    @property
+    def left(self) -> Decimal:
+        """Signed: below zero when spend and reservations exceed the amount."""
+        return self.amount - self.spent - self.reserved
+
+    @property
+    def remaining(self) -> Decimal:
+        return max(ZERO, self.left)
+
+    @property
+    def overspent(self) -> Decimal:
+        return max(ZERO, -self.left)
+
+    def fits(self, cost: Decimal) -> bool:
+        return cost <= self.left
+
+    @property
+    def text(self) -> str:
+        """'$1.20 left', or '$0.00 left (overspent by $0.59)': the same words on every surface."""
+        over = costmodel.to_cents(self.overspent)
+        return f"{costmodel.money(self.remaining)} left" + (f" (overspent by {costmodel.money(over)})" if over > 0 else "")
+
+
+def budget_left(*, budget: Budget, period: Period, exclude_run_id: int | None = None) -> BudgetLeft:
+    return BudgetLeft(amount=budget.amount, spent=budget_spent(budget=budget, period=period),
+                      reserved=budget_reserved(budget=budget, exclude_run_id=exclude_run_id))
+
+
+def budgets_left(*, budgets: Sequence[Budget], period: Period) -> dict[int, BudgetLeft]:
+    """budget_left of each budget, by budget id, in a fixed number of queries."""
+    spent = budgets_spent(budgets=budgets, period=period)
+    reserved = budgets_reserved(budgets=budgets)
+    return {b.pk: BudgetLeft(amount=b.amount, spent=spent[b.pk], reserved=reserved[b.pk]) for b in budgets}
+
+
+def alerts_current(*, alerts: Iterable[BudgetAlert], amount: Decimal, spent: Decimal) -> list[BudgetAlert]:
+    """The alerts still true at the budget's current amount: a threshold the spend is above."""
+    if not amount:
+        return list(alerts)
+    percent = spent / amount * 100
+    return [a for a in alerts if a.threshold <= percent]
+
+
 @dataclass
 class BudgetStatus:
     budget: Budget | None
@@ -188,10 +241,22 @@ class BudgetStatus:
         return self.budget.amount if self.budget else None
 
     @property
+    def left(self) -> BudgetLeft | None:
+        """What is left to admit new work against (admission reads the same, apps.billing.services)."""
+        return None if self.budget is None else BudgetLeft(amount=self.budget.amount, spent=self.spent, reserved=self.reserved)
+
+    @property
     def remaining(self) -> Decimal | None:
-        """What is left to admit new work against: the amount less this period's spend and what
-        unfinished runs may still spend (admission counts both, apps.billing.services)."""
-        return None if self.budget is None else self.budget.amount - self.spent - self.reserved
+        """Never below zero; `overspent` says by how much the budget is over."""
+        return None if self.left is None else self.left.remaining
+
+    @property
+    def overspent(self) -> Decimal | None:
+        return None if self.left is None else self.left.overspent
+
+    @property
+    def left_text(self) -> str:
+        return "" if self.left is None else self.left.text
 
     @property
     def percent(self) -> float | None:
@@ -222,6 +287,7 @@ class BudgetStatus:
             "spent": str(cents(self.spent)),
             "reserved": str(cents(self.reserved)),
             "remaining": None if self.remaining is None else str(cents(self.remaining)),
+            "overspent": None if self.overspent is None else str(cents(self.overspent)),
             "percent": None if self.percent is None else round(self.percent, 2),
             "forecast": str(cents(self.forecast)),
             "burndown": [{"date": day, "spent": str(cents(value))} for day, value in self.burndown],
@@ -314,7 +380,7 @@ def projects_budget_status(*, projects: Sequence[Project], now: datetime | None 
             reserved=reserved[budget.pk] if budget else ZERO,
             forecast=costmodel.linear_forecast(spent=spent, period_start=period.start, period_end=period.end, now=now),
             burndown=_burndown(per_day, period, now),
-            alerts=alerts[budget.pk] if budget else [],
+            alerts=alerts_current(alerts=alerts[budget.pk], amount=budget.amount, spent=spent) if budget else [],
         )
     return out
 

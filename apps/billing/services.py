@@ -34,8 +34,9 @@ from apps.billing.models import (
     UsageEntry,
 )
 from apps.billing.selectors import (
+    Period,
+    budget_left,
     budget_name,
-    budget_reserved,
     budget_spent,
     budgets_for_project,
     period_for,
@@ -244,13 +245,11 @@ def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_:
     forecast = runs_predicted_cost(runs=[run])[0]
     predicted = forecast.cost
     for budget in budgets:
-        spent = budget_spent(budget=budget, period=period)
-        reserved = budget_reserved(budget=budget, exclude_run_id=run.pk)
-        left = budget.amount - spent - reserved
-        if predicted > left:
-            held = f" ({money(reserved)} held by unfinished runs)" if reserved > 0 else ""
+        left = budget_left(budget=budget, period=period, exclude_run_id=run.pk)
+        if not left.fits(predicted):
+            held = f" ({money(left.reserved)} held by unfinished runs)" if left.reserved > 0 else ""
             raise ServiceError(
-                f"Budget '{budget_name(budget=budget, period=period)}' has {money(max(left, ZERO))} left of "
+                f"Budget '{budget_name(budget=budget, period=period)}' has {left.text} of "
                 f"{money(budget.amount)}{held}; this run would cost {_cost_word(forecast.basis)} {money(predicted)} "
                 f"({forecast.devices} device{'s' if forecast.devices != 1 else ''} × "
                 f"{_hours_text(int(round(forecast.runtime_s)))} h, {forecast.basis}, × {_price_text(forecast.price)}/device-hour).",
@@ -326,11 +325,14 @@ def budget_update(*, budget: Budget, **changes: Any) -> Budget:
     with transaction.atomic():
         locked = Budget.objects.select_for_update().get(pk=budget.pk)
         before = snapshot(locked, BUDGET_FIELDS)
+        old_amount = locked.amount
         for name, value in changes.items():
             setattr(locked, name, cleaners[name](value))
         locked.save()
         audit_record(action="budget.update", target=locked, team_id=locked.team_id, before=before,
                      after=snapshot(locked, BUDGET_FIELDS))
+        if locked.amount > old_amount:
+            _alerts_rearm(budget=locked)
     return locked
 
 
@@ -414,10 +416,12 @@ def budget_alerts_check(
     stop_running: Callable[[int], None] | None = None,
 ) -> list[BudgetAlert]:
     """Record each threshold crossed this period once; after commit, ``notify(alert_id)`` (the
-    task module queues e-mail and webhooks) and, at 100% of a stop_running budget,
+    task module queues e-mail and webhooks) for the highest one a check crossed (several crossed
+    at once are one message, naming the highest) and, at 100% of a stop_running budget,
     ``stop_running(budget_id)``.
 
-    A new period has no alerts yet, so thresholds re-arm by themselves at roll-over.
+    A new period has no alerts yet, so thresholds re-arm by themselves at roll-over; a raised
+    amount re-arms those above the new usage (budget_update).
     """
     now = now or timezone.now()
     period = period_for(at=now)
@@ -425,26 +429,52 @@ def budget_alerts_check(
     for budget in Budget.objects.select_related("team", "project", "project__team").order_by("pk"):
         if not budget.amount:
             continue
-        spent = budget_spent(budget=budget, period=period)
-        percent = spent / budget.amount * 100
-        done = set(BudgetAlert.objects.filter(budget=budget, period=period.key).values_list("threshold", flat=True))
-        for threshold in sorted(int(t) for t in budget.thresholds):
-            if percent < threshold or threshold in done:
-                continue
-            try:
-                with transaction.atomic():
-                    alert = BudgetAlert.objects.create(budget=budget, period=period.key, threshold=threshold, spent=spent,
-                                                       amount=budget.amount)
-                    audit_record(action="budget.alert", target=budget, team_id=budget.team_id,
-                                 after={"period": period.key, "threshold": threshold, "spent": str(costmodel.to_cents(spent))})
-            except IntegrityError:
-                continue  # another worker recorded it
-            fired.append(alert)
-            if notify is not None:
-                transaction.on_commit(lambda alert_id=alert.pk: notify(alert_id))  # type: ignore[misc]
-            if threshold >= 100 and budget.action == BudgetAction.STOP_RUNNING and stop_running is not None:
-                transaction.on_commit(lambda budget_id=budget.pk: stop_running(budget_id))  # type: ignore[misc]
+        crossed = _alerts_record(budget=budget, period=period, spent=budget_spent(budget=budget, period=period))
+        fired += crossed
+        if not crossed:
+            continue
+        highest = crossed[-1]
+        if notify is not None:
+            transaction.on_commit(lambda alert_id=highest.pk: notify(alert_id))  # type: ignore[misc]
+        if highest.threshold >= 100 and budget.action == BudgetAction.STOP_RUNNING and stop_running is not None:
+            transaction.on_commit(lambda budget_id=budget.pk: stop_running(budget_id))  # type: ignore[misc]
     return fired
+
+
+def _alerts_record(*, budget: Budget, period: Period, spent: Decimal) -> list[BudgetAlert]:
+    """The budget's thresholds newly crossed this period, recorded and audited, lowest first."""
+    percent = spent / budget.amount * 100
+    done = set(BudgetAlert.objects.filter(budget=budget, period=period.key).values_list("threshold", flat=True))
+    out = []
+    for threshold in sorted(int(t) for t in budget.thresholds):
+        if percent < threshold or threshold in done:
+            continue
+        try:
+            with transaction.atomic():
+                alert = BudgetAlert.objects.create(budget=budget, period=period.key, threshold=threshold, spent=spent,
+                                                   amount=budget.amount)
+                audit_record(action="budget.alert", target=budget, team_id=budget.team_id,
+                             after={"period": period.key, "threshold": threshold, "spent": str(costmodel.to_cents(spent))})
+        except IntegrityError:
+            continue  # another worker recorded it
+        out.append(alert)
+    return out
+
+
+def _alerts_rearm(*, budget: Budget) -> list[int]:
+    """After the amount changed: this period's alerts for thresholds the spend is now below are
+    cleared (audited), so they fire again when crossed at the new amount."""
+    period = period_for(at=timezone.now())
+    spent = budget_spent(budget=budget, period=period)
+    percent = spent / budget.amount * 100 if budget.amount else None
+    alerts = BudgetAlert.objects.filter(budget=budget, period=period.key)
+    stale = sorted(t for t in alerts.values_list("threshold", flat=True) if percent is not None and t > percent)
+    if stale:
+        alerts.filter(threshold__in=stale).delete()
+        audit_record(action="budget.alerts_rearm", target=budget, team_id=budget.team_id,
+                     before={"period": period.key, "thresholds": stale},
+                     after={"amount": str(budget.amount), "spent": str(costmodel.to_cents(spent))})
+    return stale
 
 
 def alert_recipients(*, budget: Budget) -> list[str]:

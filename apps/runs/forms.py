@@ -180,7 +180,7 @@ def resources_from_post(post: QueryDict) -> dict[str, Any]:
 
 def tag_defaults(*, template: JobTemplate | None, username: str) -> dict[str, str]:
     """What the tag inputs hold until someone types in them."""
-    return {"task": template.kind if template else "", "dataset": "sklearn-digits", "candidate": "candidate",
+    return {"task": template.kind if template else "", "dataset": "sklearn-digits", "candidate": "baseline",
             "family": f"{template.slug}-{username}" if template else ""}
 
 

@@ -33,6 +33,7 @@ from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
 
+NON_FIELD_ERRORS = "non_field_errors"
 KNOWN_INPUTS = {"project", "template", "priority", "init_run", "init_checkpoint", "code_snapshot", "extra_tags", "secrets"}
 # A hidden input: the template whose form was on the page, so a reload for another one can tell what
 # the user changed from what was only that template's default.
@@ -107,10 +108,22 @@ def _submit(request: HttpRequest, *, project: Project, template: JobTemplate) ->
         # The form's own errors must not hide the rest: check what the submission would, unsaved.
         submission_validate(submission=posted.submission, user=request.user)
     except ServiceError as err:
-        for field, messages in (err.fields or {"non_field_errors": [err.message]}).items():
+        for field, messages in (err.fields or {NON_FIELD_ERRORS: [err.message]}).items():
             known = errors.setdefault(field, [])
             known.extend(m for m in messages if m not in known)
     return posted.values, errors
+
+
+def _other_errors(by_input: dict[str, list[str]]) -> list[str]:
+    """Errors no input on the page shows, each once, in words: those of the whole submission
+    (a budget refusal) as they are; another field's named by its label, never its raw key."""
+    out: list[str] = []
+    for key, messages in by_input.items():
+        if key in KNOWN_INPUTS:
+            continue
+        label = "" if key == NON_FIELD_ERRORS else key.replace("_", " ").replace(".", " ").capitalize() + ": "
+        out.extend(f"{label}{message}" for message in messages if f"{label}{message}" not in out)
+    return out
 
 
 def _context(request: HttpRequest, *, post: QueryDict | None, projects: list[Project], templates: list[JobTemplate],
@@ -143,7 +156,7 @@ def _context(request: HttpRequest, *, post: QueryDict | None, projects: list[Pro
         "snapshots": _snapshots(project, kind),
         "code_snapshot": shown.get("code_snapshot", ""),
         "field_errors": by_input,
-        "other_errors": [f"{key}: {msg}" for key, msgs in by_input.items() if key not in KNOWN_INPUTS for msg in msgs],
+        "other_errors": _other_errors(by_input),
         "has_errors": bool(errors),
         "needs_init": kind in INIT_KINDS,
         "is_custom": kind == TemplateKind.CUSTOM,

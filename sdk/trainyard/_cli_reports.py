@@ -183,6 +183,8 @@ def _print_budget(data: Mapping[str, Any]) -> None:
         amount = _money(data.get(key), currency)
         # A team's budget counts the whole team's spend, which is what the API answers then.
         lines.append((key, f"{amount} (the whole team)" if amount and team_wide and key in ("spent", "reserved") else amount))
+        if key == "remaining" and amount and Decimal(str(data.get("overspent") or 0)) > 0:
+            lines[-1] = (key, f"{amount} (overspent by {_money(data.get('overspent'), currency)})")
     if data.get("percent") is not None:
         lines.append(("used", f"{data['percent']:.1f}% of the budget"))
     for alert in data.get("alerts") or []:
@@ -230,11 +232,17 @@ def _finance_budget(client: Client, ref: str) -> dict[str, Any] | None:
     if budget is None:
         return data  # a project that has spent but has no budget, neither its own nor its team's
     amount = Decimal(str(budget["amount"]))
+    if budget.get("spent") is not None:
+        spent = Decimal(str(budget["spent"]))
     return data | {
         "budget": {"id": budget.get("id"), "name": ref if own else f"{team} (team)", "scope": scope, "team": team,
                    "amount": budget.get("amount"), "thresholds": budget.get("thresholds"), "action": budget.get("action")},
         "currency": budget.get("currency"),
-        "remaining": str(amount - spent),
+        # The API's figures (spent and reserved against the amount, never below 0), not amount less spent.
+        "spent": str(spent),
+        "reserved": budget.get("reserved"),
+        "remaining": budget.get("remaining"),
+        "overspent": budget.get("overspent"),
         "percent": round(float(spent / amount * 100), 2) if amount else None,
     }
 

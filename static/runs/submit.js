@@ -99,8 +99,11 @@
     if (!budget.budget) {
       share.textContent = "This project has no budget.";
     } else {
-      var left = parseFloat(budget.remaining) - parseFloat(budget.reserved);
-      var text = "Budget '" + budget.budget.name + "' has $" + Math.max(left, 0).toFixed(2) + " left";
+      // The API's figure: already net of what unfinished runs hold, never below 0 (overspent says by how much).
+      var left = parseFloat(budget.remaining);
+      var over = parseFloat(budget.overspent || "0");
+      var text = "Budget '" + budget.budget.name + "' has $" + left.toFixed(2) + " left";
+      if (over > 0) { text += " (overspent by $" + over.toFixed(2) + ")"; }
       if (parseFloat(budget.reserved) > 0) { text += " after $" + parseFloat(budget.reserved).toFixed(2) + " held by unfinished runs"; }
       var what = form.dataset.trialsUrl ? "this sweep" : "this run";
       text += left > 0 ? ": " + what + " is at most " + percent(cost / left) + " of it." : ": runs are refused until the next period.";

@@ -1,24 +1,55 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from apps.billing import selectors
+from apps.billing.costmodel import to_cents
 from apps.billing.models import Budget, BudgetAction, Quota
 
 
 class BudgetSerializer(serializers.ModelSerializer[Budget]):
     team: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     project = serializers.SerializerMethodField()
+    spent = serializers.SerializerMethodField(help_text="Spent this period.")
+    reserved = serializers.SerializerMethodField(help_text="Held by queued and running work.")
+    remaining = serializers.SerializerMethodField(help_text="Left to admit new work against; never below 0.")
+    overspent = serializers.SerializerMethodField(help_text="By how much spend and reservations exceed the amount; 0 if not.")
 
     class Meta:
         model = Budget
-        fields = ["id", "team", "project", "period", "amount", "thresholds", "action", "created_at", "updated_at"]
+        fields = ["id", "team", "project", "period", "amount", "thresholds", "action", "spent", "reserved", "remaining",
+                  "overspent", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_project(self, budget: Budget) -> str | None:
         return budget.project.full_slug if budget.project else None
+
+    def _left(self, budget: Budget) -> selectors.BudgetLeft:
+        # Read once per response for every budget in it (kept on the root, which a list's items share).
+        found: dict[int, selectors.BudgetLeft] | None = getattr(self.root, "_budgets_left", None)
+        if found is None or budget.pk not in found:
+            instance = self.root.instance
+            budgets = list(instance) if isinstance(instance, Iterable) else [budget]
+            found = selectors.budgets_left(budgets=budgets or [budget],
+                                           period=selectors.period_for(at=timezone.now()))
+            self.root._budgets_left = found  # type: ignore[attr-defined]
+        return found[budget.pk]
+
+    def get_spent(self, budget: Budget) -> str:
+        return str(to_cents(self._left(budget).spent))
+
+    def get_reserved(self, budget: Budget) -> str:
+        return str(to_cents(self._left(budget).reserved))
+
+    def get_remaining(self, budget: Budget) -> str:
+        return str(to_cents(self._left(budget).remaining))
+
+    def get_overspent(self, budget: Budget) -> str:
+        return str(to_cents(self._left(budget).overspent))
 
 
 class BudgetWriteSerializer(serializers.Serializer[Any]):
@@ -100,7 +131,8 @@ class ProjectBudgetSerializer(serializers.Serializer[Any]):
     currency = serializers.CharField()
     spent = serializers.CharField(help_text="Spent this period.")
     reserved = serializers.CharField(help_text="Held by queued and running work.")
-    remaining = serializers.CharField(allow_null=True)
+    remaining = serializers.CharField(allow_null=True, help_text="Left to admit new work against; never below 0.")
+    overspent = serializers.CharField(allow_null=True, help_text="By how much spend and reservations exceed the amount.")
     percent = serializers.FloatField(allow_null=True, help_text="Spent as a percentage of the budget.")
     forecast = serializers.CharField(help_text="Linear forecast of the period's spend.")
     burndown = BurndownPointSerializer(many=True)

@@ -13,17 +13,23 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
 
 from apps.core.errors import FieldError, Forbidden, NotFound, ServiceError
 from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, LaunchMode, TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.models import NodePool, NodeState
-from apps.runs.models import Checkpoint, CodeSnapshot, Priority
+from apps.runs.models import Checkpoint, CodeSnapshot, Priority, Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.runs.services.params import params_resolve
 from apps.runs.services.sweep import sweep_points
+from apps.runs.services.transitions import run_new
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
 
@@ -37,6 +43,11 @@ NOTES_MAX = 2000
 RESOURCE_KEYS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "preemptible")
 INIT_KINDS = (TemplateKind.FINETUNE, TemplateKind.EVALUATE)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# Other apps append checks here in their AppConfig.ready() (as apps.runs.services.submit's
+# ADMISSION_CHECKS, the same list). Each is called as ``check(run=<unsaved Run>,
+# project=<Project>, user=<user>)`` inside a transaction and raises a ServiceError to refuse;
+# for a sweep it is called once per child.
+ADMISSION_CHECKS: list[Callable[..., None]] = []
 # Keys a recipe's schema may leave to the submission: sent inside params, they are taken as these fields.
 PARAMS_OVERFLOW = ("init_run", "init_checkpoint", "secrets")
 
@@ -214,9 +225,56 @@ def submission_validate(*, submission: Submission, user: AnyUser, check: Check =
                            project=project if check is Check.SUBMISSION else None, errors=errors)
     errors.raise_if_any()
     assert resources is not None
-    return ValidSubmission(project=project, template=template, texts=texts, params=params, tags=tags, priority=priority,
-                           resources=resources, init_checkpoint=checkpoint, code_snapshot=snapshot, secrets=tuple(secrets),
-                           sweep=plan)
+    valid = ValidSubmission(project=project, template=template, texts=texts, params=params, tags=tags, priority=priority,
+                            resources=resources, init_checkpoint=checkpoint, code_snapshot=snapshot, secrets=tuple(secrets),
+                            sweep=plan)
+    if check is Check.DRY_RUN:
+        submission_admission_check(valid=valid, user=user)
+    return valid
+
+
+def _entrypoint(template: JobTemplate, params: dict[str, Any]) -> str:
+    if template.kind == TemplateKind.CUSTOM:
+        return str(params.get("command", "")).strip()
+    return template.entrypoint
+
+
+def _total_steps(template: JobTemplate, params: dict[str, Any]) -> int | None:
+    value = params.get(template.total_steps_param) if template.total_steps_param else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def run_build(valid: ValidSubmission, *, project: Project, user: AnyUser, now: datetime, template: JobTemplate | None = None,
+               params: dict[str, Any] | None = None, **changes: Any) -> Run:
+    """An unsaved run of the submission (what run_submit saves, what a dry run's admission checks
+    see); a sweep's parent and children give their own template, params and `changes` (name, parent, status...)."""
+    template = template or valid.template
+    params = valid.params if params is None else params
+    fields: dict[str, Any] = {
+        **valid.run_fields(),
+        "status": RunStatus.QUEUED,
+        "project": project,
+        "template": template,
+        "params": params,
+        "submitted_by": user if isinstance(user, AbstractBaseUser) else None,  # type: ignore[misc]
+        "grace_period_s": template.grace_period_s,
+        "max_restarts": template.max_restarts,
+        "entrypoint": _entrypoint(template, params),
+        "checkpoint_policy": dict(template.checkpoint_policy or {}),
+        "queued_at": now,
+        "total_steps": _total_steps(template, params),
+    }
+    return run_new(**{**fields, **changes})
+
+
+def submission_admission_check(*, valid: ValidSubmission, user: AnyUser) -> None:
+    """Raises what run_submit's admission checks (budget, secrets) would for this submission,
+    writing nothing: a dry run refuses exactly what the submission would. The checks lock rows
+    as in a submission, so they run in a transaction of their own, held only while they run."""
+    with transaction.atomic():
+        run = run_build(valid, project=valid.project, user=user, now=timezone.now())
+        for check in ADMISSION_CHECKS:
+            check(run=run, project=valid.project, user=user)
 
 
 def submitter_check(*, user: AnyUser, project: Project) -> None:
