@@ -360,7 +360,11 @@ def test_budget_reads_well(cast: Any, as_user: Any, india: None) -> None:
     assert "budget     100.00 USD (the project's own)" in out
     assert "alerts at  50%, 80%, 100%" in out and "at 100%    block new runs" in out
     assert "spent      12.50 USD" in out and "remaining  87.50 USD" in out and "used       12.5% of the budget" in out
-    assert f"alert      50% crossed at {AT_LOCAL}" in out
+    # A 50% alert from a lower amount is not crossed at this one: never "used 12.5%" beside it (issue 29).
+    assert "50% crossed" not in out
+    Budget.objects.filter(pk=cast.digits.budgets.get().pk).update(amount=Decimal("20.00"))
+    code, out, _ = as_user(cast.alice)("budget", "vision/digits")
+    assert code == 0 and f"alert      50% crossed at {AT_LOCAL}" in out
     assert "[50" not in out and "block_new" not in out
 
 
