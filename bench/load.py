@@ -316,22 +316,27 @@ def main() -> int:
             load_after = os.getloadavg()
             result = _report(args, stats, sent, db, elapsed, pages, load_before, load_after, cpu)
         finally:
-            for proc in (web, worker):
-                if proc is not None:
-                    try:
-                        os.killpg(proc.pid, 15)
-                        proc.wait(30)
-                    except (ProcessLookupError, subprocess.TimeoutExpired):
-                        os.killpg(proc.pid, 9)
-            if redis_proc is not None:
-                redis_proc.terminate()
-                redis_proc.wait(10)
-                shutil.rmtree(redis_dir or "", ignore_errors=True)
-            shutil.rmtree(env["TRAINYARD_VAR_DIR"], ignore_errors=True)
+            _stop(web, worker, redis_proc, redis_dir, env["TRAINYARD_VAR_DIR"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0 if result["targets_met"] else 1
+
+
+def _stop(web: Any, worker: Any, redis_proc: Any, redis_dir: str | None, var: str) -> None:
+    """Stop what a scenario started (process groups, TERM then KILL) and remove its folders."""
+    for proc in (web, worker):
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, 15)
+                proc.wait(30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, 9)
+    if redis_proc is not None:
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(redis_dir or "", ignore_errors=True)
+    shutil.rmtree(var, ignore_errors=True)
 
 
 def idle_main(args: argparse.Namespace) -> int:
@@ -368,18 +373,7 @@ def idle_main(args: argparse.Namespace) -> int:
                         if "WARNING" in line or "ERROR" in line or "Traceback" in line]
             figures["web_log_warnings"] = {"count": len(warnings), "samples": warnings[:10]}
         finally:
-            for proc in (web, worker):
-                if proc is not None:
-                    try:
-                        os.killpg(proc.pid, 15)
-                        proc.wait(30)
-                    except (ProcessLookupError, subprocess.TimeoutExpired):
-                        os.killpg(proc.pid, 9)
-            if redis_proc is not None:
-                redis_proc.terminate()
-                redis_proc.wait(10)
-                shutil.rmtree(redis_dir or "", ignore_errors=True)
-            shutil.rmtree(var, ignore_errors=True)
+            _stop(web, worker, redis_proc, redis_dir, var)
     _idle_agents.report(figures)
     print(f"web log: {figures['web_log_warnings']['count']} warning/error lines" +
           "".join(f"\n  {line[:200]}" for line in figures["web_log_warnings"]["samples"]))
