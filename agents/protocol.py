@@ -13,7 +13,8 @@ Endpoints (all under /api/v1/agent/, JSON, ``Authorization: Node <credential>`` 
   POST progress/                 ProgressReport -> {"ok": true}
   POST checkpoints/              CheckpointReport -> {"id", "stored", "upload": UploadPlan} (no plan once
                                  stored, or for an agent of protocol < 5)
-  POST checkpoints/<id>/complete/  CheckpointComplete -> {"stored": true} (the server checked size and sha256)
+  POST checkpoints/<id>/complete/  CheckpointComplete -> {"stored": false, "checking": true} (the size was
+                                 right; a server worker checks the sha256, then records it stored)
   GET  checkpoints/<id>/download/  -> DownloadLink (for resume and init checkpoints)
   GET  snapshots/<sha256>/download/  -> DownloadLink (a run's code snapshot)
   POST checkpoints/deleted/      CheckpointDeleted -> {"deleted": n} (the SDK's keep-last-K removed a file)

@@ -225,6 +225,8 @@ class Checkpoint(models.Model):
     # Its key in the object store (apps.core.storage; a path under MEDIA_ROOT for the local store):
     # empty until the upload arrived and the server checked its size and sha256.
     stored_path = models.CharField(max_length=500, blank=True)
+    uploaded_at = models.DateTimeField(
+        null=True, blank=True, help_text="The agent's direct upload arrived; a worker checks it before it counts as stored.")
     created_at = models.DateTimeField(auto_now_add=True)
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="Removed by retention; the record stays.")
 

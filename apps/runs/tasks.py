@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 from celery import shared_task
 
+from apps.runs.services.checkpoints import VERIFY_TASK, checkpoint_verify, checkpoints_verify_pending
 from apps.runs.services.placement import placement_pass
 
 
@@ -9,3 +12,15 @@ from apps.runs.services.placement import placement_pass
 def scheduling_pass(requested_at: float | None = None) -> None:
     """One scheduling pass; a request made before the latest pass started is already served."""
     placement_pass(requested_at=requested_at)
+
+
+@shared_task(name=VERIFY_TASK, ignore_result=True)
+def checkpoint_verify_queued(checkpoint_id: int) -> None:
+    """Read a directly uploaded checkpoint back and record it as stored if it is what was reported."""
+    checkpoint_verify(checkpoint_id=checkpoint_id)
+
+
+@shared_task(name="runs.checkpoint_verify_sweep", ignore_result=True)
+def checkpoint_verify_sweep() -> None:
+    """Checks whose queued message was lost (the broker was down when the upload completed)."""
+    checkpoints_verify_pending(older_than=timedelta(minutes=1))

@@ -41,4 +41,5 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "nodes-sweep-lost": {"task": "nodes.sweep_lost", "schedule": 5.0, "options": {"queue": "default"}},
     "billing-accrue": {"task": "billing.accrue", "schedule": 30.0, "options": {"queue": "default"}},
     "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 30.0, "options": {"queue": "default"}},
+    "runs-checkpoint-verify-sweep": {"task": "runs.checkpoint_verify_sweep", "schedule": 60.0, "options": {"queue": "default"}},
 }

@@ -7,15 +7,17 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.core.storage import store
 from apps.nodes.models import Node, NodePool
 from apps.runs.models import Checkpoint
-from apps.runs.services.checkpoints import checkpoint_key
+from apps.runs.services.checkpoints import checkpoint_key, checkpoints_verify_pending
 from apps.runs.services.placement import placement_pass
 from apps.runs.services.snapshots import snapshot_create, snapshot_unpack_safely
 from tests.agents.server import A, claim, make_run, register
@@ -52,6 +54,13 @@ def report(client: APIClient, base: dict[str, Any], step: int, data: bytes) -> d
     return dict(resp.json())
 
 
+def complete(client: APIClient, checkpoint_id: int, plan: dict[str, Any], done: list[dict[str, Any]], capture: Any) -> Any:
+    """POST complete/; the worker's check (queued on commit, run inline here) follows the answer."""
+    with capture(execute=True):
+        return client.post(f"{A}checkpoints/{checkpoint_id}/complete/", {"upload_id": plan["upload_id"], "parts": done},
+                           format="json")
+
+
 def put_parts(plan: dict[str, Any], data: bytes) -> list[dict[str, Any]]:
     done = []
     for part in plan["parts"]:
@@ -62,7 +71,8 @@ def put_parts(plan: dict[str, Any], data: bytes) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("size", [1000, 6 * MiB + 7])
-def test_direct_upload_is_checked_then_stored_and_downloadable(backend: str, cast: Any, pool: NodePool, size: int) -> None:
+def test_direct_upload_is_checked_then_stored_and_downloadable(backend: str, cast: Any, pool: NodePool, size: int,
+                                                               django_capture_on_commit_callbacks: Any) -> None:
     client, session = agent(pool, "n1")
     run = make_run(cast, pool)
     base = started(client, session)
@@ -74,12 +84,14 @@ def test_direct_upload_is_checked_then_stored_and_downloadable(backend: str, cas
     done = put_parts(plan, data)
     ckpt = Checkpoint.objects.get(pk=answer["id"])
     assert not ckpt.stored_path  # uploaded is not yet stored: the server has not checked it
-    resp = client.post(f"{A}checkpoints/{ckpt.pk}/complete/", {"upload_id": plan["upload_id"], "parts": done}, format="json")
-    assert resp.status_code == 200 and resp.json() == {"stored": True}, resp.content
+    resp = complete(client, ckpt.pk, plan, done, django_capture_on_commit_callbacks)
+    # The web checked the size; the sha256 is read back by a worker, never in a web request.
+    assert resp.status_code == 200 and resp.json() == {"stored": False, "checking": True}, resp.content
     ckpt.refresh_from_db()
     assert ckpt.stored_path == checkpoint_key(checkpoint=ckpt) and store().size(ckpt.stored_path) == size
     again = report(client, base, 9, data)
     assert again == {"id": ckpt.pk, "stored": True}  # a replay gets no second plan
+    assert complete(client, ckpt.pk, plan, done, django_capture_on_commit_callbacks).json() == {"stored": True}
     link = client.get(f"{A}checkpoints/{ckpt.pk}/download/").json()
     assert link["size"] == size and link["sha256"] == ckpt.sha256
     assert http("GET", link["url"])[:2] == (200, data)
@@ -96,23 +108,37 @@ def test_direct_upload_is_checked_then_stored_and_downloadable(backend: str, cas
         assert owner.status_code == 200 and b"".join(owner.streaming_content) == data  # type: ignore[attr-defined]
 
 
-def test_wrong_bytes_are_refused_and_removed(backend: str, cast: Any, pool: NodePool) -> None:
+def test_wrong_bytes_are_refused_and_removed(backend: str, cast: Any, pool: NodePool, django_capture_on_commit_callbacks: Any) -> None:
     client, session = agent(pool, "n1")
     make_run(cast, pool)
     base = started(client, session)
     answer = report(client, base, 4, b"the real state")
     done = put_parts(answer["upload"], b"other bytes!!!")  # the same size, another digest
-    resp = client.post(f"{A}checkpoints/{answer['id']}/complete/", {"upload_id": "", "parts": done}, format="json")
-    assert resp.status_code == 400 and "sha256" in resp.json()["error"]["message"]
+    assert complete(client, answer["id"], answer["upload"], done, django_capture_on_commit_callbacks).status_code == 200
     ckpt = Checkpoint.objects.get(pk=answer["id"])
-    assert not ckpt.stored_path and store().size(checkpoint_key(checkpoint=ckpt)) is None
+    # The worker's check found another digest: not stored, and the store keeps nothing.
+    assert not ckpt.stored_path and ckpt.uploaded_at is None and store().size(checkpoint_key(checkpoint=ckpt)) is None
     assert client.get(f"{A}checkpoints/{ckpt.pk}/download/").status_code == 404
-    # Nothing uploaded at all: also refused.
-    resp = client.post(f"{A}checkpoints/{answer['id']}/complete/", {"upload_id": "", "parts": []}, format="json")
-    assert resp.status_code == 400
+    # Nothing (or another size) uploaded: refused at once, by the web.
+    resp = complete(client, answer["id"], answer["upload"], [], django_capture_on_commit_callbacks)
+    assert resp.status_code == 400 and "bytes in the store" in resp.json()["error"]["message"]
 
 
-def test_retention_deletes_the_object(backend: str, cast: Any, pool: NodePool) -> None:
+def test_a_check_lost_with_the_broker_is_done_by_the_beat(backend: str, cast: Any, pool: NodePool) -> None:
+    client, session = agent(pool, "n1")
+    make_run(cast, pool)
+    base = started(client, session)
+    answer = report(client, base, 4, b"state")
+    done = put_parts(answer["upload"], b"state")
+    # No on-commit callbacks run: as if the queued check never reached a worker.
+    client.post(f"{A}checkpoints/{answer['id']}/complete/", {"upload_id": "", "parts": done}, format="json")
+    assert checkpoints_verify_pending(older_than=timedelta(minutes=1)) == 0  # too new: its message may be on its way
+    Checkpoint.objects.filter(pk=answer["id"]).update(uploaded_at=timezone.now() - timedelta(minutes=2))
+    assert checkpoints_verify_pending(older_than=timedelta(minutes=1)) == 1
+    assert Checkpoint.objects.get(pk=answer["id"]).stored_path
+
+
+def test_retention_deletes_the_object(backend: str, cast: Any, pool: NodePool, django_capture_on_commit_callbacks: Any) -> None:
     client, session = agent(pool, "n1")
     make_run(cast, pool)
     base = started(client, session)
@@ -121,8 +147,7 @@ def test_retention_deletes_the_object(backend: str, cast: Any, pool: NodePool) -
         data = b"state %d" % step
         answer = report(client, base, step, data)
         done = put_parts(answer["upload"], data)
-        assert client.post(f"{A}checkpoints/{answer['id']}/complete/", {"upload_id": "", "parts": done},
-                           format="json").json() == {"stored": True}
+        complete(client, answer["id"], answer["upload"], done, django_capture_on_commit_callbacks)
         keys.append(Checkpoint.objects.get(pk=answer["id"]).stored_path)
     gone = {**base, "step": 4, "file": "ckpt-0000000004.pt"}
     assert client.post(A + "checkpoints/deleted/", gone, format="json").json() == {"deleted": 1}

@@ -4,8 +4,9 @@
 - A checkpoint an agent uploads through web A (presigned, straight to the store: web A's
   access log shows no PUT) is downloaded through web B by the next attempt's agent, which
   resumes from it; no web host keeps a file.
-- During a 200 MB checkpoint upload (the agent's own upload code, multipart, then the server's
-  size and sha256 check) the p99 of a cheap API GET on the same web stays within 2x of idle.
+- During a 200 MB checkpoint upload (the agent's own upload code, multipart, then the web's
+  size check; a worker reads it back for the sha256) the p99 of a cheap API GET on the same
+  web stays within 2x of idle.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ UPLOAD = """
 import json, sys
 from pathlib import Path
 from agents.client import Client
+from agents.shipper import Shipper, Spool
 job = json.loads(Path(sys.argv[1]).read_text())
 client = Client(job["server"], timeout=120)
 client.credential = job["credential"]
@@ -171,10 +173,29 @@ def test_web_p99_during_a_200mb_checkpoint_upload(two_webs: tuple[LiveStack, str
     stack.start_worker()
     client, session = register(stack)
     submit(stack, "python -c 'import time; time.sleep(600)'")
+    running: list[dict[str, int]] = []
+    stop = threading.Event()
+
+    def heartbeat() -> None:  # the test is the node's agent: it keeps the node alive (node timeout 8 s)
+        while not stop.wait(1.0):
+            client.request("POST", A + "heartbeat/", {"session": session, "draining": False, "running": running,
+                                                      "devices": [{"index": 0, "utilization": None, "power_w": None}]})
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    beat.start()
+    try:
+        upload_while_measuring(stack, client, session, running, tmp_path)
+    finally:
+        stop.set()
+        beat.join(10)
+
+
+def upload_while_measuring(stack: LiveStack, client: Client, session: int, running: list[dict[str, int]], tmp_path: Path) -> None:
     specs: list[dict[str, Any]] = stack.wait_for(
         lambda: client.request("POST", A + "claim/", {"session": session, "wait_s": 5, "free_devices": [0]})["assignments"],
         180, "the run placed on the test's node")
     base = {"attempt_id": specs[0]["attempt_id"], "number": specs[0]["number"]}
+    running.append({**base, "node_rank": 0})
     client.request("POST", A + "events/", {**base, "node_rank": 0, "time": 0, "event": "started"})
 
     path = tmp_path / "ckpt-0000000001.pt"
@@ -203,12 +224,16 @@ def test_web_p99_during_a_200mb_checkpoint_upload(two_webs: tuple[LiveStack, str
     threading.Thread(target=lambda: (uploader.wait(), done.set()), daemon=True).start()
     busy = latencies(url, token, until=done)
     took = time.monotonic() - t0
-    after = latencies(url, token, count=300)
     assert uploader.returncode == 0, uploader.stdout.read().decode(errors="replace")[-3000:] if uploader.stdout else ""
-    assert stack.query("SELECT stored_path FROM runs_checkpoint WHERE id=?", (answer["id"],))[0][0]
-    figures = {"idle_p99_ms": round(p99(idle) * 1000, 2), "upload_p99_ms": round(p99(busy) * 1000, 2),
-               "idle_after_p99_ms": round(p99(after) * 1000, 2),
-               "idle_median_ms": round(statistics.median(idle) * 1000, 2),
+    # The worker reads the 200 MB back (size and sha256) before it counts as stored.
+    stack.wait_for(lambda: stack.query("SELECT stored_path FROM runs_checkpoint WHERE id=?", (answer["id"],))[0][0], 120,
+                   "the worker's check of the upload")
+    after = latencies(url, token, count=300)
+    # Idle is measured on both sides of the upload and pooled: this machine is shared, and its
+    # own noise moves a p99 of a few hundred requests by more than 2x within a minute.
+    figures = {"idle_p99_ms": round(p99(idle + after) * 1000, 2), "upload_p99_ms": round(p99(busy) * 1000, 2),
+               "idle_before_p99_ms": round(p99(idle) * 1000, 2), "idle_after_p99_ms": round(p99(after) * 1000, 2),
+               "idle_median_ms": round(statistics.median(idle + after) * 1000, 2),
                "upload_median_ms": round(statistics.median(busy) * 1000, 2), "requests_during_upload": len(busy),
                "upload_s": round(took, 1), "upload_mb_per_s": round(200 / took, 1)}
     print("storage p99:", json.dumps(figures))

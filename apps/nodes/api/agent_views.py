@@ -302,7 +302,8 @@ class CheckpointView(AgentView):
 
 
 class CheckpointCompleteView(AgentView):
-    """The agent put the file in the store: check it and record the checkpoint as stored."""
+    """The agent put the file in the store: its size is checked now, its sha256 by a worker
+    (no web worker reads the bytes), which then records the checkpoint as stored."""
 
     @extend_schema(request=None, responses=None)
     def post(self, request: Request, checkpoint_id: int) -> Response:
@@ -319,7 +320,8 @@ class CheckpointCompleteView(AgentView):
             parts.append((_int(part, "number", minimum=1, maximum=10_000), etag))
         if ckpt.deleted_at is not None and not ckpt.stored_path:
             return Response({"stored": False, "deleted": True})
-        return Response({"stored": checkpoint_upload_complete(checkpoint=ckpt, upload_id=upload_id, parts=parts)})
+        stored = checkpoint_upload_complete(checkpoint=ckpt, upload_id=upload_id, parts=parts)
+        return Response({"stored": True} if stored else {"stored": False, "checking": True})
 
 
 class CheckpointDownloadLinkView(AgentView):

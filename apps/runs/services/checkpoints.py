@@ -2,17 +2,30 @@
 of size and sha256 before a checkpoint counts as stored, download links, and removal.
 
 A checkpoint is stored once `stored_path` (its key in the store) is set, and only after the
-server itself read the object back and found the size and sha256 the agent reported.
+server itself read the object back and found the size and sha256 the agent reported. For a
+direct upload that reading is a worker's (runs.checkpoint_verify), never a web request's: the
+web checks only the size (a HEAD) and answers at once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+from datetime import timedelta
 from typing import IO
 
+from celery import signature
+from django.db import transaction
+from django.utils import timezone
+
 from apps.core.errors import FieldError
+from apps.core.queueing import enqueue
 from apps.core.storage import ObjectMissing, UploadPlan, object_digest, store
 from apps.runs.models import Checkpoint
+
+log = logging.getLogger(__name__)
+# By name: apps.runs.tasks imports this module.
+VERIFY_TASK = "runs.checkpoint_verify"
 
 
 def checkpoint_key(*, checkpoint: Checkpoint) -> str:
@@ -27,14 +40,46 @@ def checkpoint_upload_plan(*, checkpoint: Checkpoint) -> UploadPlan | None:
 
 
 def checkpoint_upload_complete(*, checkpoint: Checkpoint, upload_id: str, parts: list[tuple[int, str]]) -> bool:
-    """The agent finished its upload: assemble the parts, check size and sha256 against the
-    report, and record the checkpoint as stored. A mismatch deletes the object (a 400)."""
+    """The agent finished its upload: assemble the parts and check the size now (a missing or
+    short object is a 400, and is deleted); the sha256 is a worker's to check. True once stored."""
     if checkpoint.stored_path:
         return True  # a replay of the same confirmation
     key = checkpoint_key(checkpoint=checkpoint)
     objects = store()
     objects.complete(key, upload_id, parts)
-    return _verify_and_record(checkpoint=checkpoint, key=key)
+    size = objects.size(key)
+    if size != checkpoint.size:
+        objects.delete(key)
+        raise FieldError("upload", f"expected {checkpoint.size} bytes in the store; found {size if size is not None else 'none'}")
+    Checkpoint.objects.filter(pk=checkpoint.pk, stored_path="").update(uploaded_at=timezone.now())
+    transaction.on_commit(lambda: enqueue(signature(VERIFY_TASK), args=[checkpoint.pk], what=f"checkpoint {checkpoint.pk} check"))
+    return False
+
+
+def checkpoint_verify(*, checkpoint_id: int) -> bool:
+    """Read an uploaded checkpoint back: the reported size and sha256 make it stored; anything
+    else deletes the object (the agent's copy may be uploaded again). Idempotent."""
+    checkpoint = Checkpoint.objects.filter(pk=checkpoint_id, uploaded_at__isnull=False).first()
+    if checkpoint is None or checkpoint.stored_path:
+        return bool(checkpoint and checkpoint.stored_path)
+    key = checkpoint_key(checkpoint=checkpoint)
+    try:
+        size, sha = object_digest(key=key, limit=checkpoint.size)
+    except ObjectMissing:
+        size, sha = 0, ""
+    if size != checkpoint.size or sha != checkpoint.sha256:
+        log.warning("checkpoint %d of run %d: the store holds %d bytes with sha256 %s, not the %d bytes with %s reported; "
+                    "deleted", checkpoint.pk, checkpoint.run_id, size, sha or "-", checkpoint.size, checkpoint.sha256)
+        store().delete(key)
+        Checkpoint.objects.filter(pk=checkpoint.pk, stored_path="").update(uploaded_at=None)
+        return False
+    return _record(checkpoint=checkpoint, key=key)
+
+
+def checkpoints_verify_pending(*, older_than: timedelta) -> int:
+    """The beat's counterpart of the queued checks (a broker outage drops a message, never a check)."""
+    due = Checkpoint.objects.filter(uploaded_at__lt=timezone.now() - older_than, stored_path="", deleted_at__isnull=True)
+    return sum(checkpoint_verify(checkpoint_id=pk) for pk in due.values_list("pk", flat=True)[:100])
 
 
 def checkpoint_store_stream(*, checkpoint: Checkpoint, stream: IO[bytes]) -> bool:
@@ -48,22 +93,6 @@ def checkpoint_store_stream(*, checkpoint: Checkpoint, stream: IO[bytes]) -> boo
         store().delete(key)
         raise FieldError("body", f"expected {checkpoint.size} bytes with sha256 {checkpoint.sha256}; "
                                  f"got {reader.size} bytes with another digest")
-    return _record(checkpoint=checkpoint, key=key)
-
-
-def _verify_and_record(*, checkpoint: Checkpoint, key: str) -> bool:
-    objects = store()
-    size = objects.size(key)
-    if size != checkpoint.size:
-        objects.delete(key)
-        raise FieldError("upload", f"expected {checkpoint.size} bytes in the store; found {size if size is not None else 'none'}")
-    try:
-        size, sha = object_digest(key=key, limit=checkpoint.size)
-    except ObjectMissing as err:
-        raise FieldError("upload", "the object vanished while it was checked") from err
-    if size != checkpoint.size or sha != checkpoint.sha256:
-        objects.delete(key)
-        raise FieldError("upload", f"expected sha256 {checkpoint.sha256}; the stored bytes have {sha}")
     return _record(checkpoint=checkpoint, key=key)
 
 
