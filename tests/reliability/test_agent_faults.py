@@ -48,7 +48,9 @@ def stack(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> It
 
 def test_agent_silent_briefly_then_past_the_timeout(stack: LiveStack, tmp_path: Path) -> None:
     agent = start_agent(stack, "node-a")
-    steps = 240
+    # Long enough (30 s) to outlive both silences: a node is lost a timeout plus up to a sweep and
+    # a web pulse after its last heartbeat (README "When is a node lost?").
+    steps = 600
     run = submit(stack, job_file(tmp_path), steps=steps, delay=0.05, every=20)
     wait_status(stack, run, {"running"}, 60)
     pid1 = job_pid(stack, "node-a", run, 1)
@@ -87,7 +89,7 @@ def test_partitioned_agent_is_fenced_and_its_attempt_killed(stack: LiveStack, tm
         # node-a reaches the server only through the proxy; node-b directly.
         start_agent(stack, "node-a", extra=["--server", proxy.url])
         stack.wait_for(lambda: stack.query("SELECT count(*) FROM nodes_node WHERE state='ready'")[0][0] == 1, 30, "node-a")
-        steps = 300
+        steps = 700  # 35 s: it must outlive the partition's detection, the retry backoff and the new placement
         markers = tmp_path / "markers"
         markers.mkdir()
         run = submit(stack, job_file(tmp_path), steps=steps, delay=0.05, every=20, marker=markers)
