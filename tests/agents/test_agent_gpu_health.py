@@ -17,7 +17,7 @@ from tests.agents.fakenvml import POWER_MW, make
 from tests.agents.helpers import start_agent, wait_status, write
 from tests.fixtures.live import LiveStack
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 # Each process of the job appends "start end rank visible-GPUs" to the file named on its command line.
 JOB = """

@@ -35,7 +35,8 @@ from tests.agents.helpers import join_token, run_row, submit, wait_status
 from tests.fixtures.live import PYTHON, LiveStack
 from tests.reliability.helpers import make_stack
 
-pytestmark = [pytest.mark.live, pytest.mark.skipif(os.geteuid() != 0, reason="per-job users need the agent to run as root")]
+pytestmark = [pytest.mark.live, pytest.mark.process,
+              pytest.mark.skipif(os.geteuid() != 0, reason="per-job users need the agent to run as root")]
 
 NAME = "TY_PROBE"
 

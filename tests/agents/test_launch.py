@@ -19,7 +19,7 @@ from tests.agents.test_runner import FakeShipper, run_until_exit, spec, write
 
 parts = test_runner.parts  # the runner, monitor and recording shipper, as a fixture
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 PRINT_ENV = ("import json, os\nkeys = ['RANK', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'WORLD_SIZE', 'GROUP_RANK', 'MASTER_ADDR', "
              "'MASTER_PORT', 'CUDA_VISIBLE_DEVICES']\nprint(json.dumps({k: os.environ.get(k) for k in keys}))\n")

@@ -389,6 +389,7 @@ def stack(live_stack: LiveStack) -> LiveStack:
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_an_8mb_flood_finishes_and_keeps_its_head_and_tail(stack: LiveStack, tmp_path: Path) -> None:
     run, exit_after = _finish_flood(stack, tmp_path, 80_000, 100, 60)
     assert exit_after < 5, f"the exit arrived {exit_after:.1f} s after the job ended"
@@ -439,6 +440,7 @@ def test_cancel_during_a_flood_and_the_node_takes_the_next_run(stack: LiveStack,
 
 @pytest.mark.live
 @pytest.mark.slow
+@pytest.mark.process
 def test_a_200mb_flood_finishes_and_keeps_its_head_and_tail(stack: LiveStack, tmp_path: Path) -> None:
     run, exit_after = _finish_flood(stack, tmp_path, 200_000, 1000, 120)
     assert exit_after < 10, f"the exit arrived {exit_after:.1f} s after the job ended"

@@ -18,7 +18,7 @@ from agents.devices import Nvml
 from agents.monitor import Monitor
 from agents.runner import Runner, checkpoints_forget_lost, resumable_step
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 BURN_THEN_EXIT = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
 IGNORE_TERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n"

@@ -23,7 +23,7 @@ import pytest
 from tests.agents.helpers import kill9, requeue_reasons, start_agent, submit, wait_status, write
 from tests.fixtures.live import LiveStack
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.process]
 LONG_OUTAGE_S = float(os.environ.get("TRAINYARD_TEST_LONG_OUTAGE_S", "80"))
 
 JOB = """

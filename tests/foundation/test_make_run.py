@@ -150,6 +150,7 @@ def _kill_and_see_it_back(out: _Output, name: str, says: str) -> int:
     return new
 
 
+@pytest.mark.process
 def test_a_crashed_component_is_restarted_and_the_stack_keeps_working(tmp_path: Path) -> None:
     """kill -9 the agent (while it trains a run), the worker and Redis: each comes back, the web
     answers throughout, the run resumes from its checkpoint, a new run succeeds; Ctrl-C still
