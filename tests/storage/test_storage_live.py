@@ -168,6 +168,7 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98]
 
 
+@pytest.mark.process  # the web's latency under an upload; the same on either database, so measured once
 def test_web_p99_during_a_200mb_checkpoint_upload(two_webs: tuple[LiveStack, str], tmp_path: Path) -> None:
     stack, _ = two_webs
     stack.start_worker()
