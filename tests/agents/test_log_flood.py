@@ -7,7 +7,6 @@ upload hold back other reports. Unit tests for the parts; live tests with real p
 
 from __future__ import annotations
 
-import http.cookiejar
 import json
 import logging
 import re
@@ -328,17 +327,6 @@ while True:
 """
 
 
-def _session(stack: LiveStack, username: str) -> urllib.request.OpenerDirector:
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    page = opener.open(stack.url + "/login/", timeout=30).read().decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
-    assert token is not None
-    form = {"username": username, "password": "trainyard-demo", "csrfmiddlewaretoken": token.group(1)}
-    opener.open(urllib.request.Request(stack.url + "/login/", data=urllib.parse.urlencode(form).encode(),
-                                       headers={"Referer": stack.url + "/login/"}), timeout=30).read()
-    return opener
-
 
 def _logs(stack: LiveStack, run: int, token: str) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
@@ -375,7 +363,7 @@ def _assert_kept_with_a_note(stack: LiveStack, run: int, lines: int, width: int)
     assert f"{(last - first + 1) * width / 1e6:.1f} MB of output dropped from rank 0 stdout" in note
     assert len(out) < 2_200_000
     # The run page says so above the log (whose start a long log scrolls away).
-    page = _session(stack, "alice").open(f"{stack.url}/runs/{run}/", timeout=30).read().decode()
+    page = stack.browser("alice").open(f"{stack.url}/runs/{run}/", timeout=30).read().decode()
     notes = re.search(r'<div id="log-notes" class="log-notes">(.*?)</div>', page, re.S)
     assert notes is not None and f"lines {first:,}-{last:,}" in notes.group(1), page[-3000:]
     return chunks

@@ -14,8 +14,6 @@ and the logs and lineage as shipped. The plaintext appears in none of them; the 
 from __future__ import annotations
 
 import hashlib
-import http.cookiejar
-import re
 import secrets
 import urllib.error
 import urllib.parse
@@ -53,17 +51,6 @@ template_create(slug="secret-probe", publish=True, title="Secret probe", kind="t
                 checkpoint_policy={{}}, max_restarts=0, environment={{"secrets": ["{name}"]}})
 """
 
-
-def _session(stack: LiveStack, username: str) -> urllib.request.OpenerDirector:
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    page = opener.open(stack.url + "/login/", timeout=30).read().decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
-    assert token is not None
-    form = {"username": username, "password": "trainyard-demo", "csrfmiddlewaretoken": token.group(1)}
-    opener.open(urllib.request.Request(stack.url + "/login/", data=urllib.parse.urlencode(form).encode(),
-                                       headers={"Referer": stack.url + "/login/"}), timeout=30).read()
-    return opener
 
 
 def _fetch(opener: urllib.request.OpenerDirector, url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -138,7 +125,7 @@ def test_secret_reaches_the_job_and_nowhere_else(tmp_path: Path, redis_url: str,
         assert fetched >= 20, "most of the API answered: the grep above is not vacuous"
         # The HTML pages: run, its logs, the project, its secrets page, lists and the audit log.
         for username in ("alice", "admin"):
-            browser = _session(stack, username)
+            browser = stack.browser(username)
             for page in [f"/runs/{run_id}/", f"/runs/{run_id}/logs/", "/runs/", f"/projects/{pid}/", f"/projects/{pid}/secrets/",
                          "/projects/", f"/compare/?runs={run_id}", "/audit/", "/nodes/", "/budgets/", "/"]:
                 code, body = _fetch(browser, stack.url + page)
