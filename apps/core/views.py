@@ -1,20 +1,7 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
-
-from apps.tenants.selectors import team_list, user_is_finance
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    # Someone in the finance role and in no team would land on an empty Projects page telling
-    # them to ask for a team: their work is the finance console, so home points there.
-    if user_is_finance(user=request.user) and not team_list(user=request.user).exists():
-        return render(request, "core/home_finance.html")
-    return redirect("project-list")
+from django.http import HttpRequest, JsonResponse
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.webhooks",
     "apps.vault",
+    "apps.setup",
 ]
 
 MIDDLEWARE = [
@@ -79,7 +80,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "apps.core.context_processors.navigation",
+                "apps.tenants.context_processors.navigation",
             ],
         },
     },

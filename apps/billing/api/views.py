@@ -26,9 +26,9 @@ from apps.billing.api.serializers import (
 from apps.billing.models import Budget, Quota, UsageEntry
 from apps.billing.views import FILTER_KEYS, ledger_csv_response
 from apps.core.api.listing import POLLING_LIST_BACKENDS
-from apps.core.api.scoped import ScopedMixin, UnscopedAPIMixin
 from apps.core.errors import FieldError, ServiceError
 from apps.nodes.models import NodePool
+from apps.tenants.api.scoped import ScopedMixin, UnscopedAPIMixin
 from apps.tenants.models import Project, Team
 from apps.tenants.selectors import user_is_finance
 

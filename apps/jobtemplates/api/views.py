@@ -9,11 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core.api.listing import LIST_BACKENDS
-from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
 from apps.core.text import is_id
 from apps.jobtemplates.api.serializers import JobTemplateSerializer
 from apps.jobtemplates.selectors import template_get, template_list
+from apps.tenants.api.scoped import UnscopedAPIMixin
 
 
 class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]

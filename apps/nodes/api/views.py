@@ -14,12 +14,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.api.listing import ordering_apply, ordering_parameter
-from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
 from apps.nodes.api.serializers import NodeDrainSerializer, NodePageSerializer, NodeStateSerializer
 from apps.nodes.models import Node, NodePool, NodeState
 from apps.nodes.selectors import node_rows, pool_summaries
 from apps.nodes.services import node_drain, node_undrain
+from apps.tenants.api.scoped import UnscopedAPIMixin
 
 NODE_ORDERING = {"hostname": "hostname", "last_heartbeat_at": "last_heartbeat_at", "pool": "pool__name", "state": "state",
                  "registered_at": "registered_at", "id": "id"}

@@ -13,7 +13,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
-from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError, Forbidden, NotFound
 from apps.core.storage import ObjectMissing
 from apps.core.text import is_id
@@ -36,6 +35,7 @@ from apps.runs.services.snapshots import snapshot_create, snapshot_download_url,
 from apps.runs.services.submission import TAG_KEY_RE, Submission, submission_from_data
 from apps.runs.services.submit import run_submit
 from apps.runs.services.sweep import sweep_trial_count
+from apps.tenants.api.scoped import ScopedMixin
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
 

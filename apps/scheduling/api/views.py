@@ -14,7 +14,6 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
-from apps.core.api.scoped import UnscopedAPIMixin
 from apps.core.errors import FieldError
 from apps.nodes.models import NodePool
 from apps.runs.api.serializers import RunCreateSerializer
@@ -22,6 +21,7 @@ from apps.runs.api.views import submission_from_request
 from apps.scheduling.api.serializers import ForecastSerializer, QueueSerializer
 from apps.scheduling.forecast import Forecast, forecast_for_submission
 from apps.scheduling.selectors import NO_ESTIMATE, queue_list, scheduler_status
+from apps.tenants.api.scoped import UnscopedAPIMixin
 
 POOL_MAX = 63
 

@@ -9,9 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core.api.listing import LIST_BACKENDS
-from apps.core.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.core.errors import FieldError, Forbidden
 from apps.tenants import services
+from apps.tenants.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.tenants.api.serializers import (
     ProjectCreateSerializer,
     ProjectSerializer,

@@ -14,13 +14,13 @@ from rest_framework.response import Response
 
 from apps.billing.costmodel import money
 from apps.core.api.listing import ordering_apply, ordering_parameter
-from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import FieldError
 from apps.core.storage import ObjectMissing, store
 from apps.nodes.auth import AgentAPIView
 from apps.runs.models import Attempt, Checkpoint, Run
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services.checkpoints import checkpoint_download_url, checkpoint_open
+from apps.tenants.api.scoped import ScopedMixin
 from apps.tracking import environment_selectors, selectors
 from apps.tracking.api.serializers import (
     CheckpointPageSerializer,

@@ -13,8 +13,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.core.api.scoped import ScopedMixin
 from apps.core.errors import NotFound
+from apps.tenants.api.scoped import ScopedMixin
 from apps.tenants.models import Project
 from apps.vault import selectors, services
 from apps.vault.api.serializers import SecretSerializer, SecretWriteSerializer

@@ -13,9 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
-from apps.core.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.core.errors import FieldError, Forbidden
 from apps.core.text import is_id
+from apps.tenants.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_by_ref, project_ref_problem
 from apps.webhooks import services
