@@ -155,7 +155,7 @@ class _Blocker:
     reserved_start: float | None
 
 
-Shape = tuple[int, int]  # (nodes, devices per node) of a gang
+Shape = tuple[int, int, int, float]  # (nodes, devices, memory, CPU cores per node) of a gang: `QueuedJob.shape`
 
 
 @dataclass(slots=True)
@@ -256,7 +256,8 @@ class _PoolPass:
         limits = limits_by_team(self.quotas, self.pool, capacity)
         fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
         if not explain and lowest_victim is None and not any(
-            cap.find(k, d, now + r) is not None and self._clears_headroom(cap, k * d, r) for (k, d), r in shortest.items()
+            cap.find(k, d, now + r, memory=m, cpus=c) is not None and self._clears_headroom(cap, k * d, r)
+            for (k, d, m, c), r in shortest.items()
         ):
             return None
 
@@ -305,7 +306,7 @@ class _PoolPass:
             for j in self.queued:
                 if j.blocked_reason is not None:
                     continue
-                shape = (j.nodes, j.devices_per_node)
+                shape = j.shape
                 if j.predicted_runtime < shortest.get(shape, INF):
                     shortest[shape] = j.predicted_runtime
                 klass: int = j.priority_class
@@ -348,7 +349,7 @@ class _PoolPass:
             avoid = walk.cap.avoidable(job.avoid_nodes, job.nodes, job.devices_per_node) if job.avoid_nodes else frozenset()
             end = now + max(job.predicted_runtime, 0.0)
             # (A shape that did not fit by an earlier end cannot fit now: see `_place`.)
-            if end < walk.failed_end.get((job.nodes, job.devices_per_node), INF) and self._place(walk, job, position, avoid, end):
+            if end < walk.failed_end.get(job.shape, INF) and self._place(walk, job, position, avoid, end):
                 continue
             if lowest is not None and self._preempt_for(walk, job, klass, mine, lowest, position):
                 continue
@@ -374,13 +375,13 @@ class _PoolPass:
             code = WaitCode.RETRY_BACKOFF if job.blocked_reason == RETRY_BACKOFF else WaitCode.BUDGET
             self._entry(job, position, code, job.blocked_message or job.blocked_reason)
             return False
-        shape = (job.nodes, job.devices_per_node)
+        shape = job.shape
         fits_hardware = walk.hardware.get(shape)
         if fits_hardware is None:
             fits_hardware = walk.hardware[shape] = (
                 job.nodes >= 1
                 and job.devices_per_node >= 1
-                and walk.cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes
+                and walk.cap.ready_nodes_with_total(job.devices_per_node, shape[2], shape[3]) >= job.nodes
             )
         if not fits_hardware:
             self._no_hardware(job, position, walk.cap)
@@ -401,16 +402,19 @@ class _PoolPass:
     def _place(self, walk: _Walk, job: QueuedJob, position: int, avoid: frozenset[int], end: float) -> bool:
         """Start the job now, to end at `end`, if it fits; True when that settled its turn (started,
         or kept off the headroom)."""
-        shape = (job.nodes, job.devices_per_node)
+        shape = job.shape
+        _, _, memory, cpus = shape
         cap = walk.cap
-        chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid)
+        chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid, memory=memory, cpus=cpus)
         if chosen is None:
             # Capacity only shrinks and reservations only tighten during a pass, so any later
             # job of this shape that runs at least as long cannot fit either (unless this one
             # was kept off some nodes).
             if not avoid:
                 walk.failed_end[shape] = end
-            if not self.explain and cap.find(job.nodes, job.devices_per_node, self.now + walk.shortest[shape]) is None:
+            if not self.explain and cap.find(
+                job.nodes, job.devices_per_node, self.now + walk.shortest[shape], memory=memory, cpus=cpus
+            ) is None:
                 walk.live.discard(shape)
                 walk.live_short.discard(shape)
             return False
@@ -427,7 +431,7 @@ class _PoolPass:
                     "finish soon; this one is expected to run longer.",
                 )
             return True
-        cap.take(chosen, job.devices_per_node, end)
+        cap.take(chosen, job.devices_per_node, end, memory, cpus)
         walk.held[job.team] = walk.held.get(job.team, 0) + job.devices
         alloc = tuple((cap.ids[i], job.devices_per_node) for i in chosen)
         self.placements.append(Placement(job.id, self.pool, alloc))
@@ -453,7 +457,11 @@ class _PoolPass:
         if not policy.backfill:
             # The first blocked job stops the line; its reservation only feeds the message.
             walk.stop_all = True
-        start = walk.cap.reserve(job.nodes, job.devices_per_node, self.now, avoid) if policy.backfill or self.explain else None
+        _, _, memory, cpus = job.shape
+        start = (
+            walk.cap.reserve(job.nodes, job.devices_per_node, self.now, avoid, memory, cpus)
+            if policy.backfill or self.explain else None
+        )
         walk.blockers.append(_Blocker(job, PriorityClass(klass), start))
         if self.explain:
             self._head(job, position, start, walk.cap)
@@ -465,7 +473,7 @@ class _PoolPass:
         reclaiming = self.policy.reclaim_borrowed and walk.held.get(job.team, 0) + job.devices <= walk.guarantees.get(job.team, 0)
         # Victims only get scarcer during a pass: once a shape found none for a class, later
         # jobs of that shape and no higher class find none either.
-        memo = ((job.nodes, job.devices_per_node), job.team if reclaiming else "")
+        memo = (job.shape, job.team if reclaiming else "")
         if not ((reclaiming or mine > lowest) and mine > walk.preempt_failed.get(memo, -INF)):
             return False
         if self._try_preempt(walk, job, PriorityClass(klass), mine, reclaiming, position):
@@ -499,7 +507,8 @@ class _PoolPass:
         )
         if plan is None:
             return False
-        cap.hold(plan.nodes, job.devices_per_node, now)
+        _, _, memory, cpus = job.shape
+        cap.hold(plan.nodes, job.devices_per_node, now, memory, cpus)
         held_ids = {cap.ids[i] for i in plan.nodes}
         for run in self.running:
             if run.stopping and any(node_id in held_ids for node_id, _ in run.allocation):
@@ -576,6 +585,8 @@ class _PoolPass:
                 f"No ready node in pool {self.pool} has {plural(job.devices_per_node, 'device')} "
                 f"(the largest has {largest})."
             )
+        elif cap.ready_nodes_with_total(job.devices_per_node) >= job.nodes:
+            msg = self._too_big(job, cap)
         else:
             have = cap.ready_nodes_with_total(job.devices_per_node)
             msg = (
@@ -584,11 +595,52 @@ class _PoolPass:
             )
         self._entry(job, position, WaitCode.NO_HARDWARE, msg)
 
+    def _too_big(self, job: QueuedJob, cap: PoolCapacity) -> str:
+        """Why a job whose devices some nodes have still fits on none: their memory or CPU cores."""
+        _, d, memory, cpus = job.shape
+        have = [i for i, t in enumerate(cap.total) if cap.ready[i] and t >= d]
+        if memory and cap.ready_nodes_with_total(d, memory) < job.nodes:
+            need, what, most = _gib(memory) + " of memory", "memory", _gib(max(cap.mem_total[i] for i in have))
+        else:
+            need, what, most = _plural_cores(cpus), "CPU cores", _cores(max(cap.cpu_total[i] for i in have))
+        if job.nodes == 1:
+            return (
+                f"No ready node in pool {self.pool} has {need} for {plural(d, 'device')} "
+                f"(the most {what} of any such node is {most})."
+            )
+        count = cap.ready_nodes_with_total(d, memory, cpus)
+        return (
+            f"The job needs {job.nodes} nodes with {plural(d, 'device')} and {need} each; pool {self.pool} "
+            f"has {plural(count, 'such ready node')}."
+        )
+
+    def _short_of(self, job: QueuedJob, cap: PoolCapacity) -> tuple[WaitCode, str] | None:
+        """Memory or CPU cores, when they, not devices, keep the job from starting now."""
+        nodes, d, memory, cpus = job.shape
+        if not (memory or cpus) or cap.find(nodes, d, INF, honour_reservations=False) is None:
+            return None
+        if cap.find(nodes, d, INF, honour_reservations=False, memory=memory) is None:
+            code, what, need = WaitCode.MEMORY, "memory", f"{_gib(memory)} of memory"
+            free = _gib(cap.most_free_beside(d)[0])
+        elif cap.find(nodes, d, INF, honour_reservations=False, memory=memory, cpus=cpus) is None:
+            code, what, need = WaitCode.CPUS, "CPU cores", _plural_cores(cpus)
+            free = _cores(cap.most_free_beside(d)[1])
+        else:
+            return None
+        where = "a node" if nodes == 1 else f"each of {nodes} nodes"
+        return code, (
+            f"Waiting for {what}: devices are free, but it needs {need} on {where} with "
+            f"{plural(d, 'free device')}; the most free on such a node now is {free}."
+        )
+
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
         when = "" if start is None else f" Reserved to start at about {_fmt_clock(start, self.now)}."
         if demoted(job, self.policy):
             when += f" It has run for {hours_minutes(job.attained_s)} in all and resumes from its latest checkpoint."
-        if job.nodes > 1:
+        short = self._short_of(job, cap)
+        if short is not None:
+            self._entry(job, position, short[0], short[1] + when, start)
+        elif job.nodes > 1:
             ready = cap.count_free_at_least(job.devices_per_node)
             msg = (
                 f"Waiting for {job.nodes} nodes with {job.devices_per_node} free devices at once; "
@@ -612,12 +664,17 @@ class _PoolPass:
             return
         first = blockers[0] if blockers else None
         ahead = first.job.id if first is not None else "earlier jobs"
-        if cap is not None and cap.find(job.nodes, job.devices_per_node, INF, honour_reservations=False):
+        _, _, memory, cpus = job.shape
+        if cap is not None and cap.find(job.nodes, job.devices_per_node, INF, honour_reservations=False, memory=memory, cpus=cpus):
             msg = (
                 "Devices are free, but by its predicted runtime this job would delay the reserved "
                 f"start of job {ahead}."
             )
             self._entry(job, position, WaitCode.BACKFILL_TOO_LONG, msg)
+            return
+        short = self._short_of(job, cap) if cap is not None else None
+        if short is not None:
+            self._entry(job, position, short[0], short[1])
             return
         if demoted(job, self.policy):
             msg = (
@@ -643,14 +700,14 @@ class _PoolPass:
         self._entry(job, position, WaitCode.IN_LINE, msg)
 
     def _fragmentation(
-        self, cap: PoolCapacity, ordered: Sequence[QueuedJob], hardware: dict[tuple[int, int], bool]
+        self, cap: PoolCapacity, ordered: Sequence[QueuedJob], hardware: dict[Shape, bool]
     ) -> Fragmentation:
         placed = {p.job_id for p in self.placements}
         waiting_shapes = sorted(
             {
                 (j.nodes, j.devices_per_node)
                 for j in ordered
-                if j.id not in placed and j.blocked_reason is None and hardware.get((j.nodes, j.devices_per_node))
+                if j.id not in placed and j.blocked_reason is None and hardware.get(j.shape)
             }
         )
         free_total = cap.free_sum
@@ -669,6 +726,19 @@ class _PoolPass:
             whole_free_nodes=cap.whole_free_nodes(),
             largest_free_block=cap.max_free(),
         )
+
+
+def _gib(memory: float) -> str:
+    """Bytes as GiB for a reason ("6 GiB", "1.5 GiB")."""
+    return f"{max(0.0, memory) / 2**30:.4g} GiB"
+
+
+def _cores(cpus: float) -> str:
+    return f"{max(0.0, cpus):.4g}"
+
+
+def _plural_cores(cpus: float) -> str:
+    return f"{_cores(cpus)} CPU core" + ("" if cpus == 1 else "s")
 
 
 def _preempting_message(victims: Sequence[RunningJob], klass: PriorityClass) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
+from apps.scheduling.placement import INF
 from apps.scheduling.policies import OrderKey, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
@@ -323,7 +324,7 @@ class _Replay:
         return ClusterState(
             now=self.now,
             nodes=tuple(
-                n if n.free_devices == free[n.id] else Node(n.id, n.pool, n.total_devices, free[n.id], n.state)
+                n if n.free_devices == free[n.id] else replace(n, free_devices=free[n.id])
                 for n in self.nodes.values()
             ),
             running=tuple(self.running.values()),
@@ -350,6 +351,8 @@ class _Replay:
             predicted_end=end,
             preemptible=job.preemptible,
             attained_s=job.attained_s,
+            memory_per_device=job.memory_per_device,
+            cpus_per_device=job.cpus_per_device,
         )
         heapq.heappush(self.ends, (end, job.id))
         for node_id, count in placement.allocation:
@@ -517,24 +520,26 @@ def _release(free: dict[str, int], nodes: dict[str, Node], run: RunningJob) -> N
 
 def unestimated(state: ClusterState) -> frozenset[str]:
     """Queued jobs that get no estimated start: held for budget, or shaped so that no set of
-    their pool's ready nodes could ever hold them (too few nodes with enough devices, or none
+    their pool's ready nodes could ever hold them (too few nodes with enough devices, memory and
+    CPU cores, or none
     ready, as `core` finds them: `WaitCode.NO_HARDWARE`). No replay would ever start them, and a
     guess of when money or hardware arrives is no estimate."""
-    sizes: dict[str, list[int]] = defaultdict(list)
+    sizes: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
     for node in state.nodes:
         if node.state == NodeState.READY:
-            sizes[node.pool].append(node.total_devices)
-    fits: dict[tuple[str, int, int], bool] = {}
+            sizes[node.pool].append((node.total_devices, node.memory_bytes or INF, node.cpus or INF))
+    fits: dict[tuple[str, int, int, int, float], bool] = {}
     out: set[str] = set()
     for job in state.queued:
         if job.blocked_reason is not None and job.blocked_reason != RETRY_BACKOFF:
             out.add(job.id)
             continue
-        shape = (job.pool, job.nodes, job.devices_per_node)
+        nodes, devices, memory, cpus = job.shape
+        shape = (job.pool, nodes, devices, memory, cpus)
         ok = fits.get(shape)
         if ok is None:
-            ok = fits[shape] = (job.nodes >= 1 and job.devices_per_node >= 1
-                                and sum(1 for t in sizes.get(job.pool, ()) if t >= job.devices_per_node) >= job.nodes)
+            ok = fits[shape] = (nodes >= 1 and devices >= 1 and sum(
+                1 for t, m, c in sizes.get(job.pool, ()) if t >= devices and m >= memory and c >= cpus) >= nodes)
         if not ok:
             out.add(job.id)
     return frozenset(out)

@@ -81,6 +81,9 @@ class WaitCode(StrEnum):
     DEMOTED = "ran_longer_than_others"
     # Requeued after an infrastructure failure: it waits out its backoff before it is placed.
     RETRY_BACKOFF = "retrying_after_failure"
+    # Enough devices are free, but no node with them has the memory (or CPU cores) it asks for.
+    MEMORY = "waiting_for_memory"
+    CPUS = "waiting_for_cpus"
 
 
 # Waits with no estimated start anywhere (API, queue page, CLI, forecast): what ends them is not
@@ -95,6 +98,10 @@ class Node:
     total_devices: int
     free_devices: int
     state: NodeState = NodeState.READY
+    # Memory and CPU cores the node offers jobs; 0: not known, so not a limit. What is free is the
+    # total less what the runs on the node ask for (`PoolCapacity`).
+    memory_bytes: int = 0
+    cpus: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +134,9 @@ class RunningJob:
     # For a caller that knows how often a run checkpoints rather than when it last did (the
     # trace simulator): a checkpoint every this many seconds of the attempt.
     checkpoint_every_s: float | None = None
+    # What it holds per device of its allocation besides the device (0: nothing asked).
+    memory_per_device: int = 0
+    cpus_per_device: float = 0.0
     # Derived once: passes read it for every run, many times.
     devices: int = field(init=False, repr=False, compare=False)
 
@@ -178,10 +188,19 @@ class QueuedJob:
     attained_s: float = 0.0
     # Nodes suspected of an infrastructure failure of this run: not used while others can host it.
     avoid_nodes: frozenset[str] = frozenset()
+    # Memory (bytes) and CPU cores it asks per device, on top of the device; 0: no such request.
+    memory_per_device: int = 0
+    cpus_per_device: float = 0.0
     devices: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", self.nodes * self.devices_per_node)
+
+    @property
+    def shape(self) -> tuple[int, int, int, float]:
+        """(nodes, devices, memory, CPU cores per node): jobs of one shape fit the same places."""
+        d = self.devices_per_node
+        return (self.nodes, d, self.memory_per_device * d, self.cpus_per_device * d)
 
 
 @dataclass(frozen=True, slots=True)
