@@ -146,7 +146,7 @@ class Client:
 
         def attempt() -> str:
             fh.seek(offset)
-            req = urllib.request.Request(full, data=_Slice(fh, size), method="PUT",  # type: ignore[arg-type]
+            req = urllib.request.Request(full, data=_Slice(fh, size), method="PUT",
                                          headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"})
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 resp.read()

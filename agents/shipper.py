@@ -157,7 +157,7 @@ class Tail:
             data = json.loads(self.state_path.read_text())
             self.offsets, self.log_seq = data["offsets"], data["log_seq"]
             self.last_step, self.total_steps = data.get("last_step"), data.get("total_steps")
-            self.progress_sent = tuple(data.get("progress_sent") or (None, None))  # type: ignore[assignment]
+            self.progress_sent = tuple(data.get("progress_sent") or (None, None))
             self.logs = {k: LogCap.from_json(v) for k, v in (data.get("logs") or {}).items()}
             for key, offset in self.offsets.items():
                 if key.startswith("rank") and key not in self.logs:  # state written before logs were capped

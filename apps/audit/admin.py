@@ -9,7 +9,7 @@ from apps.audit.models import AuditEvent
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AuditEventAdmin(admin.ModelAdmin):
     list_display = ["at", "actor_label", "action", "object_type", "object_id", "ip"]
     list_filter = ["action", "object_type"]
     search_fields = ["object_id", "actor_label", "object_repr"]

@@ -9,7 +9,7 @@ from apps.billing.models import Budget, BudgetAlert, PoolPrice, Quota, TeamWebho
 
 
 @admin.register(UsageEntry)
-class UsageEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class UsageEntryAdmin(admin.ModelAdmin):
     """Read-only: the ledger is append-only; corrections are new entries made by services."""
 
     list_display = ["id", "kind", "period_start", "period_end", "team", "project", "pool", "run_id", "attempt_id", "cost", "outcome"]
@@ -26,7 +26,7 @@ class UsageEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(PoolPrice)
-class PoolPriceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class PoolPriceAdmin(admin.ModelAdmin):
     list_display = ["pool", "price_per_device_hour", "effective_from"]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -54,7 +54,7 @@ class PortalNotFoundMiddleware:
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, Http404) and settings.DEBUG:
-            return handler404(request, exception)  # type: ignore[no-any-return]
+            return handler404(request, exception)
         return None
 
 

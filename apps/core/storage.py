@@ -180,7 +180,7 @@ class S3Store:
         from botocore.exceptions import ClientError
 
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]  # type: ignore[no-any-return]
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 raise ObjectMissing(key) from err

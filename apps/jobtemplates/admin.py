@@ -15,7 +15,7 @@ from apps.jobtemplates.services import EDITABLE_FIELDS, template_create, templat
 
 
 @admin.register(JobTemplate)
-class JobTemplateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobTemplateAdmin(admin.ModelAdmin):
     list_display = ["slug", "version", "title", "kind", "published", "published_at"]
     list_filter = ["kind", "published"]
     search_fields = ["slug", "title"]

@@ -31,7 +31,7 @@ def _act(request: HttpRequest) -> AbstractContextManager[None]:
 
 
 @admin.register(NodePool)
-class NodePoolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class NodePoolAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "price_per_device_hour", "carbon_g_per_kwh", "node_count", "created_at"]
     search_fields = ["name", "description"]
 
@@ -51,7 +51,7 @@ class NodePoolAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             services.pool_save(pool=obj)
 
 
-class DeviceInline(admin.TabularInline):  # type: ignore[type-arg]
+class DeviceInline(admin.TabularInline):
     model = Device
     extra = 0
     can_delete = False
@@ -63,7 +63,7 @@ class DeviceInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class NodeAdmin(admin.ModelAdmin):
     """What the agents reported; state changes only through the drain / undrain actions."""
 
     list_display = ["hostname", "pool", "state", "address", "last_heartbeat_at", "drain_deadline", "agent_version", "session"]
@@ -117,7 +117,7 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DeviceAdmin(admin.ModelAdmin):
     list_display = ["__str__", "node", "kind", "model", "memory_bytes", "utilization", "power_w"]
     list_filter = ["kind", "node__pool"]
     search_fields = ["node__hostname", "model", "uuid"]
@@ -132,7 +132,7 @@ class DeviceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
-class JoinTokenForm(forms.ModelForm):  # type: ignore[type-arg]
+class JoinTokenForm(forms.ModelForm):
     ttl_hours = forms.FloatField(initial=24, min_value=0, max_value=MAX_TTL_HOURS, label="Valid for (hours)",
                                  help_text="0 = never expires.")
 
@@ -142,7 +142,7 @@ class JoinTokenForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(JoinToken)
-class JoinTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JoinTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "pool", "name", "status", "created_at", "expires_at", "revoked_at"]
     list_filter = ["pool"]
     search_fields = ["name", "prefix"]

@@ -12,7 +12,7 @@ from apps.runs.services.lifecycle import run_cancel
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(admin.ModelAdmin):
     """Read-mostly: a run's status moves only through the transition table (apps.runs.services),
     so the admin shows runs and may cancel them, through the same service as the API, never edit them."""
 

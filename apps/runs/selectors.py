@@ -30,7 +30,7 @@ def attempt_for_node_report(*, node_id: int, attempt_id: int, number: int | None
                .filter(pk=attempt_id, assignments__node_id=node_id).first())
     if attempt is None:
         raise NotFound(f"attempt {attempt_id} is not assigned to this node")
-    _fence(attempt_id=attempt_id, number=number, found=attempt.number, latest=attempt.latest_number,  # type: ignore[attr-defined]
+    _fence(attempt_id=attempt_id, number=number, found=attempt.number, latest=attempt.latest_number,
            run_id=attempt.run_id, run_status=attempt.run.status, allow_finished=allow_finished)
     return attempt
 

@@ -14,7 +14,7 @@ from apps.tenants import services
 from apps.tenants.models import Membership, Project, Team
 
 
-class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ServiceAdmin(admin.ModelAdmin):
     fields_to_save: list[str] = []
 
     def _act(self, request: HttpRequest) -> Any:
@@ -25,7 +25,7 @@ class ServiceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.delete_model(request, obj)
 
 
-class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
+class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
     readonly_fields = ["user", "role"]

@@ -15,7 +15,7 @@ class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
         fields = ["id", "at", "actor", "action", "object_type", "object_id", "object_repr", "team_id", "before", "after", "ip"]
 
 
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit log, for administrators only. Filters: action, object_type, object_id, actor."""
 
     permission_classes = [permissions.IsAdminUser]

@@ -45,7 +45,7 @@ FILTER_PARAMS = [
 ]
 
 
-class ProjectBudgetView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+class ProjectBudgetView(ScopedMixin, generics.GenericAPIView):
     """This period's spend, reservations, forecast and burn-down against the project's budget."""
 
     team_path = "team"
@@ -104,7 +104,7 @@ class FinanceLedgerCsvView(UnscopedAPIMixin, APIView):
         return ledger_csv_response(_filters(request, "all"))
 
 
-class FinanceBudgetViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+class FinanceBudgetViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Every budget (finance only). PATCH changes amount, thresholds or action (audited)."""
 
     permission_classes = [permissions.IsAuthenticated, IsFinance]
@@ -149,7 +149,7 @@ class FinanceBudgetViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.Retri
         return Response(BudgetSerializer(budget).data)
 
 
-class FinanceQuotaViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+class FinanceQuotaViewSet(UnscopedAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Device quotas per team and pool (finance only); the scheduler reads them."""
 
     permission_classes = [permissions.IsAuthenticated, IsFinance]

@@ -16,7 +16,7 @@ from apps.jobtemplates.selectors import template_get, template_list
 from apps.tenants.api.scoped import UnscopedAPIMixin
 
 
-class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):
     """Paved-road templates (no tenant owns them): the latest published version of each."""
 
     serializer_class = JobTemplateSerializer

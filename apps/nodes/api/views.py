@@ -25,7 +25,7 @@ NODE_ORDERING = {"hostname": "hostname", "last_heartbeat_at": "last_heartbeat_at
                  "registered_at": "registered_at", "id": "id"}
 
 
-class NodeListView(UnscopedAPIMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+class NodeListView(UnscopedAPIMixin, generics.GenericAPIView):
     """The shared fleet, a page of nodes at a time, with every pool's free devices."""
 
     permission_classes = [permissions.IsAuthenticated]

@@ -67,7 +67,7 @@ LIST_PARAMETERS = [
 ]
 
 
-class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Runs of your teams' projects: submit, list, inspect, cancel."""
 
     team_path = "project__team"
@@ -172,7 +172,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         return Response(RunDetailSerializer(self.get_base_queryset().get(pk=run.pk)).data)
 
 
-class CodeSnapshotViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+class CodeSnapshotViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Code snapshots (.tar.gz) for the custom template, content-addressed by sha256."""
 
     team_path = "project__team"

@@ -91,7 +91,7 @@ def snapshot_create(*, project: Project, user: AnyUser, fileobj: IO[bytes], size
         with transaction.atomic():
             uploader = user if isinstance(user, AbstractBaseUser) else None
             snapshot = CodeSnapshot.objects.create(project=project, sha256=sha, size=written, git_commit=git_commit,
-                                                   stored_path=str(relative), uploaded_by=uploader)  # type: ignore[misc]
+                                                   stored_path=str(relative), uploaded_by=uploader)
             audit_record(action="snapshot.upload", target=snapshot, team_id=project.team_id,
                          after={"sha256": sha, "size": written, "git_commit": git_commit})
     except IntegrityError:

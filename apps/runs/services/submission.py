@@ -256,7 +256,7 @@ def run_build(valid: ValidSubmission, *, project: Project, user: AnyUser, now: d
         "project": project,
         "template": template,
         "params": params,
-        "submitted_by": user if isinstance(user, AbstractBaseUser) else None,  # type: ignore[misc]
+        "submitted_by": user if isinstance(user, AbstractBaseUser) else None,
         "grace_period_s": template.grace_period_s,
         "max_restarts": template.max_restarts,
         "entrypoint": _entrypoint(template, params),

@@ -8,13 +8,13 @@ CODE_HELP = ("Stable code: quota, budget, behind_higher_priority, preempting, ra
              "(empty until the first scheduling pass saw the run).")
 
 
-class ReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ReasonSerializer(serializers.Serializer):
     code = serializers.CharField(help_text=CODE_HELP)
     label = serializers.CharField(help_text="The code in a few plain words.")  # type: ignore[assignment]
     message = serializers.CharField(help_text="The full reason in plain words for your own runs; the label for others'.")
 
 
-class EstimatedStartSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class EstimatedStartSerializer(serializers.Serializer):
     at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null where the replay did not reach it.")
     low = serializers.DateTimeField(allow_null=True, help_text="Earliest plausible start (runs ahead end early).")
     high = serializers.DateTimeField(allow_null=True, help_text="Latest plausible start (runs ahead take twice as long).")
@@ -24,7 +24,7 @@ class EstimatedStartSerializer(serializers.Serializer):  # type: ignore[type-arg
                   "pool's ready nodes can hold its shape (the reason's message says what is missing). Null otherwise.")
 
 
-class RunRefSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class RunRefSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     project = serializers.CharField()
@@ -32,13 +32,13 @@ class RunRefSerializer(serializers.Serializer):  # type: ignore[type-arg]
     submitted_by = serializers.CharField(allow_null=True)
 
 
-class AheadTeamSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AheadTeamSerializer(serializers.Serializer):
     team = serializers.CharField()
     runs = serializers.IntegerField()
     devices = serializers.IntegerField()
 
 
-class AheadSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AheadSerializer(serializers.Serializer):
     runs = serializers.IntegerField(help_text="Runs ahead of this one in the pool's line, held ones left out.")
     devices = serializers.IntegerField(help_text="Devices those runs need.")
     by_team = AheadTeamSerializer(many=True)
@@ -46,7 +46,7 @@ class AheadSerializer(serializers.Serializer):  # type: ignore[type-arg]
                                               "the hardware changes: listed ahead, but not in this run's way.")
 
 
-class QueueEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class QueueEntrySerializer(serializers.Serializer):
     position = serializers.IntegerField(help_text="1 = next in its pool.")
     priority = serializers.CharField()
     team = serializers.CharField()
@@ -65,7 +65,7 @@ class QueueEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
     ahead = AheadSerializer(required=False, help_text="Only on your own runs: who is ahead, by team.")
 
 
-class AccuracySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AccuracySerializer(serializers.Serializer):
     window_days = serializers.IntegerField()
     runs = serializers.IntegerField(help_text="Runs that waited and started in the window.")
     within = serializers.IntegerField(help_text="Of those, started within max(10 min, 25% of their wait) of the estimate.")
@@ -74,7 +74,7 @@ class AccuracySerializer(serializers.Serializer):  # type: ignore[type-arg]
     summary = serializers.CharField()
 
 
-class UtilizationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class UtilizationSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     total_devices = serializers.IntegerField()
     used_devices = serializers.IntegerField()
@@ -85,7 +85,7 @@ class UtilizationSerializer(serializers.Serializer):  # type: ignore[type-arg]
     queued_devices = serializers.IntegerField()
 
 
-class PoolQueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PoolQueueSerializer(serializers.Serializer):
     pool = serializers.CharField()
     kind = serializers.CharField()
     nodes_ready = serializers.IntegerField(help_text="Nodes taking new runs now (0: nothing in this pool can start).")
@@ -98,20 +98,20 @@ class PoolQueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
     utilization_history = UtilizationSerializer(many=True, help_text="The last 24 hours, at most 288 points.")
 
 
-class SchedulerSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class SchedulerSerializer(serializers.Serializer):
     last_pass_at = serializers.DateTimeField(allow_null=True)
     passes = serializers.IntegerField()
     last_duration_ms = serializers.FloatField(allow_null=True)
     last_placed = serializers.IntegerField()
 
 
-class QueueSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class QueueSerializer(serializers.Serializer):
     generated_at = serializers.DateTimeField()
     scheduler = SchedulerSerializer()
     pools = PoolQueueSerializer(many=True)
 
 
-class ForecastSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class ForecastSerializer(serializers.Serializer):
     pool = serializers.CharField()
     starts_now = serializers.BooleanField(help_text="Devices are free for it now: it would start on the next pass.")
     position = serializers.IntegerField(help_text="Its place in the pool's line (1 = next); 0 when it starts now.")

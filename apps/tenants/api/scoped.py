@@ -58,11 +58,11 @@ class RolePermission(permissions.BasePermission):
         return has_role(user=request.user, team_id=team_id, at_least=role)
 
 
-class ScopedReadOnlyViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
+class ScopedReadOnlyViewSet(ScopedMixin, viewsets.ReadOnlyModelViewSet):
     pass
 
 
-class ScopedModelViewSet(ScopedMixin, viewsets.ModelViewSet):  # type: ignore[type-arg]
+class ScopedModelViewSet(ScopedMixin, viewsets.ModelViewSet):
     write_role: ClassVar[str] = "engineer"
     permission_classes = [permissions.IsAuthenticated, RolePermission]
 

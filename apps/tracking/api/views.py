@@ -146,7 +146,7 @@ class LineageReportView(AgentAPIView):
         return Response({"stored": created, "id": record.pk}, status=201 if created else 200)
 
 
-class _RunScoped(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+class _RunScoped(ScopedMixin, generics.GenericAPIView):
     queryset = Run.objects.select_related("project__team", "template", "pool")
     team_path = "project__team"
 
@@ -212,7 +212,7 @@ class RunCheckpointsView(_RunScoped):
         return response
 
 
-class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):
     queryset = Checkpoint.objects.all()
     team_path = "run__project__team"
 
@@ -278,7 +278,7 @@ class RunEnvironmentView(_RunScoped):
                          "reported": latest.lineage if latest else {}})
 
 
-class CompareView(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+class CompareView(ScopedMixin, generics.GenericAPIView):
     queryset = Run.objects.select_related("project__team", "template", "pool", "init_checkpoint", "code_snapshot")
     team_path = "project__team"
 

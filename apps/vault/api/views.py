@@ -20,7 +20,7 @@ from apps.vault import selectors, services
 from apps.vault.api.serializers import SecretSerializer, SecretWriteSerializer
 
 
-class _ProjectSecretsBase(ScopedMixin, generics.GenericAPIView):  # type: ignore[type-arg]
+class _ProjectSecretsBase(ScopedMixin, generics.GenericAPIView):
     team_path = "team"
     queryset = Project.objects.select_related("team")
     lookup_url_kwarg = "project_id"
