@@ -509,10 +509,6 @@ def _spend_fold(rows: list[dict[str, Any]], group_by: str) -> dict[str, Any]:
     }
 
 
-def waste_attempt_ids(*, entries: QuerySet[UsageEntry]) -> QuerySet[UsageEntry, int]:
-    return entries.filter(kind=EntryKind.CLOSE, outcome__in=WASTE_OUTCOMES).values_list("attempt_id", flat=True)
-
-
 def waste_by_outcome(*, entries: QuerySet[UsageEntry]) -> list[dict[str, Any]]:
     """Cost of the attempts that ended badly, by how they ended (their close entry's outcome),
     summed by the database: the ids of every failed attempt ever no longer go over as parameters."""

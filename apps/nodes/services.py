@@ -31,7 +31,6 @@ from apps.runs.models import (
     AttemptStatus,
     Checkpoint,
     Run,
-    RunStatus,
 )
 from apps.runs.services import lifecycle
 from apps.runs.services.checkpoints import checkpoint_file_delete
@@ -668,7 +667,3 @@ def nodes_sweep() -> dict[str, int]:
                 lifecycle.attempt_request_stop(attempt_id=a.attempt_id, kind="drain")
                 counts["drained"] += 1
     return counts
-
-
-def run_is_active(status: str) -> bool:
-    return status in (RunStatus.SCHEDULED, RunStatus.RUNNING)

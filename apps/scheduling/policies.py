@@ -94,23 +94,6 @@ def demoted(job: QueuedJob, policy: Policy) -> bool:
     )
 
 
-def effective_class(job: QueuedJob, now: float, policy: Policy) -> PriorityClass:
-    """Aging between classes: a low job that has waited long enough competes as normal.
-
-    It never climbs to urgent, so urgent keeps meaning "someone decided this is urgent". A
-    demoted job (`demoted`) is never promoted: it is not starving, it ran.
-    """
-    if demoted(job, policy):
-        return job.priority_class
-    if (
-        job.priority_class == PriorityClass.LOW
-        and policy.class_promotion_s > 0
-        and now - job.submitted_at >= policy.class_promotion_s
-    ):
-        return PriorityClass.NORMAL
-    return job.priority_class
-
-
 # A job's standing decides who may preempt whom: class x STANDING_STEP - service level (see
 # `service_level`). A class outweighs any number of levels, so demotion never lets a low job
 # stop a normal run; within a class, less service stands higher. A job may preempt only runs of
@@ -309,22 +292,6 @@ def _guarantee_tier(keyed: list[OrderKey], held: Mapping[str, int], guarantees: 
                 if job.blocked_reason is None and job.devices <= left:
                     left -= job.devices
                     keyed[i] = (keyed[i][0], 0, *keyed[i][2:])
-
-
-def order_queue(
-    jobs: Sequence[QueuedJob],
-    *,
-    now: float,
-    policy: Policy,
-    held: Mapping[str, int],
-    guarantees: Mapping[str, int],
-    fair_share: Mapping[str, float],
-) -> list[QueuedJob]:
-    """The pool's scheduling order, front first."""
-    keyed = order_keys(jobs, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share)
-    # Ids are unique within a pool, so comparisons never reach the job objects.
-    keyed.sort()
-    return [item[5] for item in keyed]
 
 
 def guarantees_by_team(quotas: Iterable[TeamQuota], pool: str) -> dict[str, int]:

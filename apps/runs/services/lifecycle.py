@@ -38,10 +38,6 @@ MAX_RUNTIME = "max_runtime"
 OOM_EXIT_CODE = failures.OOM_EXIT_CODE
 
 
-def _team_id(run: Run) -> int | None:
-    return run.project.team_id if run.project_id else None
-
-
 def _set_run(run: Run, *, status: str, action: str, reason: str = "", reason_code: str = "", **extra: Any) -> None:
     run_transition(run, to=status, action=action, reason=reason, reason_code=reason_code, **extra)
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from apps.core.queueing import enqueue
 from apps.nodes.models import Node, NodeState
-from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Priority
+from apps.runs.models import Priority
 
 PRIORITY_ORDER: dict[str, int] = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 MASTER_PORT_BASE = 29500
@@ -64,13 +64,6 @@ def first_fit(*, runs: list[RunNeed], nodes: list[NodeFree]) -> list[Placement]:
             placement.nodes.append((nid, devices))
         out.append(placement)
     return out
-
-
-def node_free_devices(*, node: Node) -> list[int]:
-    used: set[int] = set()
-    for devices in Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("devices", flat=True):
-        used.update(int(d) for d in devices)
-    return [d for d in node.devices.order_by("index").values_list("index", flat=True) if d not in used]
 
 
 def _ready_nodes() -> list[Node]:

@@ -3,7 +3,7 @@
 The scheduler owns runtime prediction (its history of finished runs, apps.scheduling.predict);
 billing needs the figure for admission (predicted runtime × devices × price) but sits below
 it, so the scheduler registers an estimator here when the app registry is ready and callers
-ask `runs_expected_runtime`. Without one, or without history, the run's max runtime stands.
+ask `runs_expected_runtimes`. Without one, or without history, the run's max runtime stands.
 """
 
 from __future__ import annotations
@@ -50,7 +50,3 @@ def runs_expected_runtimes(*, runs: Sequence[Run]) -> list[RuntimeEstimate]:
                 break
         out.append(found)
     return out
-
-
-def runs_expected_runtime(*, run: Run) -> RuntimeEstimate:
-    return runs_expected_runtimes(runs=[run])[0]

@@ -9,7 +9,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -110,7 +110,3 @@ def snapshot_unpack_safely(*, snapshot: CodeSnapshot, dest: str | os.PathLike[st
             return snapshot_unpack(local.name, dest, max_unpacked_bytes=max_unpacked, expected_sha256=snapshot.sha256)
     except SnapshotError as err:
         raise FieldError("code_snapshot", str(err), code="unsafe_snapshot") from err
-
-
-def snapshot_summary(*, snapshot: CodeSnapshot) -> dict[str, Any]:
-    return {"sha256": snapshot.sha256, "git_commit": snapshot.git_commit, "size": snapshot.size}

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from django import template
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-
-from apps.tracking.display import value_text
 
 register = template.Library()
 
@@ -26,8 +23,3 @@ def when(at: datetime | None) -> SafeString | str:
         return "–"
     local = timezone.localtime(at) if timezone.is_aware(at) else at
     return format_html('<time datetime="{}" title="{}">{}</time>', at.isoformat(), at.isoformat(), date_format(local, WHEN_FORMAT))
-
-
-@register.filter
-def json_value(value: Any) -> str:
-    return value_text(value)
