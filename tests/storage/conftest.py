@@ -3,6 +3,7 @@ on a free port, spoken to over HTTP exactly as an S3 or MinIO server would be.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -43,8 +44,10 @@ class S3Server:
                 "TRAINYARD_STORAGE_SECRET_KEY": KEY, "TRAINYARD_STORAGE_PART_BYTES": str(part_bytes)}
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+@contextlib.contextmanager
+def running_s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on a free port, for as long as the block runs (the fixture's, and
+    bench/storage_upload.py's)."""
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="ty-moto-")) / "moto.log"
     moto = Path(sys.executable).parent / "moto_server"
@@ -59,6 +62,12 @@ def s3_server() -> Iterator[S3Server]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    with running_s3_server() as server:
+        yield server
 
 
 @pytest.fixture
