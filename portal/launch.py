@@ -21,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apps.vault.crypto import development_key
+from portal.settings.base import DEFAULT_SECRET_KEY
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 # On Ctrl-C the agent drains: a running job gets AGENT_DRAIN_S to finish, then SIGTERM and its
@@ -115,6 +118,15 @@ class Launcher:
         self.port = int(os.environ.get("TRAINYARD_PORT", "8000"))
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.base")
+        # DEBUG off by default: an unknown URL or an error is the portal's own page, never Django's
+        # debug page (every URL pattern, tracebacks), and an API error is always the JSON shape.
+        # TRAINYARD_DEBUG=true brings the debug pages back for a developer who wants them.
+        self.env.setdefault("TRAINYARD_DEBUG", "false")
+        if not self.env.get("TRAINYARD_SECRET_KEYS"):
+            # The vault's key while DEBUG was on (derived from the secret key): secrets stored by an
+            # earlier `make run` stay readable.
+            secret = self.env.get("TRAINYARD_SECRET_KEY") or DEFAULT_SECRET_KEY
+            self.env["TRAINYARD_SECRET_KEYS"] = development_key(secret).decode()
         self.components: list[Component] = []
         self.signals = 0
         self.join_token = ""

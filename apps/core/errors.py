@@ -171,12 +171,38 @@ def handler400(request: HttpRequest, exception: Exception | None = None) -> Any:
         # Django refused a body over DATA_UPLOAD_MAX_MEMORY_SIZE (a form; JSON is refused earlier,
         # by JsonLimitsMiddleware): say what the limit is instead of a bare "Bad request".
         length = str(request.META.get("CONTENT_LENGTH") or "")
-        detail = too_large_message(int(length) if length.isdigit() else 0, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        size = int(length) if length.isdigit() else 0
         if request.path.startswith("/api/"):
-            return JsonResponse(error_body(400, "too_large", f"body: {detail}", {"body": [detail]}), status=400)
+            return body_too_large_response(request, size, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        detail = too_large_message(size, limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        drain_body(request, size)
         return HttpResponse(f"body: {detail}", status=400, content_type="text/plain; charset=utf-8")
     if request.path.startswith("/api/"):
         return json_error_response(400, "bad_request", "Bad request.")
     from django.views.defaults import bad_request
 
     return bad_request(request, exception or Exception())
+
+
+# A refused oversized body is read and dropped up to this much, so that the client gets the
+# answer rather than a connection reset mid-upload (a server that closes a connection with unread
+# data resets it); anything larger is not worth the reading. 64 MiB covers a 50 MB post.
+DRAIN_MAX_BYTES = 64 * 1024 * 1024
+
+
+def drain_body(request: HttpRequest, size: int) -> None:
+    """Read and drop the unread body of a refused request (at most DRAIN_MAX_BYTES)."""
+    if size > DRAIN_MAX_BYTES:
+        return
+    try:
+        while request.read(1024 * 1024):
+            pass
+    except OSError:
+        pass  # the client went away: nothing to answer anyway
+
+
+def body_too_large_response(request: HttpRequest, size: int, limit: int) -> JsonResponse:
+    """A body over the upload limit: a 413 in the API's shape, naming the size and the limit."""
+    detail = too_large_message(size, limit=limit)
+    drain_body(request, size)
+    return JsonResponse(error_body(413, "too_large", f"body: {detail}", {"body": [detail]}), status=413)

@@ -15,8 +15,15 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
-from apps.core.errors import DATABASE_UNAVAILABLE, database_unavailable_response, error_body, handler404, is_database_unavailable
-from apps.core.jsonlimits import json_too_deep, too_deep_message, too_large_message
+from apps.core.errors import (
+    DATABASE_UNAVAILABLE,
+    body_too_large_response,
+    database_unavailable_response,
+    error_body,
+    handler404,
+    is_database_unavailable,
+)
+from apps.core.jsonlimits import json_too_deep, too_deep_message
 
 MESSAGE = DATABASE_UNAVAILABLE
 
@@ -42,9 +49,9 @@ class DatabaseUnavailableMiddleware:
 
 class PortalNotFoundMiddleware:
     """A page that is not there (another team's run, a deleted project) is the portal's own 404
-    page even with DEBUG on, as under `make run`: Django's debug page listed every URL pattern
-    and dropped the menu, for what is an everyday answer, not a bug. (Unknown URLs still get the
-    debug page, which is what a developer typing one wants.)"""
+    page even with DEBUG on (`TRAINYARD_DEBUG=true make run`; make run's default is off): Django's
+    debug page listed every URL pattern and dropped the menu, for what is an everyday answer, not
+    a bug. (Unknown URLs still get the debug page then, which is what a developer typing one wants.)"""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -80,14 +87,9 @@ class NulByteMiddleware:
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 
 
-# A refused oversized JSON body is read and dropped up to this much, so that the client gets
-# the 400 rather than a connection reset mid-upload; anything larger is not worth the reading.
-DRAIN_MAX_BYTES = 32 * 1024 * 1024
-
-
 class JsonLimitsMiddleware:
-    """JSON bodies over the upload limit, or nested deeper than JSON_MAX_DEPTH, are a 400 that
-    names the limit, before any parser sees them (a 100,000-deep ``params`` was a RecursionError
+    """JSON bodies over the upload limit are a 413, and those nested deeper than JSON_MAX_DEPTH a
+    400, naming the limit, before any parser sees them (a 100,000-deep ``params`` was a RecursionError
     and a 500). Form fields get the same depth check: the new-run page takes JSON params in a
     textarea, and DRF's JSONField parses a form's value as JSON. DRF reads the body from
     ``request.body`` (or ``request.POST``) afterwards, so it is read once. Runs as process_view,
@@ -125,8 +127,7 @@ class JsonLimitsMiddleware:
         if limit is not None and size > limit:
             if bounds_itself:
                 return None
-            _drain(request, size)
-            return _refuse(request, "too_large", "body", too_large_message(size, limit=limit), as_json=True)
+            return body_too_large_response(request, size, limit)
         depth = json_too_deep(request.body)
         if depth is not None:
             return _refuse(request, "too_deep", "body", too_deep_message(depth), as_json=True)
@@ -143,16 +144,6 @@ class JsonLimitsMiddleware:
                 if depth is not None:
                     return _refuse(request, "too_deep", name[:40], too_deep_message(depth))
         return None
-
-
-def _drain(request: HttpRequest, size: int) -> None:
-    if size > DRAIN_MAX_BYTES:
-        return
-    try:
-        while request.read(1024 * 1024):
-            pass
-    except OSError:
-        pass  # the client went away: nothing to answer anyway
 
 
 def _refuse(request: HttpRequest, code: str, field: str, message: str, *, as_json: bool = False) -> HttpResponse:

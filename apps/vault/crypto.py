@@ -22,9 +22,10 @@ class VaultKeyError(Exception):
     """A stored value cannot be decrypted with any configured key (a key was dropped too early)."""
 
 
-def development_key() -> bytes:
-    """A stable Fernet key derived from SECRET_KEY; used only when DEBUG and no keys are set."""
-    digest = hashlib.sha256(b"trainyard-vault:" + settings.SECRET_KEY.encode()).digest()
+def development_key(secret_key: str | None = None) -> bytes:
+    """A stable Fernet key derived from SECRET_KEY (or `secret_key`); used only when DEBUG and no
+    keys are set, and by `make run` (portal.launch), which runs with DEBUG off."""
+    digest = hashlib.sha256(b"trainyard-vault:" + (secret_key or settings.SECRET_KEY).encode()).digest()
     return base64.urlsafe_b64encode(digest)
 
 

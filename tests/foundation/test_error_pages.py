@@ -42,8 +42,8 @@ def test_api_errors_stay_json(cast: Any) -> None:
 
 
 def test_not_found_is_the_portals_page_with_debug_on_too(cast: Any, settings: Any) -> None:
-    # `make run` runs with DEBUG on: another team's run must still be the portal's 404 page,
-    # not Django's debug page listing every URL pattern.
+    # With DEBUG on (`TRAINYARD_DEBUG=true make run`), another team's run must still be the
+    # portal's 404 page, not Django's debug page listing every URL pattern.
     settings.DEBUG = True
     response = _signed_in(cast.alice).get(f"/projects/{cast.tinylm.pk}/")
     html = response.content.decode()

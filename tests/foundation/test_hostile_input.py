@@ -97,12 +97,12 @@ def test_api_form_field_with_deep_json_is_a_400(cast: Any, templates: None, form
 
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10_000)
-def test_json_over_the_size_limit_is_a_400_naming_the_limit(cast: Any, templates: None) -> None:
+def test_json_over_the_size_limit_is_a_413_naming_the_limit(cast: Any, templates: None) -> None:
     client = Client()
     client.force_login(cast.alice)
     huge = json.dumps(body(cast, params={"steps": 20, "blob": "x" * 20_000}))
     response = post_raw(client, "/api/v1/runs/", huge)
-    assert response.status_code == 400
+    assert response.status_code == 413
     error = response.json()["error"]
     assert error["code"] == "too_large"
     assert error["message"] == f"body: request body is {len(huge):,} bytes; the limit is 10,000 bytes"
