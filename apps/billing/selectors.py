@@ -8,11 +8,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.apps import apps as django_apps
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import CharField, Count, Func, Min, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import CharField, Count, DecimalField, Func, Min, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
@@ -295,7 +295,7 @@ class BudgetStatus:
         }
 
 
-_PLACES = {name: int(UsageEntry._meta.get_field(name).decimal_places or 0)  # type: ignore[union-attr]
+_PLACES = {name: int(cast(DecimalField, UsageEntry._meta.get_field(name)).decimal_places or 0)
            for name in ("cost", "device_seconds", "energy_kwh", "co2_g")}
 
 

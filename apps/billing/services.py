@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -435,9 +436,9 @@ def budget_alerts_check(
             continue
         highest = crossed[-1]
         if notify is not None:
-            transaction.on_commit(lambda alert_id=highest.pk: notify(alert_id))  # type: ignore[misc]
+            transaction.on_commit(partial(notify, highest.pk))
         if highest.threshold >= 100 and budget.action == BudgetAction.STOP_RUNNING and stop_running is not None:
-            transaction.on_commit(lambda budget_id=budget.pk: stop_running(budget_id))  # type: ignore[misc]
+            transaction.on_commit(partial(stop_running, budget.pk))
     return fired
 
 

@@ -38,11 +38,18 @@ def recipe_param_schema(*, module: str) -> dict[str, Any] | None:
     source = recipe_source(module)
     if source is None:
         return None
+    targets: list[ast.expr]
+    expr: ast.expr | None
     for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == "PARAM_SCHEMA" for t in targets) and node.value is not None:  # type: ignore[attr-defined]
+        if isinstance(node, ast.Assign):
+            targets, expr = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):
+            targets, expr = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "PARAM_SCHEMA" for t in targets) and expr is not None:
             try:
-                value = ast.literal_eval(node.value)  # type: ignore[attr-defined]
+                value = ast.literal_eval(expr)
             except ValueError:
                 break
             return value if isinstance(value, dict) else None

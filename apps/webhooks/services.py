@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -168,7 +169,7 @@ def webhook_emit(*, project_id: int, event: str, payload: dict[str, Any], key: s
         if event != EventType.PING and not endpoint.wants(event):
             continue
         delivery = WebhookDelivery.objects.create(endpoint=endpoint, event=record)
-        transaction.on_commit(lambda delivery_id=delivery.pk: _queue(delivery_id))  # type: ignore[misc]
+        transaction.on_commit(partial(_queue, delivery.pk))
     return record
 
 

@@ -13,7 +13,7 @@ import operator
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, SupportsFloat, SupportsIndex, cast
 
 MAX_KEY_LENGTH = 200
 _KEY_CACHE_SIZE = 4096
@@ -56,10 +56,10 @@ def metric_value(key: str, value: object) -> MetricValue:
     if hasattr(type(value), "__index__"):
         # Integer numpy scalars and integer tensors stay ints; float tensors refuse __index__.
         with contextlib.suppress(TypeError):
-            return operator.index(value)  # type: ignore[arg-type]
+            return operator.index(cast(SupportsIndex, value))  # has __index__ (checked above)
     # numpy scalars, 0-d tensors and the like: anything that knows how to become a float.
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(cast(SupportsFloat, value))  # has __float__ (checked above)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"metric {key!r} cannot be turned into a number: {exc}") from exc
     return encode_float(number)
@@ -134,7 +134,7 @@ def as_step(step: object, name: str = "step") -> int:
     if isinstance(step, bool):
         raise TypeError(f"{name} must be an int, not bool")
     try:
-        value = operator.index(step)  # type: ignore[arg-type]
+        value = operator.index(cast(SupportsIndex, step))  # anything else raises TypeError
     except TypeError:
         raise TypeError(f"{name} must be an int, not {type(step).__name__}") from None
     if value < 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from typing import Any
+from typing import Any, TypeGuard
 
 from apps.core.errors import FieldError
 from apps.runs.services.params import params_resolve
@@ -29,6 +29,10 @@ def _short(number: Any) -> str:
     return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
 
 
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _check_space(space: Any, strategy: str) -> None:
     if not isinstance(space, dict) or not space:
         raise FieldError("params.space", "must be a non-empty object of parameter -> values")
@@ -41,12 +45,11 @@ def _check_space(space: Any, strategy: str) -> None:
             continue
         if strategy == "random" and isinstance(values, dict):
             low, high = values.get("min"), values.get("max")
-            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
-            if not numeric or low > high:  # type: ignore[operator]
+            if not (_is_number(low) and _is_number(high)) or low > high:
                 raise FieldError(f"params.space.{key}", "a range needs numbers min ≤ max")
             if not _sampleable(low, high):
                 raise FieldError(f"params.space.{key}", f"a range must lie within ±{MAX_RANGE:g} (got {_short(low)} to {_short(high)})")
-            if values.get("log") and low <= 0:  # type: ignore[operator]
+            if values.get("log") and low <= 0:
                 raise FieldError(f"params.space.{key}", "a log range needs min > 0")
             continue
         raise FieldError(f"params.space.{key}", "must be a list of values" + (" or {min, max, log}" if strategy == "random" else ""))
