@@ -5,13 +5,6 @@ from datetime import timedelta
 from celery import shared_task
 
 from apps.runs.services.checkpoints import VERIFY_TASK, checkpoint_verify, checkpoints_verify_pending
-from apps.runs.services.placement import placement_pass
-
-
-@shared_task(name="scheduling.pass", ignore_result=True)
-def scheduling_pass(requested_at: float | None = None) -> None:
-    """One scheduling pass; a request made before the latest pass started is already served."""
-    placement_pass(requested_at=requested_at)
 
 
 @shared_task(name=VERIFY_TASK, ignore_result=True)

@@ -73,6 +73,11 @@ def _ensure_state_row() -> None:
         pass  # another worker created it first
 
 
+def placement_pass(*, requested_at: float | None = None) -> int:
+    """One scheduling pass (the Celery task "scheduling.pass"); returns how many runs it placed."""
+    return len(scheduling_pass(requested_at=requested_at).placed)
+
+
 def scheduling_pass(*, requested_at: float | None = None, estimates: bool = True) -> PassResult:
     """One pass over every pool. `requested_at` (epoch seconds) lets a stale request skip itself."""
     _ensure_state_row()

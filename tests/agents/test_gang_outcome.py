@@ -16,7 +16,7 @@ from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import Node, NodePool
 from apps.runs.models import Assignment, Attempt, Run
 from apps.runs.services.failures import INFRA, USER, classify_exit, gang_cause
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, make_run, register
 
 GLOO_RESET = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242"

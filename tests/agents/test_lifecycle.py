@@ -15,7 +15,7 @@ from apps.audit.models import AuditEvent
 from apps.nodes.models import Node, NodePool, SweepWatch
 from apps.nodes.services import node_drain, nodes_sweep, web_pulse
 from apps.runs.models import Attempt, Checkpoint, EnergySample, Run
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run, register
 
 

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 from apps.nodes.models import NodePool
 from apps.runs.models import Run
 from apps.runs.services.lifecycle import run_cancel, run_preempt
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import claim, make_run, register
 
 A = "/api/v1/agent/"

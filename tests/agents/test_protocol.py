@@ -14,7 +14,8 @@ from apps.nodes.models import Node, NodePool
 from apps.nodes.services import nodes_sweep
 from apps.runs.models import Assignment, Attempt, Run
 from apps.runs.services.lifecycle import run_cancel
-from apps.runs.services.placement import NodeFree, RunNeed, first_fit, placement_pass
+from apps.runs.services.placement import NodeFree, RunNeed, first_fit
+from apps.scheduling.services import placement_pass
 from tests.agents.server import claim, make_run, register
 
 A = "/api/v1/agent/"

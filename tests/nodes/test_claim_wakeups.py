@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from apps.nodes import services, wakeups
 from apps.nodes.models import Node, NodePool
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, make_run, register
 from tests.fixtures.services import free_port
 

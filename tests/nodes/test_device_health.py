@@ -13,7 +13,7 @@ from apps.audit.models import AuditEvent
 from apps.nodes.models import Device, Node, NodePool
 from apps.nodes.services import join_token_create
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Attempt, Run
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run
 from tests.pages import page_html
 

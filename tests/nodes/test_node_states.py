@@ -16,7 +16,7 @@ from apps.audit.models import AuditEvent
 from apps.core.errors import Conflict
 from apps.nodes.models import Node, NodePool
 from apps.nodes.services import join_token_create, node_drain, node_undrain, nodes_sweep
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, make_run, register
 
 

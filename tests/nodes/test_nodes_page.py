@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from apps.nodes.models import Device, Node, NodePool
 from apps.nodes.services import node_drain, nodes_sweep
 from apps.runs.models import Run
-from apps.runs.services.placement import placement_pass
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run, register
 from tests.pages import page_html
 

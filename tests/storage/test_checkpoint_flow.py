@@ -18,8 +18,8 @@ from apps.core.storage import store
 from apps.nodes.models import Node, NodePool
 from apps.runs.models import Checkpoint
 from apps.runs.services.checkpoints import checkpoint_key, checkpoints_verify_pending
-from apps.runs.services.placement import placement_pass
 from apps.runs.services.snapshots import snapshot_create, snapshot_unpack_safely
+from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run, register
 from tests.runs.test_snapshots import tarball
 from tests.storage.test_backends import http

@@ -1,9 +1,10 @@
 """Placement of queued runs onto free devices.
 
-`placement_pass` runs the scheduler (apps.scheduling.services.scheduling_pass: priorities,
-quotas, fair share, backfill, preemption); `request_scheduling_pass` and the Celery task
-"scheduling.pass" are how everything else asks for one. `first_fit` is the original minimal
-placement, a pure function kept for tests and as the simplest reference.
+The scheduler itself (priorities, quotas, fair share, backfill, preemption) is
+apps.scheduling, a layer above this app; `request_scheduling_pass` queues its Celery task
+"scheduling.pass" (apps.scheduling.tasks) by name, which is how everything below the scheduler
+asks for a pass. `first_fit` is the original minimal placement, a pure function kept for tests
+and as the simplest reference.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from celery import signature
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -21,6 +23,8 @@ from apps.nodes.models import Node, NodeState
 from apps.runs.models import Priority
 
 PRIORITY_ORDER: dict[str, int] = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+# By name: the task is apps.scheduling.tasks.scheduling_pass, in the layer above this app.
+SCHEDULING_PASS_TASK = "scheduling.pass"
 MASTER_PORT_BASE = 29500
 MASTER_PORT_SPAN = 20000
 
@@ -75,17 +79,8 @@ def master_port_for(*, run_id: int, number: int) -> int:
     return MASTER_PORT_BASE + (run_id * 31 + number * 7) % MASTER_PORT_SPAN
 
 
-def placement_pass(*, requested_at: float | None = None) -> int:
-    """One scheduling pass (apps.scheduling.services.scheduling_pass); returns runs placed."""
-    from apps.scheduling.services import scheduling_pass
-
-    return len(scheduling_pass(requested_at=requested_at).placed)
-
-
 def request_scheduling_pass() -> None:
     """Ask for a scheduling pass once the current transaction commits (coalesced by the task)."""
-    from apps.runs.tasks import scheduling_pass
-
     # enqueue: with Redis down the beat's periodic pass places the run once Redis returns.
     # The request time lets the task skip itself when a later pass already saw this commit.
-    transaction.on_commit(lambda: enqueue(scheduling_pass, args=[time.time()], what="scheduling pass"))
+    transaction.on_commit(lambda: enqueue(signature(SCHEDULING_PASS_TASK), args=[time.time()], what="scheduling pass"))
