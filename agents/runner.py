@@ -363,6 +363,7 @@ class Runner:
             "TRAINYARD_CHECKPOINT_EVERY_STEPS": str(int(policy.get("every_steps", 0) or 0)),
             "TRAINYARD_CHECKPOINT_EVERY_SECONDS": str(int(policy.get("every_seconds", 0) or 0)),
             "TRAINYARD_CHECKPOINT_KEEP": str(int(policy.get("keep_last", 0) or 0)),
+            "TRAINYARD_CHECKPOINT_KEEP_BEST": str(policy.get("keep_best") or ""),
             "MASTER_ADDR": spec["master_addr"] or "127.0.0.1", "MASTER_PORT": str(spec["master_port"]),
         }
         for name in ("TRAINYARD_INIT_CHECKPOINT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",

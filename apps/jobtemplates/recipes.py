@@ -24,7 +24,8 @@ RECIPES_DIR = Path(settings.BASE_DIR) / "recipes"
 # A sweep parent runs no process; the marker says so wherever an entrypoint is shown.
 SWEEP_ENTRYPOINT = "trainyard:sweep-controller"
 TOTAL_STEPS_CANDIDATES = ("steps", "total_steps", "max_steps")
-DEFAULT_CHECKPOINT_POLICY = {"every_steps": 100, "every_seconds": 60, "keep_last": 3}
+# The last three, and the best by validation loss (retention must never delete the best one).
+DEFAULT_CHECKPOINT_POLICY = {"every_steps": 100, "every_seconds": 60, "keep_last": 3, "keep_best": "val_loss:min"}
 LOCAL_RESOURCES = {"pool": "local", "nodes": 1, "devices_per_node": 1, "max_runtime_s": 1800,
                    "max_nodes": 2, "max_devices_per_node": 4, "max_runtime_limit_s": 6 * 3600}
 

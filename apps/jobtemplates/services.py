@@ -62,6 +62,30 @@ def _check_schema(schema: dict[str, Any]) -> None:
         raise FieldError("param_schema", str(err)) from err
 
 
+# checkpoint_policy keys -> the largest value each may take (the agent passes them to the job's SDK).
+CHECKPOINT_POLICY_LIMITS = {"every_steps": 10**9, "every_seconds": 30 * 86400, "keep_last": 1000}
+
+
+def _check_checkpoint_policy(policy: Any) -> None:
+    """every_steps, every_seconds and keep_last as whole numbers in range; keep_best as
+    "metric:min" or "metric:max" (the checkpoint kept besides the last keep_last)."""
+    field = "checkpoint_policy"
+    if not isinstance(policy, dict):
+        raise FieldError(field, "must be an object")
+    for key, value in policy.items():
+        if key == "keep_best":
+            metric, _, mode = str(value).rpartition(":") if isinstance(value, str) else ("", "", "")
+            if not metric or len(metric) > 200 or mode not in ("min", "max"):
+                raise FieldError(field, f"keep_best must be 'metric:min' or 'metric:max', got {value!r}")
+        elif key in CHECKPOINT_POLICY_LIMITS:
+            top = CHECKPOINT_POLICY_LIMITS[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+                raise FieldError(field, f"{key} must be a whole number from 0 to {top}, got {value!r}")
+        else:
+            known = ", ".join([*CHECKPOINT_POLICY_LIMITS, "keep_best"])
+            raise FieldError(field, f"unknown key {key!r} (known: {known})")
+
+
 @transaction.atomic
 def template_create(*, slug: str, publish: bool = False, **fields: Any) -> JobTemplate:
     """A new version of ``slug`` (version 1 if it is new), optionally published at once."""
@@ -69,6 +93,7 @@ def template_create(*, slug: str, publish: bool = False, **fields: Any) -> JobTe
     if unknown:
         raise FieldError(sorted(unknown)[0], "not a template field")
     _check_schema(fields.get("param_schema") or {})
+    _check_checkpoint_policy(fields.get("checkpoint_policy", {}))
     latest = JobTemplate.objects.select_for_update().filter(slug=slug).aggregate(v=Max("version"))["v"] or 0
     template = JobTemplate(slug=slug, version=latest + 1, **fields)
     if publish:
@@ -91,6 +116,8 @@ def template_update(*, template: JobTemplate, **changes: Any) -> JobTemplate:
         raise FieldError(sorted(unknown)[0], "not a template field")
     if "param_schema" in changes:
         _check_schema(changes["param_schema"])
+    if "checkpoint_policy" in changes:
+        _check_checkpoint_policy(changes["checkpoint_policy"])
     before = snapshot(locked, AUDIT_FIELDS)
     for key, value in changes.items():
         setattr(locked, key, value)

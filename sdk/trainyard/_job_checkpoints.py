@@ -1,5 +1,5 @@
-"""The checkpoint directory on disk: committing a checkpoint file and its record, keep-last-K,
-finding the newest whole checkpoint, and clearing what killed attempts left behind.
+"""The checkpoint directory on disk: committing a checkpoint file and its record, keep-last-K
+(and the best by one metric), finding the newest whole checkpoint, and clearing what killed attempts left behind.
 
 These functions take the directory and the attempt explicitly and know nothing of the job's
 environment; :mod:`trainyard.job` (which documents the file layout) ties them to the run.
@@ -150,9 +150,27 @@ def read_records(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
-def enforce_keep(directory: Path, *, keep: int, just_written: str, on_deleted: Callable[[str, int], None]) -> None:
+def best_record(records: list[dict[str, Any]], directory: Path, best: tuple[str, str]) -> str | None:
+    """The file of the recorded checkpoint with the best value of ``best = (metric, "min"|"max")``
+    whose file still exists; the latest of equals; None if none carries the metric."""
+    metric, mode = best
+    chosen: tuple[float, str] | None = None
+    for record in records:
+        metrics = record.get("metrics")
+        value = decode_number(metrics.get(metric)) if isinstance(metrics, dict) else None
+        if value is None or value != value or not (directory / record["file"]).is_file():  # NaN is never best
+            continue
+        score = float(value) if mode == "max" else -float(value)
+        if chosen is None or score >= chosen[0]:
+            chosen = (score, record["file"])
+    return chosen[1] if chosen else None
+
+
+def enforce_keep(directory: Path, *, keep: int, just_written: str, on_deleted: Callable[[str, int], None],
+                 best: tuple[str, str] | None = None) -> None:
     """Deletes every ``ckpt-*.pt`` but the ``keep`` most recently recorded ones (never
-    ``just_written``), calling ``on_deleted(file, step)`` after each deletion."""
+    ``just_written``) and, with ``best``, the one with the best value of that metric, calling
+    ``on_deleted(file, step)`` after each deletion."""
     records = read_records(directory)
     # The K most recently recorded files that still exist; record order, not step order, so a
     # step rewritten by a later attempt counts as new.
@@ -164,6 +182,8 @@ def enforce_keep(directory: Path, *, keep: int, just_written: str, on_deleted: C
         if name not in kept and (directory / name).is_file():
             kept.append(name)
     keep_set = set(kept)
+    if best is not None and (best_file := best_record(records, directory, best)) is not None:
+        keep_set.add(best_file)
     for entry in os.scandir(directory):
         match = CHECKPOINT_NAME.match(entry.name)
         if not match or entry.name in keep_set:

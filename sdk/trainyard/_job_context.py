@@ -32,6 +32,7 @@ ENV_PARAMS = "TRAINYARD_PARAMS"
 ENV_CHECKPOINT_EVERY_STEPS = "TRAINYARD_CHECKPOINT_EVERY_STEPS"
 ENV_CHECKPOINT_EVERY_SECONDS = "TRAINYARD_CHECKPOINT_EVERY_SECONDS"
 ENV_CHECKPOINT_KEEP = "TRAINYARD_CHECKPOINT_KEEP"
+ENV_CHECKPOINT_KEEP_BEST = "TRAINYARD_CHECKPOINT_KEEP_BEST"
 ENV_INIT_CHECKPOINT = "TRAINYARD_INIT_CHECKPOINT"
 
 LOCAL_ROOT = "trainyard-local"
@@ -53,6 +54,17 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
 def env_path(name: str) -> Path | None:
     raw = os.environ.get(name, "")
     return Path(raw) if raw else None
+
+
+def env_best(name: str) -> tuple[str, str] | None:
+    """``metric:min`` or ``metric:max`` (the checkpoint to keep besides the last K), or None."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    metric, _, mode = raw.rpartition(":")
+    if not metric or mode not in ("min", "max"):
+        raise ValueError(f"{name} must be 'metric:min' or 'metric:max', got {raw!r}")
+    return metric, mode
 
 
 def read_params() -> dict[str, Any]:
@@ -84,6 +96,7 @@ class Session:
         self.every_steps = env_int(ENV_CHECKPOINT_EVERY_STEPS, 0)
         self.every_seconds = env_int(ENV_CHECKPOINT_EVERY_SECONDS, 0)
         self.keep = env_int(ENV_CHECKPOINT_KEEP, 0)
+        self.keep_best = env_best(ENV_CHECKPOINT_KEEP_BEST)
         self.params = read_params()
         self.started = datetime.datetime.now()
         local_id = "local-" + self.started.strftime("%Y%m%d-%H%M%S-%f")

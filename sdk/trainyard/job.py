@@ -15,6 +15,8 @@ Environment (set by the agent for every job process)
 ``TRAINYARD_CHECKPOINT_EVERY_STEPS``    int, 0 = off.
 ``TRAINYARD_CHECKPOINT_EVERY_SECONDS``  int, 0 = off.
 ``TRAINYARD_CHECKPOINT_KEEP``           int, keep the last K checkpoints; 0 or unset = keep all.
+``TRAINYARD_CHECKPOINT_KEEP_BEST``      optional ``metric:min`` or ``metric:max``: with KEEP, also
+                                        keep the checkpoint whose recorded ``metric`` is best.
 ``TRAINYARD_INIT_CHECKPOINT``           optional: path of a checkpoint file of ANOTHER run to
                                         start from (fine-tune, evaluate).
 ``MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK CUDA_VISIBLE_DEVICES``  torch.distributed's.
@@ -100,6 +102,7 @@ from trainyard._job_context import ENV_CHECKPOINT_DIR as ENV_CHECKPOINT_DIR
 from trainyard._job_context import ENV_CHECKPOINT_EVERY_SECONDS as ENV_CHECKPOINT_EVERY_SECONDS
 from trainyard._job_context import ENV_CHECKPOINT_EVERY_STEPS as ENV_CHECKPOINT_EVERY_STEPS
 from trainyard._job_context import ENV_CHECKPOINT_KEEP as ENV_CHECKPOINT_KEEP
+from trainyard._job_context import ENV_CHECKPOINT_KEEP_BEST as ENV_CHECKPOINT_KEEP_BEST
 from trainyard._job_context import ENV_INIT_CHECKPOINT, forget_session
 from trainyard._job_context import ENV_PARAMS as ENV_PARAMS
 from trainyard._job_context import ENV_RUN_DIR as ENV_RUN_DIR
@@ -292,7 +295,8 @@ def checkpoint(step: int, metrics: Mapping[str, object] | None = None) -> Iterat
         def say_deleted(name: str, deleted_step: int) -> None:
             session.sink.write_event({"type": "checkpoint_deleted", "file": name, "step": deleted_step, "time": time.time()})
 
-        enforce_keep(directory, keep=session.keep, just_written=file_name(step_value), on_deleted=say_deleted)
+        enforce_keep(directory, keep=session.keep, just_written=file_name(step_value), on_deleted=say_deleted,
+                     best=session.keep_best)
 
 
 def latest_checkpoint() -> Checkpoint | None:

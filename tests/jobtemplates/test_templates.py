@@ -115,3 +115,26 @@ def test_a_recipe_whose_schema_changed_is_seeded_as_a_new_version(cast):
     assert "x-divisible" not in JobTemplate.objects.get(pk=old.pk).param_schema
     seed_templates(users={}, teams={}, stdout=io.StringIO())
     assert JobTemplate.objects.filter(slug="digits-classifier").count() == 2
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    ({"keep_last": -1}, "keep_last must be a whole number from 0 to 1000, got -1"),
+    ({"every_steps": "100"}, "every_steps must be a whole number"),
+    ({"keep_best": "val_loss"}, "keep_best must be 'metric:min' or 'metric:max'"),
+    ({"keep_lats": 3}, "unknown key 'keep_lats'"),
+    ([], "must be an object"),
+])
+def test_checkpoint_policy_refused_naming_the_key_and_limit(cast, policy, message):
+    with pytest.raises(FieldError, match="checkpoint_policy") as caught:
+        make_template("policy", checkpoint_policy=policy)
+    assert message in str(caught.value)
+    draft = make_template("policy-ok", publish=False)
+    with pytest.raises(FieldError, match="checkpoint_policy"):
+        template_update(template=draft, checkpoint_policy=policy)
+    assert JobTemplate.objects.get(pk=draft.pk).checkpoint_policy != policy
+
+
+def test_shipped_recipes_keep_the_best_checkpoint(cast):
+    call_command("seed_demo", stdout=io.StringIO())
+    digits = JobTemplate.objects.get(slug="digits-classifier")
+    assert digits.checkpoint_policy["keep_best"] == "val_loss:min" and digits.checkpoint_policy["keep_last"] == 3

@@ -28,6 +28,7 @@ ENV_NAMES = (
     job.ENV_CHECKPOINT_EVERY_STEPS,
     job.ENV_CHECKPOINT_EVERY_SECONDS,
     job.ENV_CHECKPOINT_KEEP,
+    job.ENV_CHECKPOINT_KEEP_BEST,
     job.ENV_INIT_CHECKPOINT,
     "RANK",
     "WORLD_SIZE",
@@ -258,6 +259,35 @@ def test_keep_last_k_deletes_older_files_and_says_so(portal: dict[str, Path], cl
         ("checkpoint_deleted", 10),
         ("checkpoint_deleted", 20),
     ]
+
+
+def test_keep_best_keeps_the_best_checkpoint_beside_the_last_k(portal: dict[str, Path], clean_env: pytest.MonkeyPatch) -> None:
+    # Issue 29: keep-last-3 deleted the best checkpoint. The best by val_loss stays, even when
+    # old; checkpoints without the metric (or NaN) never count as best.
+    clean_env.setenv(job.ENV_CHECKPOINT_KEEP, "2")
+    clean_env.setenv(job.ENV_CHECKPOINT_KEEP_BEST, "val_loss:min")
+    write_checkpoint(10, b"a", val_loss=0.9)
+    write_checkpoint(20, b"b", val_loss=0.2)
+    write_checkpoint(30, b"c")
+    write_checkpoint(40, b"d", val_loss=float("nan"))
+    write_checkpoint(50, b"e", val_loss=0.5)
+    files = sorted(p.name for p in portal["ckpt"].glob("ckpt-*.pt"))
+    assert files == ["ckpt-0000000020.pt", "ckpt-0000000040.pt", "ckpt-0000000050.pt"]
+    write_checkpoint(60, b"f", val_loss=0.1)  # a new best: the old one may go now
+    files = sorted(p.name for p in portal["ckpt"].glob("ckpt-*.pt"))
+    assert files == ["ckpt-0000000050.pt", "ckpt-0000000060.pt"]
+
+
+def test_keep_best_max_and_a_bad_setting(portal: dict[str, Path], clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv(job.ENV_CHECKPOINT_KEEP, "1")
+    clean_env.setenv(job.ENV_CHECKPOINT_KEEP_BEST, "val_accuracy:max")
+    write_checkpoint(10, b"a", val_accuracy=0.97)
+    write_checkpoint(20, b"b", val_accuracy=0.5)
+    assert sorted(p.name for p in portal["ckpt"].glob("ckpt-*.pt")) == ["ckpt-0000000010.pt", "ckpt-0000000020.pt"]
+    clean_env.setenv(job.ENV_CHECKPOINT_KEEP_BEST, "val_accuracy:best")
+    proc = subprocess.run([sys.executable, "-c", "import trainyard; trainyard.log(0, loss=1.0)"], capture_output=True,
+                          text=True, env=os.environ.copy())
+    assert proc.returncode != 0 and "TRAINYARD_CHECKPOINT_KEEP_BEST must be 'metric:min' or 'metric:max'" in proc.stderr
 
 
 def test_keep_one_never_deletes_the_checkpoint_just_written(portal: dict[str, Path], clean_env: pytest.MonkeyPatch) -> None:

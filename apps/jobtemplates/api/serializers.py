@@ -16,7 +16,7 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
         help_text="Resource defaults (pool, nodes, devices_per_node, max_runtime_s) and limits (max_nodes, "
         "max_devices_per_node, max_runtime_limit_s)."
     )
-    checkpoint_policy = serializers.JSONField(help_text="every_steps, every_seconds, keep_last.")
+    checkpoint_policy = serializers.JSONField(help_text="every_steps, every_seconds, keep_last, keep_best (metric:min|max).")
     environment = serializers.JSONField(help_text="The approved environment the job runs in.")
 
     class Meta:
