@@ -112,9 +112,9 @@ def run_bench(args: argparse.Namespace, database_pid: int | None) -> dict[str, o
 
     fetchall = selectors._fetchall  # series reads go through psycopg directly, past execute_wrapper
 
-    def count_fetch(sql: str, params: Any) -> Any:
+    def count_fetch(sql: str, params: Any, row: Any) -> Any:
         queries.append(sql)
-        return fetchall(sql, params)
+        return fetchall(sql, params, row)
 
     selectors._fetchall = count_fetch  # type: ignore[assignment]
     try:

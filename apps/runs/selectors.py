@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -44,18 +45,27 @@ _FENCE_SQL = (
 )
 
 
+class _FenceRow(NamedTuple):
+    """A row of `_FENCE_SQL`, in its column order."""
+
+    run_id: int
+    number: int
+    run_status: str
+    latest_number: int | None
+
+
 def attempt_fence_for_node(*, node_id: int, attempt_id: int, number: int | None = None, allow_finished: bool = False) -> tuple[int, int]:
     """(run id, attempt number) of the attempt an agent reports for; errors as attempt_for_node_report."""
     sql = _FENCE_SQL.format(attempt=Attempt._meta.db_table, run=Run._meta.db_table, assignment=Assignment._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(sql, [attempt_id, node_id])
-        row = cursor.fetchone()
-    if row is None:
+        fetched = cursor.fetchone()
+    if fetched is None:
         raise NotFound(f"attempt {attempt_id} is not assigned to this node")
-    run_id, found, run_status, latest = row
-    _fence(attempt_id=attempt_id, number=number, found=found, latest=latest, run_id=run_id, run_status=run_status,
-           allow_finished=allow_finished)
-    return run_id, found
+    row = _FenceRow._make(fetched)
+    _fence(attempt_id=attempt_id, number=number, found=row.number, latest=row.latest_number, run_id=row.run_id,
+           run_status=row.run_status, allow_finished=allow_finished)
+    return row.run_id, row.number
 
 
 def _fence(*, attempt_id: int, number: int | None, found: int, latest: int | None, run_id: int, run_status: str,

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from operator import itemgetter
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import connection
 from django.db.models import Count, Max, Min, QuerySet
@@ -25,6 +25,8 @@ from apps.tracking.downsample import Bucket, downsample, encode, extremes, point
 from apps.tracking.energy_selectors import runs_energy
 from apps.tracking.environment_selectors import environment_compare
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
+
+R = TypeVar("R")
 
 DEFAULT_MAX_POINTS = 500
 MAX_MAX_POINTS = 5000
@@ -157,37 +159,70 @@ def _fetch_many(level: int | None, pairs: Sequence[tuple[int, str]], q: SeriesQu
     # No ORDER BY: each series is put in order below, on its own. The rows come mostly in order
     # already (points are stored in step order), which Python's sort finishes in one pass,
     # while sorting them all in the database cost more than the rest of the query.
-    per_series: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
-    for row in _fetchall(sql, params):
-        per_series.setdefault((row[0], row[1]), []).append(row)
     out: dict[tuple[int, str], list[Bucket]] = {}
     if level is None:
-        order = itemgetter(3, 2) if by_time else itemgetter(2)
-        for pair, rows in per_series.items():
-            rows.sort(key=order)
-            out[pair] = [point_bucket(float(w if by_time else st), _value(v, f)) for _, _, st, w, v, f in rows]
+        points: dict[tuple[int, str], list[_PointRow]] = {}
+        for point in _fetchall(sql, params, _PointRow):
+            points.setdefault((point.run_id, point.key), []).append(point)
+        order = attrgetter("wall_time", "step") if by_time else attrgetter("step")
+        for pair, point_rows in points.items():
+            point_rows.sort(key=order)
+            out[pair] = [point_bucket(float(p.wall_time if by_time else p.step), _value(p.value, p.flag)) for p in point_rows]
         return out
+    rollups: dict[tuple[int, str], list[_RollupRow]] = {}
+    for rollup in _fetchall(sql, params, _RollupRow):
+        rollups.setdefault((rollup.run_id, rollup.key), []).append(rollup)
     # Rollup buckets never overlap in steps, and wall time rises with steps within a run, so
     # bucket order is x order on either axis.
-    for pair, rows in per_series.items():
-        rows.sort(key=itemgetter(2))
-        out[pair] = [Bucket(float(x0), float(x1), n, fn, sm, mn, mx, na, pi, ni)
-                     for _, _, _, x0, x1, n, fn, sm, mn, mx, na, pi, ni in rows]
+    for pair, rollup_rows in rollups.items():
+        rollup_rows.sort(key=attrgetter("bucket"))
+        out[pair] = [Bucket(float(r.x_first), float(r.x_last), r.n, r.finite_n, r.total, r.low, r.high, r.nans, r.posinfs,
+                            r.neginfs) for r in rollup_rows]
     return out
 
 
-def _fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Rows of a read query; on PostgreSQL in binary (half the client CPU of Django's text rows,
-    which matters at thousands of rows per chart)."""
+class _PointRow(NamedTuple):
+    """A row of _fetch_many's raw-points query, in its column order."""
+
+    run_id: int
+    key: str
+    step: int
+    wall_time: float
+    value: float | None
+    flag: int
+
+
+class _RollupRow(NamedTuple):
+    """A row of _fetch_many's rollup query, in its column order (x: steps or wall time)."""
+
+    run_id: int
+    key: str
+    bucket: int
+    x_first: float
+    x_last: float
+    n: int
+    finite_n: int
+    total: float
+    low: float | None
+    high: float | None
+    nans: int
+    posinfs: int
+    neginfs: int
+
+
+def _fetchall(sql: str, params: Sequence[Any], row: Callable[..., R]) -> list[R]:
+    """Rows of a read query as ``row(*columns)``; on PostgreSQL in binary (half the client CPU of
+    Django's text rows, which matters at thousands of rows per chart)."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return list(cursor.fetchall())
+            return [row(*columns) for columns in cursor.fetchall()]
     import psycopg
+    from psycopg.rows import args_row
 
     connection.ensure_connection()
     # Errors as Django's own cursor would raise them (an outage is a 503, not a 500).
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection, row_factory=args_row(row)) as cursor:
         cursor.execute(sql, params, binary=True)
         return cursor.fetchall()
 

@@ -34,7 +34,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 
@@ -505,6 +505,19 @@ def _pg_append_level(level: int) -> str:
     )
 
 
+class _AppendRow(NamedTuple):
+    """The row `_PG_APPEND` returns: whether the batch only appended (and so is already stored)."""
+
+    appended: bool
+
+
+class _TouchedRow(NamedTuple):
+    """A row of `_PG_UPSERT`: a key and a level-0 bucket the batch changed."""
+
+    key: str
+    bucket: int
+
+
 _PG_APPEND = (
     f"WITH b0 AS MATERIALIZED (SELECT k, step / {LEVELS[0]} AS bucket, COUNT(*) AS n, COUNT(value) AS fn, "
     "COALESCE(SUM(value), 0) AS sm, MIN(value) AS mn, MAX(value) AS mx, "
@@ -564,14 +577,14 @@ def _store_postgresql(run_id: int, attempt: int, cols: PointColumns) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", [_RUN_LOCK_NAMESPACE, run_id % 2**31])
         cursor.execute(_PG_APPEND, run)
         appended = cursor.fetchone()
-        if appended is not None and appended[0]:
+        if appended is not None and _AppendRow._make(appended).appended:
             return
         cursor.execute(_PG_UPSERT, run)
-        touched = cursor.fetchall()
+        touched = [_TouchedRow._make(row) for row in cursor.fetchall()]
         if not touched:
             return
-        keys = [k for k, _ in touched]
-        buckets = [b for _, b in touched]
+        keys = [row.key for row in touched]
+        buckets = [row.bucket for row in touched]
         run = {"run": run_id}
         cursor.execute(_PG_LEVEL0, {**run, "keys": keys, "buckets": buckets})
         for level in range(1, len(LEVELS)):

@@ -167,9 +167,9 @@ def test_compare_reads_each_series_at_its_own_level_in_few_queries(cast: Any, mo
     queries: list[str] = []
     fetchall = selectors._fetchall
 
-    def counting(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def counting(sql: str, params: Sequence[Any], row: Any) -> list[Any]:
         queries.append(sql)
-        return fetchall(sql, params)
+        return fetchall(sql, params, row)
 
     monkeypatch.setattr(selectors, "_fetchall", counting)
 
