@@ -6,8 +6,10 @@ class SchedulingConfig(AppConfig):
     label = "scheduling"
 
     def ready(self) -> None:
+        # "scheduling.pass" is queued by name from below (runs, nodes): registered here, eager Celery finds it.
         # Billing's admission prices runs by predicted runtime, which only the scheduler knows.
         from apps.runs.services.runtime import runtime_estimator_register
+        from apps.scheduling import tasks  # noqa: F401
         from apps.scheduling.snapshot import runtime_estimator
 
         runtime_estimator_register(runtime_estimator)

@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "apps.jobtemplates",
     "apps.runs",
     "apps.tracking",
+    "apps.agentapi",
     "apps.scheduling",
     "apps.billing",
     "apps.webhooks",

@@ -157,8 +157,8 @@ def test_nodes_page_renders(cast: Any, pool: NodePool) -> None:
 def test_progress_rate_leaves_start_up_out(cast: Any, pool: NodePool, monkeypatch: Any) -> None:
     """The first progress report of an attempt anchors its rate, so the seconds spent starting
     (interpreter, framework, data) do not make the run look slow to the ETA or the scheduler."""
-    from apps.nodes.api import agent_views
     from apps.runs.selectors import run_live_rate
+    from apps.runs.services import reports
     from apps.tracking.selectors import run_progress
 
     client, reg = register(pool, "n1")
@@ -170,7 +170,7 @@ def test_progress_rate_leaves_start_up_out(cast: Any, pool: NodePool, monkeypatc
     started = Attempt.objects.get(pk=spec["attempt_id"]).started_at
     assert started is not None
     clock = [started]
-    monkeypatch.setattr(agent_views.timezone, "now", lambda: clock[0])
+    monkeypatch.setattr(reports.timezone, "now", lambda: clock[0])
 
     def report(after_s: float, steps: int) -> Run:
         clock[0] = started + timedelta(seconds=after_s)

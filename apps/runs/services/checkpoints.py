@@ -12,16 +12,17 @@ from __future__ import annotations
 import hashlib
 import logging
 from datetime import timedelta
-from typing import IO
+from typing import IO, Any
 
 from celery import signature
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from apps.core.errors import FieldError
+from apps.core.errors import FieldError, NotFound
 from apps.core.queueing import enqueue
 from apps.core.storage import ObjectMissing, UploadPlan, object_digest, store
-from apps.runs.models import Checkpoint
+from apps.runs.models import Attempt, Checkpoint, Run
 
 log = logging.getLogger(__name__)
 # By name: apps.runs.tasks imports this module.
@@ -120,6 +121,43 @@ def checkpoint_file_delete(*, checkpoint: Checkpoint, key: str = "") -> None:
     key = key or checkpoint.stored_path
     if key:
         store().delete(key)
+
+
+def checkpoint_report(*, attempt: Attempt, sha256: str, step: int, file_name: str, size: int, metrics: dict[str, Any]) -> Checkpoint:
+    """The record of a checkpoint an agent wrote for the attempt (a replayed report finds it again)."""
+    ckpt, _ = Checkpoint.objects.get_or_create(
+        run_id=attempt.run_id, sha256=sha256, step=step,
+        defaults={"attempt": attempt, "file_name": file_name, "size": size, "metrics": metrics})
+    return ckpt
+
+
+def checkpoint_for_node(*, node_id: int, checkpoint_id: int) -> Checkpoint:
+    """A checkpoint the node may read or write: of a run it held an attempt of, or the init
+    checkpoint of one; any other is not found (NotFound), like one that does not exist."""
+    ckpt = Checkpoint.objects.filter(pk=checkpoint_id).first()
+    if ckpt is None:
+        raise NotFound(f"checkpoint {checkpoint_id} not found")
+    allowed = Attempt.objects.filter(assignments__node_id=node_id).filter(Q(run_id=ckpt.run_id) | Q(run__init_checkpoint=ckpt)).exists()
+    if not allowed:
+        raise NotFound(f"checkpoint {checkpoint_id} not found")
+    return ckpt
+
+
+def checkpoint_mark_deleted(*, attempt: Attempt, step: int, file_name: str) -> int:
+    """Keep-last-K removed a checkpoint file on the node: mark its records deleted (they stay).
+
+    The server's copy goes too, so retention bounds storage here as well, except while a run
+    starts from it (a fine-tune or evaluation's init checkpoint), which still has to download it.
+    """
+    now = timezone.now()
+    count = 0
+    for ckpt in Checkpoint.objects.filter(run_id=attempt.run_id, step=step, file_name=file_name, deleted_at__isnull=True):
+        if not Checkpoint.objects.filter(pk=ckpt.pk, deleted_at__isnull=True).update(deleted_at=now):
+            continue  # a replay of the same report got there first
+        count += 1
+        if ckpt.stored_path and not Run.objects.filter(init_checkpoint=ckpt).exists():
+            checkpoint_file_delete(checkpoint=ckpt)
+    return count
 
 
 class _HashingReader:

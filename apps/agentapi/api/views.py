@@ -1,6 +1,8 @@
 """The agent protocol endpoints (/api/v1/agent/). Message shapes: agents/protocol.py.
 
-Views parse and bound the input, run the fencing check, and call services; replays are
+Views parse and bound the input, run the fencing check, and call the services of the app that
+owns the rows: node sessions (apps.agentapi.services), attempt events, logs, energy, progress
+and checkpoints (apps.runs.services); metrics are apps.tracking's own endpoint. Replays are
 idempotent through unique constraints (bulk_create ignore_conflicts = ON CONFLICT DO NOTHING).
 """
 
@@ -12,10 +14,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Max, Q
 from django.http import FileResponse
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -27,16 +26,26 @@ from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
 from apps.nodes.auth import AgentAPIView
 from apps.nodes.models import Node, NodeState
-from apps.nodes.services import HEARTBEAT_INTERVAL_S, checkpoint_mark_deleted, node_claim_wait, node_heartbeat, node_register
-from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run
+from apps.nodes.services import HEARTBEAT_INTERVAL_S, node_claim_wait, node_heartbeat, node_register
+from apps.runs.models import Attempt, Checkpoint
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services import lifecycle
 from apps.runs.services.checkpoints import (
     checkpoint_download_url,
+    checkpoint_for_node,
+    checkpoint_mark_deleted,
     checkpoint_open,
+    checkpoint_report,
     checkpoint_store_stream,
     checkpoint_upload_complete,
     checkpoint_upload_plan,
+)
+from apps.runs.services.reports import (
+    EnergyReading,
+    LogLine,
+    attempt_energy_record,
+    attempt_logs_record,
+    attempt_progress_record,
 )
 
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -194,7 +203,7 @@ class LogView(AgentView):
     def post(self, request: Request) -> Response:
         data = _body(request)
         attempt = _report(self, data)
-        rows = []
+        lines = []
         for i, chunk in enumerate(_list(data, "chunks", protocol.MAX_LOG_CHUNKS)):
             text = chunk.get("text") if isinstance(chunk, dict) else None
             if not isinstance(text, str) or len(text) > protocol.MAX_LOG_CHUNK_BYTES:
@@ -202,10 +211,9 @@ class LogView(AgentView):
             stream = chunk.get("stream", "stdout")
             if stream not in protocol.LOG_STREAMS:
                 raise FieldError(f"chunks[{i}].stream", "one of " + ", ".join(protocol.LOG_STREAMS))
-            rows.append(LogChunk(run_id=attempt.run_id, attempt=attempt, rank=_int(chunk, "rank", maximum=100_000),
-                                 seq=_int(chunk, "seq", maximum=2**31 - 1), stream=stream, text=text.replace("\x00", "")))
-        LogChunk.objects.bulk_create(rows, ignore_conflicts=True)
-        return Response({"accepted": len(rows)})
+            lines.append(LogLine(rank=_int(chunk, "rank", maximum=100_000), seq=_int(chunk, "seq", maximum=2**31 - 1),
+                                 stream=stream, text=text))
+        return Response({"accepted": attempt_logs_record(attempt=attempt, lines=lines)})
 
 
 class EnergyView(AgentView):
@@ -222,27 +230,12 @@ class EnergyView(AgentView):
                 raise FieldError(f"samples[{i}]", "at (unix time) and energy_j (finite, >= 0) are required")
             power = s.get("power_w")
             util = s.get("utilization")
-            rows.append(EnergySample(attempt=attempt, node=self.node, device_index=_int(s, "device_index", minimum=-1, maximum=1024),
-                                     at=datetime.fromtimestamp(float(at), tz=UTC), energy_j=float(energy),
-                                     power_w=float(power) if isinstance(power, int | float) else None,
-                                     utilization=float(util) if isinstance(util, int | float) else None,
-                                     estimated=bool(s.get("estimated", False))))
-        with transaction.atomic():
-            EnergySample.objects.bulk_create(rows, ignore_conflicts=True)
-            _energy_rollup(attempt)
-        return Response({"accepted": len(rows)})
-
-
-def _energy_rollup(attempt: Attempt) -> None:
-    """Samples carry cumulative energy per device: the attempt's energy is the sum of the maxima."""
-    per_device = EnergySample.objects.filter(attempt=attempt).values("node_id", "device_index").annotate(m=Max("energy_j"))
-    total = sum(row["m"] or 0.0 for row in per_device)
-    others = sum(Attempt.objects.filter(run_id=attempt.run_id).exclude(pk=attempt.pk).values_list("energy_j", flat=True))
-    estimated = EnergySample.objects.filter(attempt__run_id=attempt.run_id, estimated=True).exists()
-    # The run before the attempt, the order every writer of both takes (runs.services.lifecycle):
-    # the other order deadlocked with a user's cancel on PostgreSQL.
-    Run.objects.filter(pk=attempt.run_id).update(energy_j=others + total, energy_estimated=estimated)
-    Attempt.objects.filter(pk=attempt.pk).update(energy_j=total)
+            rows.append(EnergyReading(device_index=_int(s, "device_index", minimum=-1, maximum=1024),
+                                      at=datetime.fromtimestamp(float(at), tz=UTC), energy_j=float(energy),
+                                      power_w=float(power) if isinstance(power, int | float) else None,
+                                      utilization=float(util) if isinstance(util, int | float) else None,
+                                      estimated=bool(s.get("estimated", False))))
+        return Response({"accepted": attempt_energy_record(attempt=attempt, node_id=self.node.pk, readings=rows)})
 
 
 class ProgressView(AgentView):
@@ -250,28 +243,12 @@ class ProgressView(AgentView):
     def post(self, request: Request) -> Response:
         data = _body(request)
         attempt = _report(self, data)
-        updates: dict[str, Any] = {}
-        if data.get("total_steps") is not None:
-            updates["total_steps"] = _int(data, "total_steps")
-        if data.get("steps_done") is not None:
-            updates["steps_done"] = _int(data, "steps_done")
-            updates["progress_at"] = timezone.now()
-        with transaction.atomic():
-            if updates:
-                # .update() skips auto_now: bump updated_at by hand so ?updated_after= polls see progress.
-                Run.objects.filter(pk=attempt.run_id).update(**updates, updated_at=timezone.now())
-            if "progress_at" in updates:
-                # The attempt's first report marks where its rate is measured from (runs.selectors.run_live_rate).
-                began = attempt.started_at or attempt.created_at
-                Run.objects.filter(Q(progress_from_at__isnull=True) | Q(progress_from_at__lt=began), pk=attempt.run_id).update(
-                    progress_from_at=updates["progress_at"], progress_from_step=updates["steps_done"])
-            lineage = data.get("lineage")
-            if lineage is not None:
-                if not isinstance(lineage, dict) or len(str(lineage)) > 100_000:
-                    raise FieldError("lineage", "an object of at most 100000 characters")
-                locked = Attempt.objects.select_for_update().get(pk=attempt.pk)
-                locked.lineage = {**locked.lineage, **lineage}
-                locked.save(update_fields=["lineage"])
+        total = _int(data, "total_steps") if data.get("total_steps") is not None else None
+        done = _int(data, "steps_done") if data.get("steps_done") is not None else None
+        lineage = data.get("lineage")
+        if lineage is not None and (not isinstance(lineage, dict) or len(str(lineage)) > 100_000):
+            raise FieldError("lineage", "an object of at most 100000 characters")
+        attempt_progress_record(attempt=attempt, total_steps=total, steps_done=done, lineage=lineage)
         return Response({"ok": True})
 
 
@@ -288,9 +265,8 @@ class CheckpointView(AgentView):
         metrics = data.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise FieldError("metrics", "an object")
-        ckpt, _ = Checkpoint.objects.get_or_create(
-            run_id=attempt.run_id, sha256=sha, step=_int(data, "step"),
-            defaults={"attempt": attempt, "file_name": name, "size": _int(data, "size"), "metrics": metrics})
+        ckpt = checkpoint_report(attempt=attempt, sha256=sha, step=_int(data, "step"), file_name=name, size=_int(data, "size"),
+                                 metrics=metrics)
         answer: dict[str, Any] = {"id": ckpt.pk, "stored": bool(ckpt.stored_path)}
         # Older agents PUT the bytes to file/ and know no plan: none is made for them (an S3
         # multipart upload nobody completes would linger until the bucket's lifecycle rule).
@@ -350,13 +326,7 @@ class CheckpointDeletedView(AgentView):
 
 
 def _checkpoint_for(node: Node, checkpoint_id: int) -> Checkpoint:
-    ckpt = Checkpoint.objects.filter(pk=checkpoint_id).first()
-    if ckpt is None:
-        raise NotFound(f"checkpoint {checkpoint_id} not found")
-    allowed = Attempt.objects.filter(assignments__node=node).filter(Q(run_id=ckpt.run_id) | Q(run__init_checkpoint=ckpt)).exists()
-    if not allowed:
-        raise NotFound(f"checkpoint {checkpoint_id} not found")
-    return ckpt
+    return checkpoint_for_node(node_id=node.pk, checkpoint_id=checkpoint_id)
 
 
 class CheckpointFileView(AgentView):
