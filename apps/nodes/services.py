@@ -1,13 +1,13 @@
-"""Node lifecycle: join tokens, registration, heartbeats, claims, drain and the lost-node sweep."""
+"""Node lifecycle: join tokens, pools, claims, drain, and what the lost-node sweep reads (web
+pulse, sweep grace). Registration, heartbeats and the sweep itself: apps.agentapi.services."""
 
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import time
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -20,11 +20,9 @@ from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
 from apps.jobtemplates.models import LaunchMode
 from apps.nodes import wakeups
-from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
-from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState, SweepWatch
+from apps.nodes.auth import hash_secret
+from apps.nodes.models import JoinToken, Node, NodePool, NodeState, SweepWatch
 from apps.runs.models import (
-    ASSIGNMENT_HOLDS_DEVICES,
-    ATTEMPT_ENDED,
     Assignment,
     AssignmentState,
     Attempt,
@@ -32,8 +30,6 @@ from apps.runs.models import (
     Checkpoint,
     Run,
 )
-from apps.runs.services import lifecycle
-from apps.runs.services.checkpoints import checkpoint_file_delete
 from apps.runs.services.placement import master_port_for, request_scheduling_pass
 from apps.vault.services import run_secret_values
 
@@ -78,336 +74,6 @@ def pool_save(*, pool: NodePool) -> NodePool:
     audit_record(action="node_pool.updated" if before else "node_pool.created", target=pool, before=before,
                  after={f: str(getattr(pool, f)) for f in POOL_FIELDS})
     return pool
-
-
-def _join_token_check(*, secret: str, pool_name: str) -> NodePool:
-    token = JoinToken.objects.select_related("pool").filter(token_hash=hash_secret(secret)).first()
-    now = timezone.now()
-    if token is None or token.revoked_at is not None or (token.expires_at is not None and token.expires_at < now):
-        raise Forbidden("join_token: unknown, revoked or expired", code="bad_join_token")
-    if pool_name and token.pool.name != pool_name:
-        if not NodePool.objects.filter(name=pool_name).exists():
-            raise FieldError("pool", f"there is no node pool {pool_name!r}; the join token is for pool {token.pool.name!r}",
-                             code="unknown_pool")
-        raise FieldError("pool", f"the join token is for pool {token.pool.name!r}, not {pool_name!r}", code="wrong_pool")
-    return token.pool
-
-
-def _validate_register(data: dict[str, Any]) -> None:
-    if int(data.get("protocol_version", 0)) > protocol.PROTOCOL_VERSION:
-        raise FieldError("protocol_version", f"server speaks up to {protocol.PROTOCOL_VERSION}")
-    uid = str(data.get("agent_uid", ""))
-    if not uid or len(uid) > 64:
-        raise FieldError("agent_uid", "required, at most 64 characters")
-    if not str(data.get("hostname", "")) or len(str(data.get("hostname"))) > 253:
-        raise FieldError("hostname", "required, at most 253 characters")
-    devices = data.get("devices")
-    if not isinstance(devices, list) or not devices or len(devices) > 1024:
-        raise FieldError("devices", "a list of 1 to 1024 devices")
-
-
-@transaction.atomic
-def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str, list[int]]:
-    """Register (join token) or re-register (stored credential) an agent; bumps the session.
-
-    Returns the node, a new credential ("" when the stored one stays valid) and the attempts
-    the agent reported running that it must kill. Assignments the server thinks run on this node
-    but the agent does not report died with the previous agent process: they are lost.
-    """
-    _validate_register(data)
-    uid = str(data["agent_uid"])
-    credential = ""
-    if node is None or node.agent_uid != uid:
-        pool = _join_token_check(secret=str(data.get("join_token", "")), pool_name=str(data.get("pool", "")))
-        node = Node.objects.select_for_update().filter(agent_uid=uid).first() or Node(agent_uid=uid, pool=pool)
-        if node.pk is not None and node.pool_id != pool.pk:
-            raise FieldError("pool", f"this agent is already registered in pool {node.pool.name!r}", code="registered_elsewhere")
-        credential = NODE_CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
-        node.credential_hash = hash_secret(credential)
-    else:
-        node = Node.objects.select_for_update().get(pk=node.pk)
-    # A node joining for the first time had no state before: the audit says so rather than "ready".
-    before = {"state": node.state, "session": node.session} if node.pk is not None else None
-    node.hostname = str(data["hostname"])[:253]
-    node.address = str(data.get("address", ""))[:253]
-    node.cpus = max(0, int(data.get("cpus", 0)))
-    node.memory_bytes = max(0, int(data.get("memory_bytes", 0)))
-    node.agent_version = str(data.get("agent_version", ""))[:50]
-    node.protocol_version = int(data.get("protocol_version", 1))
-    node.session += 1
-    # An agent restart ends its own drain; an administrator's drain stays until undrained.
-    node.state = NodeState.DRAINING if node.drained_by_admin else NodeState.READY
-    if not node.drained_by_admin:
-        node.drain_deadline = None
-    node.registered_at = node.last_heartbeat_at = timezone.now()
-    node.save()
-    wakeups.claims_wake_on_commit(node_ids=[node.pk])  # a claim of the old session answers 409 at once
-    _sync_devices(node, data["devices"])
-    with acting_as(label=f"agent:{node.hostname}"):
-        audit_record(action="node.registered", target=node, before=before,
-                     after={"state": node.state, "session": node.session, "pool": node.pool.name, "devices": len(data["devices"])})
-        kill = _reconcile(node, data.get("running") or [])
-    devices_health_record(node=node, devices=data["devices"])
-    request_scheduling_pass()
-    return node, credential, kill
-
-
-def _sync_devices(node: Node, devices: list[dict[str, Any]]) -> None:
-    seen = []
-    for dev in devices:
-        index = int(dev.get("index", 0))
-        seen.append(index)
-        Device.objects.update_or_create(node=node, index=index, defaults={
-            "kind": "gpu" if dev.get("kind") == "gpu" else "cpu", "uuid": str(dev.get("uuid", ""))[:100],
-            "model": str(dev.get("model", ""))[:200], "memory_bytes": int(dev.get("memory_bytes", 0))})
-    node.devices.exclude(index__in=seen).delete()
-
-
-def _valid_running(node: Node, running: list[Any]) -> tuple[set[int], list[int]]:
-    """(attempt ids the node may keep running, attempt ids it must kill)."""
-    keep: set[int] = set()
-    kill: list[int] = []
-    for item in running:
-        attempt_id = int(item.get("attempt_id", 0)) if isinstance(item, dict) else 0
-        assignment = Assignment.objects.select_related("attempt").filter(attempt_id=attempt_id, node=node).first()
-        if assignment is None or assignment.attempt.status in ATTEMPT_ENDED or assignment.state not in ASSIGNMENT_HOLDS_DEVICES:
-            kill.append(attempt_id)
-            continue
-        latest = Attempt.objects.filter(run_id=assignment.attempt.run_id).order_by("-number").values_list("pk", flat=True).first()
-        if latest != attempt_id:
-            kill.append(attempt_id)
-        else:
-            keep.add(attempt_id)
-    return keep, kill
-
-
-def _reconcile(node: Node, running: list[Any]) -> list[int]:
-    keep, kill = _valid_running(node, running)
-    gone = Assignment.objects.filter(node=node, state__in=[AssignmentState.CLAIMED, AssignmentState.STARTED]).exclude(
-        attempt_id__in=keep).values_list("attempt_id", flat=True)
-    for attempt_id in set(gone):
-        lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"node {node.hostname} restarted; its job did not survive")
-    return kill
-
-
-def _heartbeat_state(current: str, data: dict[str, Any], *, drained_by_admin: bool = False) -> str:
-    # Back from lost: to the drain an administrator left it in, if any, else ready for work.
-    state: str = current
-    if current == NodeState.LOST:
-        state = NodeState.DRAINING if drained_by_admin else NodeState.READY
-    if data.get("draining") and state == NodeState.READY:
-        state = NodeState.DRAINING
-    if data.get("offline"):
-        state = NodeState.OFFLINE
-    return state
-
-
-def _number(value: Any) -> float | None:
-    """A reported measurement, or None when it is not a finite number (never a 500 for it)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _devices_update(node_id: int, devices: list[Any]) -> None:
-    """The reported utilization and power of every device: one UPDATE per device, in raw SQL
-    (the heartbeat path; the ORM's query building cost more than the statement)."""
-    rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), _bytes(dev.get("memory_used_bytes")), node_id,
-             dev.get("index"))
-            for dev in devices[:1024] if isinstance(dev, dict) and isinstance(dev.get("index"), int)]
-    if rows:
-        with connection.cursor() as cursor:
-            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s, memory_used_bytes = %s "
-                               f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
-
-
-def _bytes(value: Any) -> int | None:
-    number = _number(value)
-    return int(number) if number is not None and 0 <= number < 2**63 else None
-
-
-def _readings_clear(node_id: int) -> None:
-    """Forget a node's device readings when it stops reporting (lost, offline): a reading shown
-    for a node that measures nothing would pass for a current one. Health stays: a faulty GPU is
-    faulty until its agent reports it healthy again."""
-    Device.objects.filter(node_id=node_id).update(utilization=None, power_w=None, memory_used_bytes=None)
-
-
-def _health_reported(devices: list[Any]) -> dict[int, tuple[bool, str]]:
-    """index -> (healthy, reason) for the devices whose health the agent reported."""
-    out: dict[int, tuple[bool, str]] = {}
-    for dev in devices[:1024]:
-        if isinstance(dev, dict) and isinstance(dev.get("index"), int) and isinstance(dev.get("healthy"), bool):
-            reason = "" if dev["healthy"] else (str(dev.get("health_reason") or "") or "its agent reported a fault")
-            out[dev["index"]] = (dev["healthy"], reason[:500])
-    return out
-
-
-def _health_news(previous: Any, devices: list[Any]) -> bool:
-    """Whether a heartbeat needs the health path: a device is reported unhealthy (its runs may
-    still need requeueing), or a device's health differs from the last heartbeat's. The usual
-    heartbeat, all healthy as before, costs no query for it."""
-    now = _health_reported(devices)
-    if any(not healthy for healthy, _ in now.values()):
-        return True
-    before = _health_reported(previous.get("devices") or []) if isinstance(previous, dict) else {}
-    return any(before.get(index) != health for index, health in now.items())
-
-
-def devices_health_record(*, node: Node, devices: list[Any]) -> None:
-    """Record the health the agent reported for the node's devices: a change is audited
-    (device.unhealthy, device.healthy), and every attempt holding an unhealthy device is lost and
-    its run requeued (an infrastructure failure: it resumes from its checkpoint elsewhere)."""
-    reported = _health_reported(devices)
-    if not reported:
-        return
-    sick: dict[int, Device] = {}
-    recovered = False
-    with transaction.atomic(), acting_as(label=f"agent:{node.hostname}"):
-        for device in Device.objects.select_for_update().filter(node_id=node.pk, index__in=list(reported)).order_by("pk"):
-            healthy, reason = reported[device.index]
-            if not healthy:
-                sick[device.index] = device
-            if (device.healthy, device.health_reason) == (healthy, reason):
-                continue
-            flipped = device.healthy != healthy
-            device.healthy, device.health_reason = healthy, reason
-            if flipped:
-                device.health_changed_at = timezone.now()
-            device.save(update_fields=["healthy", "health_reason", "health_changed_at"])
-            if flipped:
-                recovered |= healthy
-                audit_record(action="device.healthy" if healthy else "device.unhealthy", target=node,
-                             before={"device": device.index, "healthy": not healthy},
-                             after={"device": device.index, "uuid": device.uuid, "healthy": healthy, "reason": reason})
-        if recovered:
-            request_scheduling_pass()
-    if sick:
-        _requeue_holders(node, sick)
-
-
-def _requeue_holders(node: Node, sick: dict[int, Device]) -> None:
-    held = Assignment.objects.filter(node_id=node.pk, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", "devices")
-    for attempt_id, devices in sorted(held):
-        bad = sorted(int(d) for d in devices or [] if int(d) in sick)
-        if not bad:
-            continue
-        device = sick[bad[0]]
-        name = f"GPU {device.index}" if device.kind == "gpu" else f"device {device.index}"
-        reason = f"{name} ({device.uuid or 'no UUID'}) on {node.hostname} is unhealthy: {device.health_reason}"
-        with acting_as(label=f"agent:{node.hostname}"):
-            lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason, reason_code="device_unhealthy", suspect_node=node.pk)
-
-
-def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:
-    """Record a heartbeat; answer with the stop orders and kills for what the agent runs.
-
-    Heartbeats are most of the agent traffic (every node, every 5 s), so the usual one, which
-    changes no state, is a conditional UPDATE of the node, one UPDATE of its devices and one
-    SELECT of its assignments, with no row lock. A state change (lost -> ready, draining,
-    offline) or a race with one takes the locked, audited path.
-    """
-    if int(data.get("session", -1)) != node.session:
-        raise Conflict(f"session {data.get('session')} was superseded by {node.session}; register again", code="stale_session")
-    now = timezone.now()
-    devices = data.get("devices") or []
-    status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
-    offline = bool(data.get("offline"))
-    state = node.state
-    quiet = _heartbeat_state(node.state, data, drained_by_admin=node.drained_by_admin) == node.state and not offline
-    # The WHERE on state is the fence against a concurrent change (the sweep declaring the node
-    # lost, an admin draining it): then nothing is updated here and the locked path redoes it.
-    if not quiet or not _node_touch(node, now, status):
-        with transaction.atomic():
-            locked = Node.objects.select_for_update().get(pk=node.pk)
-            before = locked.state
-            state = locked.state = _heartbeat_state(before, data, drained_by_admin=locked.drained_by_admin)
-            locked.last_heartbeat_at = now
-            locked.last_status = status
-            locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
-            if locked.state == NodeState.OFFLINE:
-                _readings_clear(locked.pk)  # an agent that stopped measures nothing
-            else:
-                _devices_update(locked.pk, devices)
-            if locked.state != before:
-                wakeups.claims_wake_on_commit(node_ids=[locked.pk])  # a draining agent's claim answers at once
-                with acting_as(label=f"agent:{locked.hostname}"):
-                    audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
-            if before == NodeState.LOST:
-                request_scheduling_pass()
-    else:
-        _devices_update(node.pk, devices)
-    if not offline and _health_news(node.last_status, devices):
-        devices_health_record(node=node, devices=devices)
-    if offline:
-        # A drained agent leaves nothing behind; whatever it still held cannot run anymore.
-        for attempt_id in sorted(set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES)
-                                     .values_list("attempt_id", flat=True))):
-            with acting_as(label=f"agent:{node.hostname}"):
-                lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"the agent on {node.hostname} stopped")
-        return {"stop": [], "kill": [], "drain": False}
-    kill, stop = _heartbeat_orders(node, data.get("running") or [])
-    # Ended attempts (aborted, lost) whose processes an agent may still hold are killed outright.
-    return {"stop": stop, "kill": kill, "drain": state == NodeState.DRAINING}
-
-
-def _node_touch(node: Node, now: Any, status: dict[str, Any]) -> bool:
-    """The quiet heartbeat's UPDATE, if the node is still in the state and session read."""
-    ops = connection.ops
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s, last_status = %s WHERE id = %s AND state = %s AND session = %s",
-            [ops.adapt_datetimefield_value(now), ops.adapt_json_value(status, None), node.pk, node.state, node.session])
-        return bool(cursor.rowcount)
-
-
-# What the heartbeat answers with, for the node's assignments that hold devices or that the
-# agent reports running: one `_OrderRow` each. Raw SQL: heartbeats are most of the agent traffic.
-_ORDERS_SQL = (
-    "SELECT a.attempt_id, a.state, t.status, t.stop_kind, r.grace_period_s, "
-    "(SELECT l.id FROM {attempt} l WHERE l.run_id = t.run_id ORDER BY l.number DESC LIMIT 1) "
-    "FROM {assignment} a JOIN {attempt} t ON t.id = a.attempt_id JOIN {run} r ON r.id = t.run_id "
-    "WHERE a.node_id = %s AND (a.state IN ({holds}){reported}) ORDER BY a.attempt_id, a.node_rank"
-)
-
-
-class _OrderRow(NamedTuple):
-    """A row of `_ORDERS_SQL`, in its column order."""
-
-    attempt_id: int
-    state: str  # the assignment's
-    status: str  # the attempt's
-    stop_kind: str
-    grace_period_s: int
-    latest_attempt_id: int  # the run's latest attempt
-
-
-def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[protocol.StopOrder]]:
-    """(attempts to kill, stop orders) in one query: what _valid_running decides for the reported
-    attempts, and a stop order for each assignment on the node whose attempt was asked to stop."""
-    ids = [item.get("attempt_id") if isinstance(item, dict) else 0 for item in running]
-    reported = [i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**63 else 0 for i in ids]
-    holds = sorted(ASSIGNMENT_HOLDS_DEVICES)
-    sql = _ORDERS_SQL.format(attempt=Attempt._meta.db_table, assignment=Assignment._meta.db_table, run=Run._meta.db_table,
-                             holds=", ".join(["%s"] * len(holds)),
-                             reported=f" OR a.attempt_id IN ({', '.join(['%s'] * len(reported))})" if reported else "")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [node.pk, *holds, *reported])
-        rows = [_OrderRow._make(row) for row in cursor.fetchall()]
-    first: dict[int, _OrderRow] = {}
-    stop: list[protocol.StopOrder] = []
-    for row in rows:
-        first.setdefault(row.attempt_id, row)
-        if row.state in ASSIGNMENT_HOLDS_DEVICES and row.stop_kind:
-            stop.append({"attempt_id": row.attempt_id, "kind": row.stop_kind,  # type: ignore[typeddict-item]
-                         "grace_period_s": row.grace_period_s})
-    kill = []
-    for attempt_id in reported:
-        found = first.get(attempt_id)
-        if (found is None or found.status in ATTEMPT_ENDED or found.state not in ASSIGNMENT_HOLDS_DEVICES
-                or found.latest_attempt_id != attempt_id):
-            kill.append(attempt_id)
-    return kill, stop
 
 
 class _Gang(TypedDict):
@@ -459,23 +125,6 @@ def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
     if ckpt is None:
         return None
     return {"id": ckpt.pk, "run_id": ckpt.run_id, "step": ckpt.step, "file": ckpt.file_name, "size": ckpt.size, "sha256": ckpt.sha256}
-
-
-def checkpoint_mark_deleted(*, attempt: Attempt, step: int, file_name: str) -> int:
-    """Keep-last-K removed a checkpoint file on the node: mark its records deleted (they stay).
-
-    The server's copy goes too, so retention bounds storage here as well, except while a run
-    starts from it (a fine-tune or evaluation's init checkpoint), which still has to download it.
-    """
-    now = timezone.now()
-    count = 0
-    for ckpt in Checkpoint.objects.filter(run_id=attempt.run_id, step=step, file_name=file_name, deleted_at__isnull=True):
-        if not Checkpoint.objects.filter(pk=ckpt.pk, deleted_at__isnull=True).update(deleted_at=now):
-            continue  # a replay of the same report got there first
-        count += 1
-        if ckpt.stored_path and not Run.objects.filter(init_checkpoint=ckpt).exists():
-            checkpoint_file_delete(checkpoint=ckpt)
-    return count
 
 
 def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
@@ -562,23 +211,6 @@ def node_undrain(*, node: Node, user: Any) -> Node:
     return node
 
 
-def node_mark_lost(*, node_id: int) -> bool:
-    with transaction.atomic():
-        node = Node.objects.select_for_update().get(pk=node_id)
-        if node.state == NodeState.LOST:
-            return False
-        before = node.state
-        node.state = NodeState.LOST
-        node.save(update_fields=["state"])
-        _readings_clear(node.pk)  # the last readings are not the node's now: nothing is reported
-        audit_record(action="node.lost", target=node, before={"state": before}, after={"state": node.state})
-        attempts = set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", flat=True))
-    for attempt_id in sorted(attempts):
-        reason = f"node {node.hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)"
-        lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason)
-    return True
-
-
 def web_pulse(*, now: datetime) -> None:
     """Record that a web process is up now (apps.nodes.pulse calls this every TRAINYARD_WEB_PULSE_S).
 
@@ -638,32 +270,3 @@ def silent_before(*, watch: SweepWatch, now: datetime) -> datetime | None:
     return heard_until - timeout
 
 
-def nodes_sweep() -> dict[str, int]:
-    """Declare silent nodes lost, abort gangs that did not fully start, preempt past drain deadlines."""
-    now = timezone.now()
-    counts = {"lost": 0, "aborted": 0, "drained": 0, "grace": 0}
-    watch = sweep_grace_until(now=now)
-    with acting_as(label="system"):
-        live = [NodeState.READY, NodeState.DRAINING]
-        quiet = Node.objects.filter(state__in=live, last_heartbeat_at__lt=now - timedelta(seconds=settings.TRAINYARD_NODE_TIMEOUT_S))
-        cutoff = silent_before(watch=watch, now=now)
-        lost = [] if cutoff is None else list(quiet.filter(last_heartbeat_at__lt=cutoff).values_list("pk", flat=True))
-        counts["grace"] = quiet.count() - len(lost)
-        if counts["grace"] and (watch.grace_until is None or now >= watch.grace_until):
-            log.warning("%d silent node(s) are not declared lost: the web tier was up to hear them only from %s to %s "
-                        "(less than the node timeout of %ss since their last heartbeat)", counts["grace"],
-                        watch.web_up_since and watch.web_up_since.isoformat(), watch.web_pulse_at and watch.web_pulse_at.isoformat(),
-                        settings.TRAINYARD_NODE_TIMEOUT_S)
-        for node_id in lost:
-            counts["lost"] += int(node_mark_lost(node_id=node_id))
-        late = now - timedelta(seconds=settings.TRAINYARD_GANG_START_TIMEOUT_S)
-        for attempt_id in Attempt.objects.filter(status=AttemptStatus.STARTING, created_at__lt=late).values_list("pk", flat=True):
-            why = f"not every rank started within {settings.TRAINYARD_GANG_START_TIMEOUT_S}s"
-            lifecycle.attempt_abort(attempt_id=attempt_id, reason=why)
-            counts["aborted"] += 1
-        for node in Node.objects.filter(state=NodeState.DRAINING, drain_deadline__lt=now):
-            for a in Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES, attempt__stop_kind="").select_related(
-                    "attempt__run"):
-                lifecycle.attempt_request_stop(attempt_id=a.attempt_id, kind="drain")
-                counts["drained"] += 1
-    return counts

@@ -11,9 +11,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.agentapi.services import nodes_sweep
 from apps.audit.models import AuditEvent
 from apps.nodes.models import Node, NodePool, SweepWatch
-from apps.nodes.services import node_drain, nodes_sweep, web_pulse
+from apps.nodes.services import node_drain, web_pulse
 from apps.runs.models import Attempt, Checkpoint, EnergySample, Run
 from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run, register

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.agentapi.services import nodes_sweep
 from apps.nodes.models import Node, NodePool
-from apps.nodes.services import nodes_sweep
 from apps.runs.models import Assignment, Attempt, Run
 from apps.runs.services.lifecycle import run_cancel
 from apps.runs.services.placement import NodeFree, RunNeed, first_fit

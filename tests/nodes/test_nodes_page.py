@@ -13,8 +13,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.agentapi.services import nodes_sweep
 from apps.nodes.models import Device, Node, NodePool
-from apps.nodes.services import node_drain, nodes_sweep
+from apps.nodes.services import node_drain
 from apps.runs.models import Run
 from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run, register
