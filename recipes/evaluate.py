@@ -13,47 +13,28 @@ from __future__ import annotations
 
 from typing import Any
 
-PARAM_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "evaluate parameters",
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "split": {
-            "type": "string",
-            "enum": ["test", "val"],
-            "default": "test",
-            "description": "Held-out split to score on.",
-        },
-        "classes": {
-            "type": "array",
-            "items": {"type": "integer", "minimum": 0, "maximum": 9},
-            "minItems": 1,
-            "maxItems": 10,
-            "uniqueItems": True,
-            "default": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
-            "description": "Digits to score on.",
-        },
-        "batch_size": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 4096,
-            "default": 512,
-            "description": "Evaluation batch size (does not change the result beyond rounding).",
-        },
-        "amp": {
-            "type": "boolean",
-            "default": False,
-            "description": "Mixed precision. CUDA: autocast to amp_dtype. CPU: bfloat16 autocast whatever amp_dtype says.",
-        },
-        "amp_dtype": {
-            "type": "string",
-            "enum": ["bfloat16", "float16"],
-            "default": "bfloat16",
-            "description": "Autocast dtype on CUDA when amp is on.",
-        },
+from recipes.params import object_schema, param
+
+PARAM_SCHEMA: dict[str, Any] = object_schema("evaluate parameters", {
+    "split": {
+        "type": "string",
+        "enum": ["test", "val"],
+        "default": "test",
+        "description": "Held-out split to score on.",
     },
-}
+    "classes": param("classes", minItems=1, description="Digits to score on."),
+    "batch_size": param(
+        "batch_size",
+        maximum=4096,
+        default=512,
+        description="Evaluation batch size (does not change the result beyond rounding).",
+    ),
+    "amp": param(
+        "amp",
+        description="Mixed precision. CUDA: autocast to amp_dtype. CPU: bfloat16 autocast whatever amp_dtype says.",
+    ),
+    "amp_dtype": param("amp_dtype", description="Autocast dtype on CUDA when amp is on."),
+})
 
 RECIPE = "evaluate"
 

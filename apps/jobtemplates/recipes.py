@@ -1,13 +1,16 @@
 """The shipped recipes as templates: their parameter schemas and the demo seeding.
 
-A recipe's PARAM_SCHEMA is read from the module's source with ``ast`` (a literal dict), so the
-web process never imports torch to list templates. If the schema is not a plain literal, the
-module is imported in a child interpreter instead, which keeps torch out of this process too.
+A recipe's PARAM_SCHEMA is read from the module's source with ``ast`` when it is a literal dict,
+so the web process never imports torch to list templates. Otherwise (the shipped recipes build
+theirs from the shared blocks in recipes/params.py) the module is imported in a child
+interpreter, once per process and source, which keeps torch out of this process too.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import hashlib
 import json
 import subprocess
@@ -54,6 +57,18 @@ def recipe_param_schema(*, module: str) -> dict[str, Any] | None:
             except ValueError:
                 break
             return value if isinstance(value, dict) else None
+    schema = _imported_param_schema(module, _source_key(module, source))
+    return copy.deepcopy(schema) if schema is not None else None
+
+
+def _source_key(module: str, source: str) -> str:
+    # The recipe and the shared blocks it builds its schema from: a change to either is read anew.
+    shared = recipe_source("params") or ""
+    return hashlib.sha256(f"{module}\0{source}\0{shared}".encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _imported_param_schema(module: str, source_key: str) -> dict[str, Any] | None:
     code = "import importlib, json, sys; print(json.dumps(importlib.import_module(sys.argv[1]).PARAM_SCHEMA))"
     proc = subprocess.run([sys.executable, "-c", code, f"recipes.{module}"], cwd=settings.BASE_DIR, capture_output=True,
                           text=True, timeout=120, check=False)
@@ -119,7 +134,8 @@ def shipped_template_fields(slug: str, module: str | None, kind: str, title: str
         if found is None:
             return None
         schema = found
-        source = recipe_source(module) or ""
+        # The schema too: a recipe's own source stays the same when a shared block changes.
+        source = (recipe_source(module) or "") + json.dumps(schema, sort_keys=True)
         entrypoint = f"python -m recipes.{module}"
     properties = schema.get("properties", {})
     total_steps_param = next((name for name in TOTAL_STEPS_CANDIDATES if name in properties), "")
