@@ -32,6 +32,7 @@ measured to its first start.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import heapq
 import json
@@ -42,7 +43,8 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
@@ -106,6 +108,9 @@ class JobOutcome:
     end: float
     estimated_start: float | None
     attempts: tuple[tuple[float, float], ...] = ()
+    # The "pool's median wait" baseline: the median of the waits observed before the
+    # submission (starts known by then, no peeking), for judging the estimate against.
+    median_wait: float = 0.0
 
     @property
     def preempted(self) -> int:
@@ -149,6 +154,31 @@ class Summary:
     # Each team's mean slowdown (JCT / runtime), what Jain's index is taken over: comparing two
     # policies team by team says who gained and who lost, which the one index hides.
     team_slowdown: dict[str, float]
+    # The tail (issue 28): p99 JCT, the most times one job was preempted, how many 5+ times.
+    p99_jct_s: float = 0.0
+    max_preemptions_per_job: int = 0
+    jobs_preempted_5_plus: int = 0
+    # Estimates of the runs that really waited (`waited_estimates`): keys "10m" and "1h" (waits
+    # over 10 minutes, over an hour); values: jobs, and the share within max(10 min, 25% of the
+    # wait) of the estimate and of two baselines, "starts now" and the pool's median wait.
+    waited: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The same for the new estimate each preempted run gets when it goes back in line, judged
+    # against its restart (wait = restart - requeue).
+    requeued: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Busy devices over capacity, integrated over the time some run was waiting.
+    busy_while_waiting: float = 0.0
+
+
+@dataclass(slots=True)
+class Requeue:
+    """A preempted run's return to the line: when, the estimate made then, the pool's median
+    wait then (the baseline), and when it started again (None while it waits)."""
+
+    job_id: str
+    at: float
+    median_wait: float
+    estimate: float | None = None
+    start: float | None = None
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
@@ -191,6 +221,42 @@ def perturb(jobs: Sequence[TraceJob], *, seed: int, shift_days: float = 2.0, jit
         moved.append(replace(job, submit_s=submit, duration_s=durations[(job.team, job.job_type, job.gpus)].pop()))
     moved.sort(key=lambda j: (j.submit_s, j.team, j.gpus, j.duration_s))
     return [replace(job, id=str(i)) for i, job in enumerate(moved, start=1)]
+
+
+def scale_load(jobs: Sequence[TraceJob], factor: float) -> list[TraceJob]:
+    """The same jobs arriving `factor` times as fast (0.7: spread over 1/0.7 as long), so the
+    cluster sees `factor` times the load."""
+    if not factor > 0:
+        raise ValueError(f"load factor must be more than 0 (got {factor:g})")
+    return [replace(j, submit_s=round(j.submit_s / factor)) for j in jobs]
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One replay of `--variants`: the trace perturbed with `seed` (None: as it is), its load
+    scaled by `load`, on `nodes` nodes (None: `--nodes`)."""
+
+    name: str
+    seed: int | None = None
+    load: float = 1.0
+    nodes: int | None = None
+
+    def jobs(self, jobs: Sequence[TraceJob]) -> list[TraceJob]:
+        out = list(jobs) if self.seed is None else perturb(jobs, seed=self.seed)
+        return out if self.load == 1.0 else scale_load(out, self.load)
+
+
+# The development trace and samples of the same kind (issue 28: other seeds, 0.7x-1.3x load,
+# 30-60 nodes): a goal met on one of them only is not met.
+VARIANTS = (
+    Variant("trace"),
+    Variant("seed 1", seed=1),
+    Variant("seed 2", seed=2),
+    Variant("load 0.7x", load=0.7),
+    Variant("load 1.3x", load=1.3),
+    Variant("30 nodes", nodes=30),
+    Variant("60 nodes", nodes=60),
+)
 
 
 def equal_quotas(teams: Sequence[str], capacity: int) -> tuple[TeamQuota, ...]:
@@ -313,6 +379,17 @@ class Replay:
         # Jobs the last pass stopped runs for, and when those runs will have stopped.
         self.making_room: dict[str, float] = {}
         self.attempts: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        # Every wait seen so far (first starts and restarts), sorted: the "pool's median wait"
+        # baseline reads it at a submission or requeue. The pool's median wait at each
+        # submission, each return to the line (`Requeue`), and the returns of the current event.
+        self.waits_seen: list[float] = []
+        self.median_at_submit: dict[str, float] = {}
+        self.requeues: list[Requeue] = []
+        self.open_requeues: dict[str, Requeue] = {}
+        self.requeued_now: list[Requeue] = []
+        # Device-seconds busy, and of capacity, over the time some job was waiting.
+        self.busy_waiting_s = 0.0
+        self.capacity_waiting_s = 0.0
 
     def shape(self, job: TraceJob) -> tuple[int, int]:
         return gang_shape(job.gpus, self.gpn)
@@ -346,8 +423,14 @@ class Replay:
             policies={POOL: self.policy},
         )
 
+    def median_wait(self) -> float:
+        seen = self.waits_seen
+        return seen[len(seen) // 2] if seen else 0.0
+
     def _queue(self, job: TraceJob) -> None:
         count, per_node = self.shape(job)
+        if job.id not in self.median_at_submit:
+            self.median_at_submit[job.id] = self.median_wait()
         predicted, expected = self.remaining(job)
         self.queued[job.id] = QueuedJob(
             id=job.id,
@@ -391,6 +474,9 @@ class Replay:
                 break
             for team in set(self.usage) | set(self.held):
                 self.usage[team] = accrue_usage(self.usage[team], self.held.get(team, 0), now - last, half_life)
+            if self.queued:
+                self.busy_waiting_s += (now - last) * sum(self.held.values())
+                self.capacity_waiting_s += (now - last) * len(self.node_ids) * self.gpn
             last = now
             while self.victim_ready and self.victim_ready[0][0] <= now:
                 heapq.heappop(self.victim_ready)
@@ -416,6 +502,7 @@ class Replay:
                     self.making_room[preemption.for_job_id] = now + self.resume.grace_s
             if self.estimates:
                 self._estimate(new, now)
+            self.requeued_now.clear()
 
     def _fix_deadlines(self, state: ClusterState) -> ClusterState:
         """Fix the virtual deadline of jobs just submitted, as the portal does on its first pass."""
@@ -479,7 +566,8 @@ class Replay:
             finished_types.add(job.job_type)
             self.attempts[job_id].append((run.started_at, end))
             self.outcomes.append(
-                JobOutcome(job, self.started[job_id], end, self.estimated.get(job_id), tuple(self.attempts.pop(job_id)))
+                JobOutcome(job, self.started[job_id], end, self.estimated.get(job_id), tuple(self.attempts.pop(job_id)),
+                           median_wait=self.median_at_submit.pop(job_id, 0.0))
             )
         if finished_types:
             # A finished run can change predictions at every level that shares its job type.
@@ -521,6 +609,10 @@ class Replay:
         queued = self.queued.pop(job_id)
         self.fresh_waiting.discard(job_id)
         first = job_id not in self.started
+        back = self.open_requeues.pop(job_id, None)
+        if back is not None:
+            back.start = now
+        bisect.insort(self.waits_seen, now - (queued.submitted_at if back is None else back.at))
         if first and self.estimates and now > queued.submitted_at:
             rank = queued.deadline if queued.deadline is not None and self.policy.ordering != Ordering.FIFO else None
             self.lag.observe(now, queued.submitted_at if rank is None else rank)
@@ -580,9 +672,22 @@ class Replay:
         self.attained[job.id] += ran
         self.lost_device_s += (ran - progress) * run.devices
         self._queue(job)
+        back = Requeue(job_id=job.id, at=stopped_at, median_wait=self.median_wait())
+        self.requeues.append(back)
+        self.open_requeues[job.id] = back
+        self.requeued_now.append(back)
 
     def _estimate(self, new: list[str], now: float) -> None:
+        """Estimate the start of each job submitted now, and the restart of each run that went
+        back in line now (`Requeue.estimate`), after this event's pass, as the portal would."""
         waiting = []
+        for back in self.requeued_now:
+            if back.start is not None:
+                back.estimate = back.start
+            elif back.job_id in self.making_room:
+                back.estimate = self.making_room[back.job_id]
+            else:
+                waiting.append(back.job_id)
         for job_id in new:
             if job_id in self.started:
                 self.estimated[job_id] = now
@@ -604,8 +709,12 @@ class Replay:
             step_ratio=self.estimate_step_ratio,
             max_ahead=self.estimate_max_ahead,
         )
-        for job_id in waiting:
-            self.estimated[job_id] = result[job_id].start
+        for back in self.requeued_now:
+            if back.estimate is None:
+                back.estimate = result[back.job_id].start
+        for job_id in new:
+            if job_id in result:
+                self.estimated[job_id] = result[job_id].start
 
 
 def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.0) -> Summary:
@@ -645,7 +754,46 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
         wall_s=wall_s,
         cpu_s=cpu_s,
         team_slowdown=team_slowdown,
+        p99_jct_s=percentile(jcts, 0.99),
+        max_preemptions_per_job=max((o.preempted for o in outcomes), default=0),
+        jobs_preempted_5_plus=sum(1 for o in outcomes if o.preempted >= 5),
+        waited=waited_estimates([(o.job.submit_s, o.start, o.estimated_start, o.median_wait) for o in outcomes]),
+        requeued=waited_estimates([(r.at, r.start, r.estimate, r.median_wait) for r in replay.requeues
+                                   if r.start is not None], all_waits=True),
+        busy_while_waiting=_fraction_s(replay.busy_waiting_s, replay.capacity_waiting_s),
     )
+
+
+# Runs that really waited: over 10 minutes, over an hour (`waited_estimates`).
+WAITED_BUCKETS = (("10m", 600.0), ("1h", 3600.0))
+
+
+def waited_estimates(
+    waits: Sequence[tuple[float, float, float | None, float]], *, all_waits: bool = False,
+) -> dict[str, dict[str, float]]:
+    """For the waits (since, start, estimated start, pool's median wait at `since`) longer than
+    10 minutes and than an hour (and all of them with `all_waits`, key "all"): how many, and the
+    share put within max(10 min, 25% of the wait) of the start by the estimate, by "starts now",
+    and by the pool's median wait."""
+
+    def close(guess: float | None, since: float, start: float) -> bool:
+        return guess is not None and abs(guess - start) <= max(600.0, 0.25 * (start - since))
+
+    out: dict[str, dict[str, float]] = {}
+    for name, floor in ((("all", -1.0),) if all_waits else ()) + WAITED_BUCKETS:
+        chosen = [w for w in waits if w[1] - w[0] > floor]
+        n = len(chosen)
+        out[name] = {
+            "jobs": n,
+            "estimate": _fraction(sum(close(guess, since, start) for since, start, guess, _ in chosen), n),
+            "starts_now": _fraction(sum(close(since, since, start) for since, start, _, _ in chosen), n),
+            "pool_median": _fraction(sum(close(since + median, since, start) for since, start, _, median in chosen), n),
+        }
+    return out
+
+
+def _fraction_s(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.0
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -722,17 +870,23 @@ def format_table(summaries: Sequence[Summary]) -> str:
         ("jobs", lambda s: f"{s.jobs:12d}"),
         ("avg JCT", lambda s: _hours(s.avg_jct_s)),
         ("p95 JCT", lambda s: _hours(s.p95_jct_s)),
+        ("p99 JCT", lambda s: _hours(s.p99_jct_s)),
         ("avg wait", lambda s: _hours(s.avg_wait_s)),
         ("p95 wait", lambda s: _hours(s.p95_wait_s)),
         ("utilization", lambda s: f"{s.utilization:12.3f}"),
+        ("busy while jobs wait", lambda s: f"{s.busy_while_waiting:12.3f}"),
         ("Jain (slowdown)", lambda s: f"{s.jain_slowdown:12.3f}"),
         ("mean slowdown", lambda s: f"{s.mean_slowdown:12.2f}"),
         ("started at once", lambda s: f"{s.started_immediately:12.3f}"),
         ("estimate within", lambda s: f"{s.estimate_within:12.3f}"),
         ("est. median err", lambda s: _hours(s.estimate_median_abs_error_s)),
         ("est. median err (waited)", lambda s: _hours(s.estimate_median_abs_error_waited_s)),
+        *_waited_rows("waited", "at submission"),
         ("preemptions", lambda s: f"{s.preemptions:12d}"),
         ("jobs preempted", lambda s: f"{s.preempted_jobs:12.3f}"),
+        ("max preempted (one job)", lambda s: f"{s.max_preemptions_per_job:12d}"),
+        ("jobs preempted 5+ times", lambda s: f"{s.jobs_preempted_5_plus:12d}"),
+        *_waited_rows("requeued", "at requeue"),
         ("work lost", lambda s: f"{s.lost_device_h:8.0f} GPU-h"),
         ("replay wall time", lambda s: f"{s.wall_s:10.1f} s"),
         ("replay CPU time", lambda s: f"{s.cpu_s:10.1f} s"),
@@ -741,6 +895,85 @@ def format_table(summaries: Sequence[Summary]) -> str:
     lines = [header]
     for label, fmt in rows:
         lines.append(f"{label:26}" + "".join(f"{fmt(s):>14}" for s in summaries))
+    return "\n".join(lines)
+
+
+def _waited_rows(attr: str, when: str) -> list[tuple[str, Callable[[Summary], str]]]:
+    """Rows for `Summary.waited` or `.requeued`: per bucket, the runs and the three shares."""
+
+    def cell(bucket: str, key: str) -> Callable[[Summary], str]:
+        def fmt(s: Summary) -> str:
+            value = getattr(s, attr).get(bucket, {}).get(key, 0.0)
+            return f"{int(value):12d}" if key == "jobs" else f"{value:12.3f}"
+
+        return fmt
+
+    rows: list[tuple[str, Callable[[Summary], str]]] = []
+    buckets = [name for name, _ in WAITED_BUCKETS]
+    for bucket in (["all", *buckets] if attr == "requeued" else buckets):
+        label = "waits" if bucket == "all" else f"waits > {bucket}"
+        rows.append((f"{when}, {label}", cell(bucket, "jobs")))
+        for key, name in (("estimate", "estimate"), ("starts_now", "'starts now'"), ("pool_median", "pool median")):
+            rows.append((f"  {name} within", cell(bucket, key)))
+    return rows
+
+
+def _variant_replay(task: tuple[Variant, str, str, int, int, Preemptible, int | None]) -> Summary:
+    variant, policy, trace, nodes, gpus_per_node, resume, limit = task
+    jobs = variant.jobs(load_trace(trace, limit))
+    # The goals judge the trainyard estimator; the baselines' replays skip the estimates.
+    return replay_trace(jobs, nodes=variant.nodes or nodes, gpus_per_node=gpus_per_node, policy=policy,
+                        estimates=policy == "trainyard", preemptible=resume)[0]
+
+
+def run_variants(trace: str, *, nodes: int, gpus_per_node: int = 8, resume: Preemptible = Preemptible(),
+                 limit: int | None = None, workers: int = 1, variants: Sequence[Variant] = VARIANTS,
+                 policies: Sequence[str] = tuple(POLICIES)) -> dict[str, dict[str, Summary]]:
+    """Every policy on every variant: {variant name: {policy: summary}}."""
+    tasks = [(v, p, trace, nodes, gpus_per_node, resume, limit) for v in variants for p in policies]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            summaries = list(pool.map(_variant_replay, tasks))
+    else:
+        summaries = [_variant_replay(t) for t in tasks]
+    out: dict[str, dict[str, Summary]] = defaultdict(dict)
+    for (variant, policy, *_), summary in zip(tasks, summaries, strict=True):
+        out[variant.name][policy] = summary
+    return dict(out)
+
+
+def goals(fifo: Summary, backfill: Summary, ty: Summary) -> dict[str, bool]:
+    """Issue 28's goals for one replay of the three policies."""
+    over_10m = ty.waited.get("10m", {})
+    return {
+        "jct <= 0.6 fifo": ty.avg_jct_s <= 0.6 * fifo.avg_jct_s,
+        "jct <= 0.9 backfill": ty.avg_jct_s <= 0.9 * backfill.avg_jct_s,
+        "jain >= 0.85": ty.jain_slowdown >= 0.85,
+        "p99 <= backfill": ty.p99_jct_s <= backfill.p99_jct_s,
+        "preempted <= 10": ty.max_preemptions_per_job <= 10,
+        "est > 10m >= 0.7": over_10m.get("estimate", 0.0) >= 0.7,
+        "est beats baselines": over_10m.get("estimate", 0.0) > max(over_10m.get("starts_now", 0.0),
+                                                                   over_10m.get("pool_median", 0.0)),
+        "busy >= backfill": ty.busy_while_waiting >= backfill.busy_while_waiting,
+    }
+
+
+def format_variants(results: dict[str, dict[str, Summary]]) -> str:
+    """One line per variant: trainyard against the baselines, and which goals held."""
+    head = (f"{'variant':11}{'nodes':>6}{'JCT/fifo':>9}{'JCT/bf':>8}{'Jain':>7}{'p99/bf':>8}{'maxpre':>7}"
+            f"{'est>10m':>8}{'now':>6}{'median':>7}{'est>1h':>7}{'requeue':>8}{'busy':>6}{'bf busy':>8}  goals missed")
+    lines = [head]
+    for name, by_policy in results.items():
+        fifo, bf, ty = by_policy["fifo"], by_policy["backfill"], by_policy["trainyard"]
+        w10, w1h = ty.waited.get("10m", {}), ty.waited.get("1h", {})
+        missed = [goal for goal, ok in goals(fifo, bf, ty).items() if not ok]
+        lines.append(
+            f"{name:11}{ty.nodes:6d}{ty.avg_jct_s / fifo.avg_jct_s:9.3f}{ty.avg_jct_s / bf.avg_jct_s:8.3f}"
+            f"{ty.jain_slowdown:7.3f}{ty.p99_jct_s / bf.p99_jct_s:8.3f}{ty.max_preemptions_per_job:7d}"
+            f"{w10.get('estimate', 0.0):8.3f}{w10.get('starts_now', 0.0):6.3f}{w10.get('pool_median', 0.0):7.3f}"
+            f"{w1h.get('estimate', 0.0):7.3f}{ty.requeued.get('10m', {}).get('estimate', 0.0):8.3f}"
+            f"{ty.busy_while_waiting:6.3f}{bf.busy_while_waiting:8.3f}  {', '.join(missed) or '-'}"
+        )
     return "\n".join(lines)
 
 
@@ -754,6 +987,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--no-estimates", action="store_true", help="skip the at-submission estimates")
     parser.add_argument("--perturb", type=int, metavar="SEED", help="replay another sample of the same kind (see `perturb`)")
+    parser.add_argument("--variants", action="store_true",
+                        help="every policy on the trace and on VARIANTS (other seeds, 0.7x and 1.3x load, 30 and 60 "
+                             "nodes); one line each; only trainyard's replays estimate")
+    parser.add_argument("--workers", type=int, default=1, help="replays at once with --variants")
+    parser.add_argument("--reuse", metavar="JSON",
+                        help="with --variants and one --policy: the other policies' figures from this earlier --json")
     defaults = Preemptible()
     parser.add_argument("--checkpoint-every", type=float, default=defaults.checkpoint_every_s, metavar="S",
                         help="seconds between a job's checkpoints (work since the last one is lost when it is stopped)")
@@ -766,6 +1005,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume = Preemptible(checkpoint_every_s=args.checkpoint_every, grace_s=args.grace, restart_s=args.restart)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.variants:
+        return _main_variants(args, resume)
     jobs = load_trace(args.trace, args.limit)
     if args.perturb is not None:
         jobs = perturb(jobs, seed=args.perturb)
@@ -779,6 +1020,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json_out:
         payload = {"trace": str(args.trace), "results": [asdict(s) for s in summaries]}
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+def _main_variants(args: argparse.Namespace, resume: Preemptible) -> int:
+    policies = list(POLICIES) if args.policy == "all" else [args.policy]
+    results = run_variants(args.trace, nodes=args.nodes, gpus_per_node=args.gpus_per_node, resume=resume,
+                           limit=args.limit, workers=args.workers, policies=policies)
+    if args.reuse:
+        for variant in json.loads(Path(args.reuse).read_text())["variants"]:
+            for row in variant["results"]:
+                results.setdefault(variant["name"], {}).setdefault(row["policy"], Summary(**row))
+    if all(set(by_policy) >= set(POLICIES) for by_policy in results.values()):
+        print(format_variants({v.name: results[v.name] for v in VARIANTS if v.name in results}))
+    if args.json_out:
+        payload = {"trace": str(args.trace), "variants": [
+            {**asdict(v), "nodes": v.nodes or args.nodes,
+             "results": [asdict(s) for _, s in sorted(results[v.name].items(), key=lambda kv: list(POLICIES).index(kv[0]))]}
+            for v in VARIANTS if v.name in results]}
+        Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
+    for name, by_policy in results.items():
+        for summary in by_policy.values():
+            print(f"{name:11} {summary.policy:10} {summary.cpu_s:7.1f} s CPU {summary.wall_s:7.1f} s wall")
     return 0
 
 

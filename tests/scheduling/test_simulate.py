@@ -19,19 +19,27 @@ import pytest
 
 from apps.scheduling.model import ClusterState, Decision
 from apps.scheduling.simulate import (
+    VARIANTS,
     JobOutcome,
     Replay,
     Summary,
     TraceJob,
+    Variant,
     equal_quotas,
+    format_table,
+    format_variants,
     gang_shape,
+    goals,
     jain,
     load_trace,
     main,
     percentile,
     perturb,
     replay_trace,
+    run_variants,
+    scale_load,
     teams_compared,
+    waited_estimates,
 )
 
 SHIPPED_TRACE = Path(__file__).resolve().parents[1] / "data" / "philly-vc-seed0.csv"
@@ -289,3 +297,92 @@ def test_real_trace_estimate_accuracy(real_replay: Callable[[str], tuple[Summary
     # What preemption cost: work since the last checkpoint and the restarts.
     work_device_h = sum(o.job.gpus * o.job.duration_s for o in outcomes) / 3600
     assert 0 < trainyard.lost_device_h <= LOST_WORK_CEILING * work_device_h, trainyard
+
+
+def test_the_summary_reports_the_tail_and_the_estimates_of_runs_that_really_waited() -> None:
+    jobs = synthetic(400, seed=13, rate_s=150.0)
+    summary, outcomes = replay_trace(jobs, nodes=3, policy="trainyard")
+    assert summary.p99_jct_s >= summary.p95_jct_s > 0
+    assert summary.max_preemptions_per_job == max(o.preempted for o in outcomes) > 0
+    assert summary.jobs_preempted_5_plus == sum(1 for o in outcomes if o.preempted >= 5)
+    assert 0 < summary.busy_while_waiting <= 1
+    for bucket, floor in (("10m", 600), ("1h", 3600)):
+        figures = summary.waited[bucket]
+        assert figures["jobs"] == sum(1 for o in outcomes if o.wait > floor)
+        assert all(0.0 <= figures[k] <= 1.0 for k in ("estimate", "starts_now", "pool_median"))
+        # "Starts now" is never within max(10 min, 25% of the wait) of a start over 10 minutes late.
+        assert figures["starts_now"] == 0.0
+    # Every preempted run got a new estimate when it went back in line, judged on its restart.
+    assert summary.requeued["all"]["jobs"] == summary.preemptions
+    assert summary.requeued["10m"]["jobs"] <= summary.preemptions
+    printed = format_table([summary])
+    for row in ("p99 JCT", "at submission, waits > 10m", "'starts now' within", "pool median within",
+                "at requeue, waits > 1h", "max preempted (one job)", "busy while jobs wait"):
+        assert row in printed
+
+
+def test_waited_estimates_judges_the_estimate_and_both_baselines_alike() -> None:
+    # (since, start, estimate, pool median wait at `since`)
+    waits = [
+        (0.0, 0.0, 0.0, 0.0),              # started at once: in no bucket
+        (0.0, 1200.0, 1000.0, 3000.0),     # waited 20 min: estimate within 10 min, median not
+        (0.0, 7200.0, 5000.0, 7000.0),     # waited 2 h: estimate 37 min off (> 30), median within
+        (100.0, 4100.0, None, 0.0),        # no estimate: never within
+    ]
+    out = waited_estimates(waits, all_waits=True)
+    assert out["all"]["jobs"] == 4 and out["all"]["starts_now"] == 0.25
+    assert out["10m"] == {"jobs": 3, "estimate": pytest.approx(1 / 3), "starts_now": 0.0, "pool_median": pytest.approx(1 / 3)}
+    assert out["1h"] == {"jobs": 2, "estimate": 0.0, "starts_now": 0.0, "pool_median": 0.5}
+
+
+def test_the_pool_median_baseline_only_knows_earlier_waits() -> None:
+    jobs = synthetic(200, seed=9, rate_s=150.0)
+    _, outcomes = replay_trace(jobs, nodes=2, policy="backfill", estimates=False)
+    first = min(outcomes, key=lambda o: (o.job.submit_s, int(o.job.id)))
+    assert first.median_wait == 0.0
+    by_submit = sorted(outcomes, key=lambda o: o.job.submit_s)
+    for o in by_submit[::20]:
+        known = sorted(p.wait for p in outcomes if p.start < o.job.submit_s)
+        # The median of the waits of runs that had started before it was submitted (a run that
+        # started at the very same second may or may not have been seen).
+        same = sorted(p.wait for p in outcomes if p.start <= o.job.submit_s)
+        assert o.median_wait in {known[len(known) // 2] if known else 0.0, same[len(same) // 2] if same else 0.0}
+
+
+def test_scale_load_and_variants(tmp_path: Path) -> None:
+    jobs = synthetic(50, seed=2)
+    faster = scale_load(jobs, 1.3)
+    assert [j.duration_s for j in faster] == [j.duration_s for j in jobs]
+    assert faster[-1].submit_s == round(jobs[-1].submit_s / 1.3)
+    with pytest.raises(ValueError, match="load factor"):
+        scale_load(jobs, 0)
+    names = {v.name for v in VARIANTS}
+    assert {"seed 1", "load 0.7x", "load 1.3x", "30 nodes", "60 nodes"} <= names
+    assert Variant("x", seed=3, load=0.7).jobs(jobs) == scale_load(perturb(jobs, seed=3), 0.7)
+    rows = [(j.id, j.team, j.submit_s, j.gpus, j.duration_s, j.job_type) for j in synthetic(60, seed=2, rate_s=100.0)]
+    trace = write_trace(tmp_path / "t.csv", rows)
+    chosen = (Variant("trace"), Variant("1.3x on 1", load=1.3, nodes=1))
+    results = run_variants(str(trace), nodes=2, variants=chosen)
+    assert list(results) == ["trace", "1.3x on 1"]
+    assert results["1.3x on 1"]["trainyard"].nodes == 1 and results["trace"]["fifo"].nodes == 2
+    by_policy = results["trace"]
+    held = goals(by_policy["fifo"], by_policy["backfill"], by_policy["trainyard"])
+    assert "preempted <= 10" in held and "est > 10m >= 0.7" in held
+    table = format_variants(results)
+    assert table.splitlines()[1].startswith("trace") and "1.3x on 1" in table
+
+
+def test_cli_variants_writes_one_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [(j.id, j.team, j.submit_s, j.gpus, j.duration_s, j.job_type) for j in synthetic(40, seed=2, rate_s=200.0)]
+    trace = write_trace(tmp_path / "t.csv", rows)
+    out = tmp_path / "v.json"
+    assert main([str(trace), "--nodes", "2", "--variants", "--policy", "all", "--json", str(out)]) == 0
+    again = tmp_path / "all.json"
+    assert main([str(trace), "--nodes", "2", "--variants", "--policy", "trainyard", "--reuse", str(out),
+                 "--json", str(again)]) == 0
+    printed = capsys.readouterr().out
+    assert "goals missed" in printed and "60 nodes" in printed
+    payload = json.loads(again.read_text())
+    assert [v["name"] for v in payload["variants"]] == [v.name for v in VARIANTS]
+    assert [r["policy"] for r in payload["variants"][0]["results"]] == ["fifo", "backfill", "trainyard"]
+    assert payload["variants"][5]["nodes"] == 30 and "waited" in payload["variants"][0]["results"][2]
