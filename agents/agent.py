@@ -20,7 +20,7 @@ import time
 import uuid
 from types import FrameType
 
-from agents import isolation, protocol
+from agents import container, isolation, protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config, parse_args
 from agents.devices import Nvml, cpu_inventory, memory_bytes
@@ -307,6 +307,13 @@ class Agent:
                           problem)
                 return False
             log.info("isolation: each job runs as its own Unix user, in private directories")
+        elif config.isolation == "docker":
+            problem = container.Docker(config.container).problem()
+            if problem:
+                log.error("--isolation docker: %s", problem)
+                return False
+            log.info("isolation: each job runs in a container of its template's approved image (network: %s)%s",
+                     config.container.network, ", as its own Unix user" if os.geteuid() == 0 else "")
         elif config.single_tenant:
             log.warning("isolation: none, single-tenant: jobs of every team run as uid %d and can read each other's secrets "
                         "and files and this node's credential", os.geteuid())

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from agents.container import NETWORKS, Settings, mounts_parse
 
 
 def _env(name: str, default: str) -> str:
@@ -36,7 +39,8 @@ class Config:
     watts_per_core: float
     request_timeout_s: float
     repo_root: Path
-    # "users": each attempt as its own Unix user (root only); "none": as the agent's user.
+    # "users": each attempt as its own Unix user (root only); "docker": in a container of its
+    # template's approved image (and its own user when root); "none": as the agent's user.
     isolation: str = "none"
     # Without isolation, any team's jobs may run here (else one team's only).
     single_tenant: bool = False
@@ -45,6 +49,8 @@ class Config:
     job_memory_per_device: int | None = None
     # The interpreter for the launcher and `python` entrypoints: one the jobs' users can run.
     job_python: str = sys.executable
+    # Container mode: the engine, the pool's network policy, the image's Python, read-only mounts.
+    container: Settings = field(default_factory=Settings)
 
     @property
     def spool_dir(self) -> Path:
@@ -133,7 +139,19 @@ def parse_args(argv: list[str] | None = None) -> Config:
     opt("--request-timeout", "REQUEST_TIMEOUT_S", "30", "seconds one request to the server may take", type=float,
         metavar="SECONDS")
     opt("--isolation", "ISOLATION", "auto", "how jobs are kept apart: users (a Unix user and private directories per job; "
-        "needs root), none (jobs run as the agent's user), or auto (users when root)", choices=["auto", "users", "none"])
+        "needs root), docker (each job in a container of its template's approved image, through the Docker engine), none "
+        "(jobs run as the agent's user), or auto (users when root)", choices=["auto", "users", "docker", "none"])
+    opt("--docker-host", "DOCKER_HOST", "", "container mode: the Docker engine's address (like unix:///run/docker.sock); "
+        "empty: the docker CLI's default", metavar="URL")
+    opt("--container-network", "CONTAINER_NETWORK", "none", "container mode: the pool's network policy for jobs: none (no "
+        "network at all; metrics still arrive through the run directory), host (multi-node jobs need it) or bridge",
+        choices=list(NETWORKS))
+    opt("--container-python", "CONTAINER_PYTHON", "python3", "container mode: the Python inside the images that runs the "
+        "launcher and `python` entrypoints", metavar="PATH")
+    opt("--container-mount", "CONTAINER_MOUNTS", "", "container mode: host folders every job's container gets read-only "
+        "(a shared toolchain or dataset), comma-separated SRC or SRC:DST", metavar="MOUNTS")
+    opt("--container-pythonpath", "CONTAINER_PYTHONPATH", "", "container mode: folders inside the container added to the "
+        "jobs' PYTHONPATH (a mounted site-packages), comma-separated", metavar="DIRS")
     p.add_argument("--single-tenant", action="store_true", default=_env("SINGLE_TENANT", "").lower() in ("1", "true", "yes"),
                    help="without isolation, run any team's jobs here, accepting that they can read each other's secrets and "
                         "files and the node credential (else only the first team's) (env TRAINYARD_AGENT_SINGLE_TENANT=1)")
@@ -143,6 +161,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     opt("--job-python", "JOB_PYTHON", sys.executable, "the Python that runs job launchers and `python` entrypoints; with "
         "per-job users it must be one any user can run", metavar="PATH")
     a = p.parse_args(argv)
+    try:
+        mounts = mounts_parse(a.container_mount)
+    except ValueError as err:
+        p.error(f"--container-mount: {err}")
+    if a.isolation == "docker" and not shutil.which("docker"):
+        p.error("--isolation docker needs the docker CLI on PATH (apt-get install docker.io)")
     try:
         job_memory = parse_size(a.job_memory_limit)
     except ValueError as err:
@@ -167,4 +191,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         spool_max_bytes=int(a.spool_max_mb * 1024 * 1024), watts_per_core=a.watts_per_core,
         request_timeout_s=a.request_timeout, repo_root=Path(__file__).resolve().parents[1], isolation=isolation,
         single_tenant=a.single_tenant, job_memory_per_device=job_memory, job_python=a.job_python,
+        container=Settings(cli=shutil.which("docker") or "docker", host=a.docker_host, network=a.container_network,
+                           python=a.container_python, mounts=mounts,
+                           pythonpath=tuple(d.strip() for d in a.container_pythonpath.split(",") if d.strip())),
     )

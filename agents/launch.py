@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import IO, Any, NotRequired, TypedDict
 
 from agents.protocol import RankExit
 from agents.redact import Redactor, pump
@@ -43,6 +43,8 @@ class Plan(TypedDict):
     grace_period_s: float
     # Names of the secrets in the environment: their values are redacted from the rank's output.
     secret_names: list[str]
+    # In a container the agent's SIGTERM reaches the launcher alone (PID 1), not the ranks' group.
+    forward_term: NotRequired[bool]
 
 
 def rank_env(plan: Plan, local_rank: int, base: dict[str, str]) -> dict[str, str]:
@@ -107,6 +109,8 @@ class Launcher:
     def on_term(self, signum: int, frame: Any) -> None:
         # The agent signals the whole group: the ranks got the same SIGTERM and checkpoint.
         self.stopping = True
+        if self.plan.get("forward_term"):
+            self._signal_live(signal.SIGTERM)
         if self.kill_at is None:
             self.kill_at = time.monotonic() + float(self.plan["grace_period_s"])
 

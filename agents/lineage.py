@@ -18,7 +18,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,9 @@ MARK = "TRAINYARD-LINEAGE "
 # Bounds the server enforces too (apps.tracking.services): past them a list is cut, and says so.
 MAX_PACKAGES = 5000
 MAX_PACKAGE_CHARS = 200
+# Where the probe runs when not as a plain process: the job's environment in, (the argv up to and
+# including the interpreter, the environment of that process) out (a container, agents.container).
+Wrap = Callable[[Mapping[str, str]], tuple[list[str], dict[str, str]]]
 
 # Runs as `python -c PROBE`. The first line drops the current directory from sys.path, so a job's
 # own json.py or platform.py cannot shadow what the probe imports. One line per part, flushed,
@@ -98,13 +102,18 @@ def interpreter(entrypoint: str) -> str:
     return sys.executable
 
 
-def probe(*, python: str, env: Mapping[str, str], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run PROBE in `python` with `env`: its parts by name, and "probe_error" if it did not finish."""
+def probe(*, python: str, env: Mapping[str, str], timeout: float = PROBE_TIMEOUT_S, wrap: Wrap | None = None) -> dict[str, Any]:
+    """Run PROBE in `python` with `env` (inside what `wrap` makes, if given): its parts by name,
+    and "probe_error" if it did not finish."""
     cwd = env.get("TRAINYARD_RUN_DIR") or None
+    argv, run_env = [python, "-c", PROBE], dict(env)
+    if wrap is not None:
+        prefix, run_env = wrap(env)
+        argv, cwd = [*prefix, "-c", PROBE], None
     parts: dict[str, Any] = {}
     stdout, error = "", ""
     try:
-        done = subprocess.run([python, "-c", PROBE], env=dict(env), cwd=cwd if cwd and os.path.isdir(cwd) else None,
+        done = subprocess.run(argv, env=run_env, cwd=cwd if cwd and os.path.isdir(cwd) else None,
                               capture_output=True, text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
         stdout = done.stdout
         if done.returncode != 0:
@@ -133,7 +142,7 @@ def packages_sha256(packages: list[str]) -> str:
 
 
 def collect(*, python: str, env: Mapping[str, str], spec: protocol.AssignmentSpec, devices: list[protocol.DeviceInfo],
-            gpu_driver: str = "", cuda_driver: str = "") -> dict[str, Any]:
+            gpu_driver: str = "", cuda_driver: str = "", container: Container | None = None) -> dict[str, Any]:
     """{"environment": {...}, "packages": [...], "packages_sha256": ...} for this attempt and node.
 
     `devices` may be the node's whole inventory: only those assigned to the attempt are kept.
@@ -143,7 +152,8 @@ def collect(*, python: str, env: Mapping[str, str], spec: protocol.AssignmentSpe
     mine = [d for d in devices if d["index"] in assigned and (not kind or d["kind"] == kind)]
     # The probe sees the attempt's GPUs only, as its processes do (by UUID where known).
     visible = [d["uuid"] or str(d["index"]) for d in mine] if mine else [str(i) for i in sorted(assigned)]
-    parts = probe(python=python, env={**env, "CUDA_VISIBLE_DEVICES": ",".join(visible) if kind == "gpu" else ""})
+    parts = probe(python=python, env={**env, "CUDA_VISIBLE_DEVICES": ",".join(visible) if kind == "gpu" else ""},
+                  wrap=container.wrap if container is not None else None)
     params = dict(spec.get("params") or {})
     environment: dict[str, Any] = {
         "hostname": socket.gethostname(),
@@ -157,6 +167,8 @@ def collect(*, python: str, env: Mapping[str, str], spec: protocol.AssignmentSpe
         "seed": params.get("seed"),
         "params": params,
     }
+    if container is not None:
+        environment["container"] = dict(container.record)
     for name in ("probe_error", "packages_error", "torch_error"):
         if name in parts:
             environment[name] = str(parts[name])[:2000]
@@ -180,7 +192,8 @@ def node_hardware(slots: int) -> tuple[list[protocol.DeviceInfo], str, str]:
     return nvml.inventory(), versions[0], versions[1]
 
 
-def report_on_node(shipper: Shipper, *, spec: protocol.AssignmentSpec, env: Mapping[str, str], slots: int) -> threading.Thread:
+def report_on_node(shipper: Shipper, *, spec: protocol.AssignmentSpec, env: Mapping[str, str], slots: int,
+                   container: Container | None = None) -> threading.Thread:
     """report() with what the agent can find out alone: the entrypoint's interpreter and this node's hardware."""
     try:
         devices, gpu_driver, cuda_driver = node_hardware(slots)
@@ -188,11 +201,21 @@ def report_on_node(shipper: Shipper, *, spec: protocol.AssignmentSpec, env: Mapp
         log.error("attempt %d: could not read this node's devices for its lineage: %s", spec["attempt_id"], err)
         devices, gpu_driver, cuda_driver = [], "", ""
     return report(shipper, python=interpreter(spec["entrypoint"]), env=env, spec=spec, devices=devices, gpu_driver=gpu_driver,
-                  cuda_driver=cuda_driver)
+                  cuda_driver=cuda_driver, container=container)
+
+
+@dataclass(frozen=True)
+class Container:
+    """An attempt that runs in a container: what lineage records of it (image, digest, runtime)
+    and how the probe runs in the same image."""
+
+    record: Mapping[str, Any]
+    wrap: Wrap
 
 
 def report(shipper: Shipper, *, python: str, env: Mapping[str, str], spec: protocol.AssignmentSpec,
-           devices: list[protocol.DeviceInfo], gpu_driver: str = "", cuda_driver: str = "") -> threading.Thread:
+           devices: list[protocol.DeviceInfo], gpu_driver: str = "", cuda_driver: str = "",
+           container: Container | None = None) -> threading.Thread:
     """Collect the attempt's lineage in a thread of its own and spool it for POST lineage/ (sent,
     like every report, once the server answers); returns at once, with the thread.
 
@@ -200,15 +223,16 @@ def report(shipper: Shipper, *, python: str, env: Mapping[str, str], spec: proto
     only reads versions and names: torch's CUDA initialisation makes no context on the GPUs.
     """
     thread = threading.Thread(target=_report, name=f"lineage-{spec['attempt_id']}", daemon=True,
-                              args=(shipper, python, dict(env), spec, list(devices), gpu_driver, cuda_driver))
+                              args=(shipper, python, dict(env), spec, list(devices), gpu_driver, cuda_driver, container))
     thread.start()
     return thread
 
 
 def _report(shipper: Shipper, python: str, env: dict[str, str], spec: protocol.AssignmentSpec, devices: list[protocol.DeviceInfo],
-            gpu_driver: str, cuda_driver: str) -> None:
+            gpu_driver: str, cuda_driver: str, container: Container | None = None) -> None:
     try:
-        data = collect(python=python, env=env, spec=spec, devices=devices, gpu_driver=gpu_driver, cuda_driver=cuda_driver)
+        data = collect(python=python, env=env, spec=spec, devices=devices, gpu_driver=gpu_driver, cuda_driver=cuda_driver,
+                       container=container)
         body: protocol.LineageReport = {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": spec["node_rank"],
                                         "environment": data["environment"], "packages": data["packages"],
                                         "packages_sha256": data["packages_sha256"]}

@@ -163,6 +163,11 @@ class SnapshotRef(TypedDict):
 LaunchName = Literal["per_device", "per_node"]
 
 
+class ImageRef(TypedDict):
+    name: str
+    digest: str  # sha256:...: the registry's manifest digest or the local image id
+
+
 class AssignmentSpec(TypedDict):
     assignment_id: int
     attempt_id: int
@@ -198,6 +203,9 @@ class AssignmentSpec(TypedDict):
     # and CPU cores (a fraction is a quota). Absent: the agent's --job-memory-limit, no CPU quota.
     memory_bytes: NotRequired[int]
     cpus: NotRequired[float]
+    # The template's approved container image: an agent in container mode (--isolation docker)
+    # runs the job in it, and refuses a job without one.
+    image: NotRequired[ImageRef | None]
 
 
 class ClaimResponse(TypedDict):

@@ -21,14 +21,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainyard.snapshot import snapshot_unpack
 
-from agents import isolation, lineage, protocol
+from agents import container, isolation, lineage, protocol
 from agents.client import ApiError, Client, Unreachable
 from agents.config import Config
 from agents.devices import memory_bytes
@@ -75,6 +75,7 @@ class Job:
     exit_cpu_s: float | None = None
     user: isolation.JobUser | None = None  # the attempt's own Unix user (--isolation users)
     cgroup: isolation.Cgroup | None = None  # its memory and CPU limits (the agent is root)
+    container: container.Container | None = None  # --isolation docker: the container it runs in
 
     @property
     def attempt_id(self) -> int:
@@ -97,7 +98,10 @@ class Runner:
         # (GPU driver, CUDA driver) versions for lineage; empty without NVML.
         self.drivers: Callable[[], tuple[str, str]] = lambda: ("", "")
         config.jobs_dir.mkdir(parents=True, exist_ok=True)
-        self.isolated = config.isolation == "users"
+        # Container mode as root: a Unix user per attempt as well, the container's --user.
+        self.docker = container.Docker(config.container) if config.isolation == "docker" else None
+        self.isolated = config.isolation == "users" or (self.docker is not None and os.geteuid() == 0)
+        self.images: dict[int, container.Image] = {}  # resolved while preparing, until the job starts
         self.user_prefix = f"ty-{isolation.agent_tag(config.workdir)}-"
         self.job_users: dict[int, isolation.JobUser] = {}  # made while preparing, until the job starts
         self.cgroups: isolation.Cgroups | None = None
@@ -135,6 +139,10 @@ class Runner:
             log.warning("killing process group %d left by a previous agent (attempt %s)", pgid, record.stem)
             _signal_pids(pgid, pids, signal.SIGKILL)
             record.unlink(missing_ok=True)
+        if self.docker is not None:
+            for name in self.docker.leftovers(self.user_prefix):
+                log.warning("removing container %s left by a previous agent", name)
+                self.docker.remove(name)
         if self.cgroups is not None:
             for cgroup in self.cgroups.leftovers():
                 log.warning("removing cgroup %s left by a previous agent", cgroup.dirs[0])
@@ -173,7 +181,13 @@ class Runner:
         return root, root / "job", self.config.runs_dir / str(spec["run_id"]) / "checkpoints"
 
     def _refusal(self, spec: protocol.AssignmentSpec) -> str:
-        """Why this agent will not run the job ("" when it will): without per-job users, one team per node."""
+        """Why this agent will not run the job ("" when it will): without per-job users or
+        containers, one team per node; in container mode, a job without an approved image."""
+        if self.docker is not None:
+            if not spec.get("image"):
+                return ("this node runs jobs in containers only (--isolation docker), and this run's template names no approved "
+                        "image: an admin sets one on a new version of the template")
+            return ""
         if self.isolated or self.config.single_tenant:
             return ""
         return isolation.tenant_admit(self.config.workdir / "tenant", spec.get("team"))
@@ -214,18 +228,55 @@ class Runner:
             env["MASTER_PORT"] = str(port)
             if self.isolated:
                 self._hand_over(spec, root, run_dir, ckpt_dir)
+            if self.docker is not None and spec.get("image"):
+                image = self.docker.image_resolve(spec["image"])  # type: ignore[arg-type]
+                with self.lock:
+                    self.images[spec["attempt_id"]] = image
+        except container.ContainerError as err:
+            log.error("attempt %d: %s", spec["attempt_id"], err)
+            env["__error__"] = str(err)
         except (ApiError, Unreachable, OSError, ValueError) as err:
             log.error("attempt %d: preparing failed: %s", spec["attempt_id"], err)
             env["__error__"] = f"preparing the run directory failed: {err}"
         job_env = {**self._env(spec, run_dir, ckpt_dir), **env}
+        in_container = self._lineage_container(spec)
+        if self.docker is not None and in_container is None:
+            self.ready.put((spec, env))  # it will not start: no lineage to record
+            return
+        python = self.config.container.python if in_container is not None else lineage.interpreter(spec["entrypoint"])
         devices = self.inventory()
         if devices:
             gpu_driver, cuda_driver = self.drivers()
-            lineage.report(self.shipper, python=lineage.interpreter(spec["entrypoint"]), env=job_env, spec=spec, devices=devices,
-                           gpu_driver=gpu_driver, cuda_driver=cuda_driver)
+            lineage.report(self.shipper, python=python, env=job_env, spec=spec, devices=devices,
+                           gpu_driver=gpu_driver, cuda_driver=cuda_driver, container=in_container)
         else:  # a runner without the agent's inventory (tests): lineage finds the node's devices itself
-            lineage.report_on_node(self.shipper, spec=spec, env=job_env, slots=self.config.slots)
+            lineage.report_on_node(self.shipper, spec=spec, env=job_env, slots=self.config.slots, container=in_container)
         self.ready.put((spec, env))
+
+    def _container_user(self, spec: protocol.AssignmentSpec) -> tuple[int, int]:
+        """The container's --user: the attempt's own user (agent as root), else the agent's (never root)."""
+        with self.lock:
+            user = self.job_users.get(spec["attempt_id"])
+        if user is not None:
+            return user.uid, user.gid
+        return (os.getuid() or 65534, os.getgid() or 65534)
+
+    def _lineage_container(self, spec: protocol.AssignmentSpec) -> lineage.Container | None:
+        """In container mode: the image and runtime for the lineage, and the probe run in that image."""
+        with self.lock:
+            image = self.images.get(spec["attempt_id"])
+        if self.docker is None or image is None:
+            return None
+        docker, user = self.docker, self._container_user(spec)
+        readable = container.readable_mounts(self.config.repo_root, self.config.container)
+        name = f"{self.user_prefix}a{spec['attempt_id']}-r{spec['node_rank']}-lineage"
+
+        def wrap(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+            return container.probe_argv(docker, name=name, image=image, user=user, readable=readable, env=env)
+
+        record = {**image.lineage(), "runtime": "docker", "network": docker.settings.network, "user": f"{user[0]}:{user[1]}",
+                  "nvidia_runtime": spec.get("device_kind") == "gpu" and docker.nvidia()}
+        return lineage.Container(record=record, wrap=wrap)
 
     def _hand_over(self, spec: protocol.AssignmentSpec, root: Path, run_dir: Path, ckpt_dir: Path) -> None:
         """The attempt's own user, and its directories made its own: the run directory, the run's
@@ -242,9 +293,14 @@ class Runner:
             if d.is_dir():
                 isolation.own(d, user)
 
-    def _release(self, spec: protocol.AssignmentSpec, user: isolation.JobUser | None, cgroup: isolation.Cgroup | None) -> None:
-        """After the attempt: whatever is left of it is killed, its cgroup and user removed, and its
-        files given back to root (a later user with the same uid must not inherit them)."""
+    def _release(self, spec: protocol.AssignmentSpec, user: isolation.JobUser | None, cgroup: isolation.Cgroup | None,
+                 box: container.Container | None = None) -> None:
+        """After the attempt: whatever is left of it is killed, its container, cgroup and user
+        removed, and its files given back to root (a later user with the same uid must not inherit them)."""
+        with self.lock:
+            self.images.pop(spec["attempt_id"], None)
+        if box is not None:
+            box.remove()
         if cgroup is not None:
             cgroup.remove()
         if user is None:
@@ -397,6 +453,7 @@ class Runner:
         with self.lock:
             user = self.job_users.pop(spec["attempt_id"], None)
         cgroup: isolation.Cgroup | None = None
+        box: container.Container | None = None
         if not error:
             try:
                 argv = shlex.split(spec["entrypoint"])
@@ -415,13 +472,18 @@ class Runner:
                 plan_path = log_dir / "plan.json"
                 plan_path.write_text(json.dumps(plan))
                 self._job_files(spec, plan, log_dir, user)
-                if self.cgroups is not None:
-                    cgroup = self.cgroups.create(spec["attempt_id"], memory_bytes=self._memory_limit(spec),
-                                                 cpus=float(spec.get("cpus") or 0))
-                with open(log_dir / "launcher.log", "ab") as out:
-                    proc = subprocess.Popen([self.config.job_python, "-m", "agents.launch", str(plan_path)], cwd=run_dir,
-                                            env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=isolation.child_setup(cgroup, user), umask=0o077 if user else -1)
+                if self.docker is not None:
+                    box, proc = self._spawn_container(spec, plan_path, env, user)
+                else:
+                    if self.cgroups is not None:
+                        cgroup = self.cgroups.create(spec["attempt_id"], memory_bytes=self._memory_limit(spec),
+                                                     cpus=float(spec.get("cpus") or 0))
+                    with open(log_dir / "launcher.log", "ab") as out:
+                        proc = subprocess.Popen([self.config.job_python, "-m", "agents.launch", str(plan_path)], cwd=run_dir,
+                                                env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+                                                preexec_fn=isolation.child_setup(cgroup, user), umask=0o077 if user else -1)
+            except container.ContainerError as exc:
+                error = str(exc)
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
         with self.lock:
@@ -429,9 +491,9 @@ class Runner:
             if proc is None or plan is None:
                 log.error("attempt %d rank %d failed to start: %s", spec["attempt_id"], spec["node_rank"], error)
                 self.shipper.event({**base, "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
-                self._release(spec, user, cgroup)
+                self._release(spec, user, cgroup, box)
                 return
-            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic(), user=user, cgroup=cgroup)
+            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic(), user=user, cgroup=cgroup, container=box)
             self.jobs[spec["attempt_id"]] = job
             self._record(job)
         first = spec["node_rank"] * plan["local_world_size"]
@@ -445,6 +507,41 @@ class Runner:
         if spec["number"] > 1 and spec["node_rank"] == 0:
             started["resumed_from_step"] = resumable_step(ckpt_dir)
         self.shipper.event(started)
+
+    def _spawn_container(self, spec: protocol.AssignmentSpec, plan_path: Path, env: dict[str, str],
+                         user: isolation.JobUser | None) -> tuple[container.Container, subprocess.Popen[bytes]]:
+        """The launcher in the attempt's container (the docker CLI in the foreground, in its own
+        process group like a launcher would be): its folders, limits, GPUs, user and network only."""
+        assert self.docker is not None
+        root, run_dir, ckpt_dir = self._paths(spec)
+        with self.lock:
+            image = self.images.get(spec["attempt_id"])
+        if image is None:
+            raise container.ContainerError("the run's image was not resolved on this node")
+        plan = json.loads(plan_path.read_text())
+        plan["forward_term"] = True
+        plan["argv"] = [self.config.container.python if i == 0 and a == self.config.job_python else a
+                        for i, a in enumerate(plan["argv"])]
+        plan_path.write_text(json.dumps(plan))
+        gpus: tuple[str, ...] = ()
+        if spec.get("device_kind") == "gpu":
+            uuids = {d["index"]: d["uuid"] for d in self.inventory()}
+            gpus = tuple(uuids.get(int(d)) or str(d) for d in spec["devices"])
+        init_dir = root.parent / "init"
+        name = f"{self.user_prefix}a{spec['attempt_id']}-r{spec['node_rank']}"
+        launch = container.Launch(
+            name=name, image=image, user=(user.uid, user.gid) if user is not None else self._container_user(spec), workdir=run_dir,
+            writable=(root, ckpt_dir) + ((init_dir,) if init_dir.is_dir() else ()),
+            readable=container.readable_mounts(self.config.repo_root, self.config.container),
+            env=env, command=(self.config.container.python, "-m", "agents.launch", str(plan_path)),
+            memory_bytes=self._memory_limit(spec), cpus=float(spec.get("cpus") or 0), gpus=gpus)
+        self.docker.remove(name)  # a leftover of an earlier try of this attempt would block the name
+        argv, cli_env = container.run_argv(self.docker, launch)
+        box = container.Container(name=name, memory_bytes=launch.memory_bytes, docker=self.docker)
+        with open(root / "agent" / "launcher.log", "ab") as out:
+            proc = subprocess.Popen(argv, cwd="/", env=cli_env, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, preexec_fn=isolation.child_setup(None, None))
+        return box, proc
 
     def _job_files(self, spec: protocol.AssignmentSpec, plan: Plan, log_dir: Path, user: isolation.JobUser | None) -> None:
         """The launcher's result and the ranks' logs. With a job user: made for it beforehand, in the
@@ -541,15 +638,16 @@ class Runner:
         log.info("attempt %d exited: %s%s%s", job.attempt_id, f"code {exit_code}" if sig is None else f"signal {sig}",
                  f" (rank {failed} failed first)" if failed is not None else "", f" after {job.stop_kind}" if job.stop_kind else "")
         tail = self._log_tail(job, failed)
-        if job.cgroup is not None and job.cgroup.memory_bytes and job.cgroup.oom_kills():
+        limits = job.container or job.cgroup
+        if limits is not None and limits.memory_bytes and limits.oom_kills():
             who = f"rank {failed}" if failed is not None else "a process of the job"
-            line = f"trainyard agent: {who} {isolation.memory_limit_words(job.cgroup.memory_bytes)}"
+            line = f"trainyard agent: {who} {isolation.memory_limit_words(limits.memory_bytes)}"
             log.warning("attempt %d: %s", job.attempt_id, line)
             tail = f"{tail}\n{line}" if tail else line
         self.shipper.event({"attempt_id": job.attempt_id, "number": job.spec["number"], "node_rank": job.spec["node_rank"],
                             "event": "exited", "exit_code": exit_code, "signal": sig, "ranks": ranks, "failed_rank": failed,
                             "stop_kind": job.stop_kind, "log_tail": tail, "time": time.time()})  # type: ignore[typeddict-item]
-        self._release(job.spec, job.user, job.cgroup)
+        self._release(job.spec, job.user, job.cgroup, job.container)
         (self.config.jobs_dir / f"{job.attempt_id}.json").unlink(missing_ok=True)
 
     def _log_tail(self, job: Job, rank: int | None) -> str:

@@ -10,8 +10,15 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from apps.core.errors import ServiceError
-from apps.jobtemplates.models import JobTemplate
-from apps.jobtemplates.services import EDITABLE_FIELDS, template_create, template_new_version, template_publish, template_update
+from apps.jobtemplates.models import ApprovedImage, JobTemplate
+from apps.jobtemplates.services import (
+    EDITABLE_FIELDS,
+    image_approve,
+    template_create,
+    template_new_version,
+    template_publish,
+    template_update,
+)
 
 
 @admin.register(JobTemplate)
@@ -56,3 +63,23 @@ class JobTemplateAdmin(admin.ModelAdmin):
         for template in queryset.order_by("pk"):
             draft = template_new_version(template=template)
             messages.success(request, f"Created draft {draft}; edit it, then publish it.")
+
+
+@admin.register(ApprovedImage)
+class ApprovedImageAdmin(admin.ModelAdmin):
+    """The container images jobs may run in (container mode). Templates name one; a submission
+    asking for any other is refused. Untick "active" to stop new runs using one."""
+
+    list_display = ["name", "digest", "active", "created_at"]
+    list_filter = ["active"]
+    search_fields = ["name", "digest"]
+    fields = ["name", "digest", "description", "active"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: ApprovedImage | None = None) -> bool:
+        return obj is None or not obj.templates.exists()  # templates (and so runs) keep naming it
+
+    def save_model(self, request: HttpRequest, obj: ApprovedImage, form: Any, change: bool) -> None:
+        saved = image_approve(name=obj.name, digest=obj.digest, description=obj.description)
+        if not obj.active:
+            ApprovedImage.objects.filter(pk=saved.pk).update(active=False)
+        obj.pk = saved.pk

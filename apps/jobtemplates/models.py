@@ -19,6 +19,32 @@ class LaunchMode(models.TextChoices):
     PER_NODE = "per_node", "One process per node"
 
 
+class ApprovedImage(models.Model):
+    """A container image admins allow jobs to run in (container mode), pinned by digest: the
+    registry's manifest digest, or the local image id for an image built on the nodes."""
+
+    name = models.CharField(max_length=255, unique=True, help_text="Image reference without digest, e.g. 'ghcr.io/acme/train:2.1'.")
+    digest = models.CharField(
+        max_length=71, help_text="sha256:<64 hex>: the manifest digest (RepoDigests) or the image id the nodes have."
+    )
+    description = models.TextField(blank=True)
+    active = models.BooleanField(default=True, help_text="Unticked: no new submission may use it (runs that did keep it).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(digest__regex=r"^sha256:[0-9a-f]{64}$"), name="approved_image_digest_sha256"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.digest[:19]}"
+
+    @property
+    def reference(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
 class JobTemplate(models.Model):
     """One version of a paved-road template. Published versions are immutable: an edit is a new
     version, and runs keep the version they were submitted with."""
@@ -41,6 +67,10 @@ class JobTemplate(models.Model):
     grace_period_s = models.PositiveIntegerField(default=30)
     max_restarts = models.PositiveIntegerField(default=3)
     environment = models.JSONField(default=dict, help_text="Approved environment: python, torch, image.")
+    image = models.ForeignKey(
+        ApprovedImage, null=True, blank=True, on_delete=models.PROTECT, related_name="templates",
+        help_text="The approved container image the job runs in on pools whose agents run containers.",
+    )
     total_steps_param = models.CharField(max_length=100, blank=True, help_text="Parameter giving the run's total steps.")
     source_hash = models.CharField(max_length=64, blank=True)
     published = models.BooleanField(default=False)

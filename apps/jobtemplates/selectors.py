@@ -22,7 +22,7 @@ def template_list(*, user: AnyUser, published_only: bool = False) -> QuerySet[Jo
     if published_only:
         visible = visible.filter(published=True)
     latest = visible.filter(slug=OuterRef("slug")).values("slug").annotate(v=Max("version")).values("v")
-    return visible.filter(version=Subquery(latest)).order_by("slug")
+    return visible.filter(version=Subquery(latest)).select_related("image").order_by("slug")
 
 
 def template_versions(*, user: AnyUser, slug: str) -> QuerySet[JobTemplate]:

@@ -3,6 +3,7 @@ runs keep exactly the version they were submitted with."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -14,7 +15,7 @@ from jsonschema.exceptions import SchemaError
 
 from apps.audit.services import audit_record, snapshot
 from apps.core.errors import Conflict, FieldError, ServiceError
-from apps.jobtemplates.models import JobTemplate
+from apps.jobtemplates.models import ApprovedImage, JobTemplate
 from recipes.schema import ParamError, divisible_rules
 
 # Fields a new version may change; slug and version are the identity.
@@ -32,8 +33,10 @@ EDITABLE_FIELDS = [
     "environment",
     "total_steps_param",
     "source_hash",
+    "image",
 ]
 AUDIT_FIELDS = ["slug", "version", "title", "kind", "entrypoint", "published"]
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 JSON_FIELDS = ["param_schema", "resources", "checkpoint_policy", "environment"]
@@ -147,3 +150,48 @@ def template_new_version(*, template: JobTemplate, publish: bool = False, **chan
     fields = {name: getattr(template, name) for name in EDITABLE_FIELDS}
     fields.update(changes)
     return template_create(slug=template.slug, publish=publish, **fields)
+
+
+# --- approved container images ----------------------------------------------------------------
+
+IMAGE_AUDIT_FIELDS = ["name", "digest", "active"]
+
+
+@transaction.atomic
+def image_approve(*, name: str, digest: str, description: str = "") -> ApprovedImage:
+    """Adds an image to the approved list (or re-approves one by name with this digest)."""
+    image = ApprovedImage.objects.select_for_update().filter(name=name).first()
+    before = snapshot(image, IMAGE_AUDIT_FIELDS) if image is not None else None
+    image = image or ApprovedImage(name=name)
+    image.digest, image.description, image.active = digest, description, True
+    try:
+        image.full_clean(validate_unique=False, validate_constraints=False)
+    except ValidationError as err:
+        fields = {k: [str(m) for m in v] for k, v in err.message_dict.items()}
+        raise ServiceError("; ".join(f"{k}: {v[0]}" for k, v in fields.items()), fields=fields) from err
+    if not IMAGE_DIGEST.fullmatch(digest):
+        raise FieldError("digest", f"must be sha256: and 64 lowercase hex digits (got {digest[:80]!r})")
+    image.save()
+    audit_record(action="image.approve", target=image, before=before, after=snapshot(image, IMAGE_AUDIT_FIELDS))
+    return image
+
+
+def image_for_submission(*, template: JobTemplate, requested: Any) -> ApprovedImage | None:
+    """The image a run of ``template`` runs in: the template's own. A submission may name it (by
+    name or name@digest) but no other; an image off the approved list is refused by name."""
+    own = template.image
+    if own is not None and not own.active:
+        raise FieldError("image", f"this template's image {own.name} is no longer approved; ask an admin for a new template version")
+    if requested in (None, ""):
+        return own
+    if not isinstance(requested, str) or len(requested) > 400:
+        raise FieldError("image", "must be an image name such as 'registry/train:1' or name@sha256:digest (at most 400 characters)")
+    name, _, digest = requested.partition("@")
+    approved = ApprovedImage.objects.filter(name=name, active=True).first()
+    if approved is None or (digest and digest != approved.digest):
+        listed = ", ".join(ApprovedImage.objects.filter(active=True).values_list("name", flat=True)[:10]) or "none"
+        raise FieldError("image", f"{requested!r} is not an approved image (approved: {listed})")
+    if own is None or approved.pk != own.pk:
+        runs_in = f"runs in {own.name}" if own is not None else "names no container image"
+        raise FieldError("image", f"{requested!r} is approved, but this template {runs_in}: a run uses its template's image")
+    return own

@@ -109,7 +109,13 @@ def _spec(a: Assignment) -> protocol.AssignmentSpec:
         "code_snapshot": (
             {"sha256": run.code_snapshot.sha256, "size": run.code_snapshot.size} if run.code_snapshot is not None else None
         ),
+        "image": _image(run),
     }
+
+
+def _image(run: Run) -> protocol.ImageRef | None:
+    image = run.template.image if run.template_id else None
+    return {"name": image.name, "digest": image.digest} if image is not None else None
 
 
 def _with_secrets(spec: protocol.AssignmentSpec, a: Assignment) -> protocol.AssignmentSpec:
@@ -133,7 +139,7 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
         return []
     out: list[protocol.AssignmentSpec] = []
     pending = Assignment.objects.filter(node=node, state=AssignmentState.PENDING, attempt__status=AttemptStatus.STARTING)
-    for a in pending.select_related("attempt__run__template", "node").order_by("pk"):
+    for a in pending.select_related("attempt__run__template__image", "node").order_by("pk"):
         if Assignment.objects.filter(pk=a.pk, state=AssignmentState.PENDING).update(state=AssignmentState.CLAIMED,
                                                                                     claimed_at=timezone.now()):
             with acting_as(label=f"agent:{node.hostname}"):

@@ -13,7 +13,7 @@ from apps.tracking.models import AttemptEnvironment
 # The fields a comparison lines up, in the order shown, with the words the pages use.
 LABELS = {"host": "Host", "devices": "Devices", "gpu_driver": "GPU driver", "cuda_driver": "CUDA driver", "torch": "torch",
           "torch_cuda": "CUDA (torch)", "cudnn": "cuDNN", "python": "Python", "platform": "Platform", "seed": "Seed",
-          "packages": "Packages"}
+          "image": "Container image", "packages": "Packages"}
 FIELDS = tuple(LABELS)
 COMPARE_MAX_PACKAGE_ROWS = 500
 
@@ -27,6 +27,13 @@ def _text(value: Any) -> str:
 def _device_text(d: dict[str, Any]) -> str:
     text = f"{d.get('kind', '')} {d.get('index', '')}: {d.get('model', '')}"
     return f"{text} ({d['uuid']})" if d.get("uuid") else text
+
+
+def _image_text(container: Any) -> str:
+    """The container image an attempt ran in (container mode), pinned by digest."""
+    if not isinstance(container, dict) or not container.get("digest"):
+        return "–"
+    return f"{container.get('image', '')}@{container['digest']}"
 
 
 def environment_fields(record: AttemptEnvironment) -> dict[str, str]:
@@ -53,6 +60,7 @@ def environment_fields(record: AttemptEnvironment) -> dict[str, str]:
         "python": f"{python.get('version', '')} ({python.get('implementation', '')})" if python else "–",
         "platform": _text(env.get("platform")),
         "seed": _text(env.get("seed")),
+        "image": _image_text(env.get("container")),
         "packages": f"{len(packages)} ({record.package_set.sha256[:12]})",
     }
 

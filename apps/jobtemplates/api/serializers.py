@@ -18,15 +18,21 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
     )
     checkpoint_policy = serializers.JSONField(help_text="every_steps, every_seconds, keep_last, keep_best (metric:min|max).")
     environment = serializers.JSONField(help_text="The approved environment the job runs in.")
+    image = serializers.SerializerMethodField(help_text="The approved container image (name, digest) for container pools, or null.")
 
     class Meta:
         model = JobTemplate
         fields = [
             "id", "slug", "version", "title", "description", "kind", "entrypoint", "param_schema", "defaults", "resources",
-            "checkpoint_policy", "launch", "grace_period_s", "max_restarts", "environment", "total_steps_param", "published",
+            "checkpoint_policy", "launch", "grace_period_s", "max_restarts", "environment", "image", "total_steps_param", "published",
             "published_at", "created_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_image(self, template: JobTemplate) -> dict[str, str] | None:
+        image = template.image
+        return {"name": image.name, "digest": image.digest} if image is not None else None
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_defaults(self, template: JobTemplate) -> dict[str, Any]:

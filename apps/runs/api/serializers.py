@@ -37,6 +37,9 @@ class RunCreateSerializer(serializers.Serializer[Run]):
                                           "of a code snapshot uploaded to this project.")
     secrets = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list, max_length=32,
                                     help_text="Names of project secrets the job gets as environment variables.")
+    image = serializers.CharField(required=False, allow_blank=True, default="", max_length=400,
+                                  help_text="Container image (name or name@sha256:digest): optional; if given, it must be the "
+                                            "template's approved image, else a 400 naming it.")
 
     def get_fields(self) -> dict[str, serializers.Field]:
         declared = super().get_fields()

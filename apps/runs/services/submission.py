@@ -24,6 +24,7 @@ from apps.core.errors import FieldError, Forbidden, NotFound, ServiceError
 from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, LaunchMode, TemplateKind
 from apps.jobtemplates.selectors import template_get
+from apps.jobtemplates.services import image_for_submission
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.models import Checkpoint, CodeSnapshot, Priority, Run, RunStatus
 from apps.runs.selectors import run_list
@@ -89,6 +90,8 @@ class Submission:
     init_checkpoint: Any = None
     code_snapshot: Any = None
     secrets: Any = None
+    # A container image (name or name@digest): only the template's own approved image is accepted.
+    image: Any = None
 
 
 SUBMISSION_FIELDS = tuple(f.name for f in fields(Submission))
@@ -211,6 +214,10 @@ def submission_validate(*, submission: Submission, user: AnyUser, check: Check =
         checkpoint = init_checkpoint_resolve(user=user, init_run=overflow["init_run"],
                                              init_checkpoint=overflow["init_checkpoint"], errors=errors)
         secrets = secrets_resolve(secrets=overflow["secrets"], errors=errors)
+        try:
+            image_for_submission(template=template, requested=submission.image)
+        except FieldError as err:
+            errors.merge(err)
     plan = None
     if sweep and check is Check.SUBMISSION:
         params, resources, plan = _sweep_resolve(user=user, template=template, params=raw_params, resources=submission.resources,
