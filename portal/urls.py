@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-API_APPS = ["accounts", "tenants", "audit", "nodes", "agentapi", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks",
+API_APPS = ["accounts", "tenants", "audit", "fleet", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks",
             "vault"]
-PAGE_APPS = ["core", "accounts", "tenants", "audit", "nodes", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks",
+PAGE_APPS = ["core", "accounts", "tenants", "audit", "fleet", "jobtemplates", "runs", "tracking", "scheduling", "billing", "webhooks",
              "vault"]
 
 urlpatterns = [

@@ -1,5 +1,5 @@
 """Node lifecycle: join tokens, pools, claims, drain, and what the lost-node sweep reads (web
-pulse, sweep grace). Registration, heartbeats and the sweep itself: apps.agentapi.services."""
+pulse, sweep grace). Registration, heartbeats and the sweep itself: apps.fleet.services."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ INSTALLED_APPS = [
     "apps.jobtemplates",
     "apps.runs",
     "apps.tracking",
-    "apps.agentapi",
+    "apps.fleet",
     "apps.scheduling",
     "apps.billing",
     "apps.webhooks",

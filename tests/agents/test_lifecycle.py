@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.agentapi.services import nodes_sweep
 from apps.audit.models import AuditEvent
+from apps.fleet.services import nodes_sweep
 from apps.nodes.models import Node, NodePool, SweepWatch
 from apps.nodes.services import node_drain, web_pulse
 from apps.runs.models import Attempt, Checkpoint, EnergySample, Run

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.agentapi.services import nodes_sweep
+from apps.fleet.services import nodes_sweep
 from apps.nodes.models import Node, NodePool
 from apps.runs.models import Assignment, Attempt, Run
 from apps.runs.services.lifecycle import run_cancel

@@ -12,9 +12,9 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.agentapi.services import nodes_sweep
 from apps.audit.models import AuditEvent
 from apps.core.errors import Conflict
+from apps.fleet.services import nodes_sweep
 from apps.nodes.models import Node, NodePool
 from apps.nodes.services import join_token_create, node_drain, node_undrain
 from apps.scheduling.services import placement_pass

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.agentapi.services import nodes_sweep
+from apps.fleet.services import nodes_sweep
 from apps.nodes.models import Device, Node, NodePool
 from apps.nodes.services import node_drain
 from apps.runs.models import Run

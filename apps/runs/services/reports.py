@@ -1,5 +1,5 @@
 """What agents report about an attempt, written to the run's rows: log chunks, energy samples,
-progress and lineage. The agent protocol views (apps.agentapi) parse, bound and fence the input
+progress and lineage. The agent protocol views (apps.fleet) parse, bound and fence the input
 (the attempt is one the reporting node holds) and call these; replays are idempotent through
 unique constraints (bulk_create ignore_conflicts = ON CONFLICT DO NOTHING).
 """

@@ -15,9 +15,9 @@ from rest_framework.views import APIView
 
 from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.errors import FieldError
-from apps.nodes.api.serializers import NodeDrainSerializer, NodePageSerializer, NodeStateSerializer
+from apps.fleet.api.serializers import NodeDrainSerializer, NodePageSerializer, NodeStateSerializer
+from apps.fleet.selectors import node_rows, pool_summaries
 from apps.nodes.models import Node, NodePool, NodeState
-from apps.nodes.selectors import node_rows, pool_summaries
 from apps.nodes.services import node_drain, node_undrain
 from apps.tenants.api.scoped import UnscopedAPIMixin
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.agentapi.services import nodes_sweep
+from apps.fleet.services import nodes_sweep
 
 
 # The name predates this app (the beat schedule and queued messages carry it): kept.

@@ -1,4 +1,4 @@
-"""Response shapes of the nodes API (documentation: the views answer dicts from apps.nodes.selectors)."""
+"""Response shapes of the nodes API (documentation: the views answer dicts from apps.fleet.selectors)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,12 @@
 from django.urls import URLPattern, URLResolver, path
 
-from apps.agentapi.api import views as agent
+from apps.fleet.api import views as agent
+from apps.fleet.api.node_views import NodeDrainView, NodeListView
 
 urlpatterns: list[URLPattern | URLResolver] = [
+    path("nodes/", NodeListView.as_view(), name="api-nodes"),
+    path("nodes/<int:pk>/drain/", NodeDrainView.as_view(), name="api-node-drain"),
+    path("nodes/<int:pk>/undrain/", NodeDrainView.as_view(undrain=True), name="api-node-undrain"),
     path("agent/register/", agent.RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat/", agent.HeartbeatView.as_view(), name="agent-heartbeat"),
     path("agent/claim/", agent.ClaimView.as_view(), name="agent-claim"),

@@ -7,7 +7,7 @@ from django.shortcuts import render
 
 from apps.core.conditional import revalidated
 from apps.core.text import fmt_duration
-from apps.nodes.selectors import node_overview
+from apps.fleet.selectors import node_overview
 
 
 @login_required

@@ -1,7 +1,7 @@
 """The agent protocol endpoints (/api/v1/agent/). Message shapes: agents/protocol.py.
 
 Views parse and bound the input, run the fencing check, and call the services of the app that
-owns the rows: node sessions (apps.agentapi.services), attempt events, logs, energy, progress
+owns the rows: node sessions (apps.fleet.services), attempt events, logs, energy, progress
 and checkpoints (apps.runs.services); metrics are apps.tracking's own endpoint. Replays are
 idempotent through unique constraints (bulk_create ignore_conflicts = ON CONFLICT DO NOTHING).
 """
@@ -21,10 +21,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import protocol
-from apps.agentapi.services import node_heartbeat, node_register
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
+from apps.fleet.services import node_heartbeat, node_register
 from apps.nodes.auth import AgentAPIView
 from apps.nodes.models import Node, NodeState
 from apps.nodes.services import HEARTBEAT_INTERVAL_S, node_claim_wait
