@@ -127,6 +127,17 @@ def _with_secrets(spec: protocol.AssignmentSpec, a: Assignment) -> protocol.Assi
     return spec
 
 
+def _with_limits(spec: protocol.AssignmentSpec, a: Assignment) -> protocol.AssignmentSpec:
+    """The memory and CPU cores the run asked for this node's devices, for the agent's cgroup
+    (absent when none was asked: the agent's own per-device default applies)."""
+    run, share = a.attempt.run, max(1, len(a.devices or []))
+    if run.memory_bytes_per_device:
+        spec["memory_bytes"] = int(run.memory_bytes_per_device) * share
+    if run.cpus_per_device:
+        spec["cpus"] = float(run.cpus_per_device) * share
+    return spec
+
+
 def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
     if ckpt is None:
         return None
@@ -145,7 +156,7 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
             with acting_as(label=f"agent:{node.hostname}"):
                 audit_record(action="assignment.claimed", target=a.attempt, team_id=None, after={"node": node.hostname,
                                                                                                   "rank": a.node_rank})
-            out.append(_with_secrets(_spec(a), a))
+            out.append(_with_secrets(_with_limits(_spec(a), a), a))
     return out
 
 

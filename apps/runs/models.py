@@ -49,6 +49,10 @@ class Run(models.Model):
     pool = models.ForeignKey("nodes.NodePool", on_delete=models.PROTECT, related_name="runs")
     nodes = models.PositiveIntegerField(default=1)
     devices_per_node = models.PositiveIntegerField(default=1)
+    # Memory and CPU cores the job asks per device: scheduled as the node's capacity and enforced
+    # by the agent's cgroup; 0: none asked (the agent's own per-device default applies).
+    memory_bytes_per_device = models.PositiveBigIntegerField(default=0)
+    cpus_per_device = models.FloatField(default=0.0)
     max_runtime_s = models.PositiveIntegerField(default=3600)
     grace_period_s = models.PositiveIntegerField(default=30)
     max_restarts = models.PositiveIntegerField(default=3)

@@ -375,6 +375,8 @@ class _Replay:
             predicted_runtime=max(0.0, victim.predicted_end - now),
             preemptible=victim.preemptible,
             attained_s=victim.service(now),
+            memory_per_device=victim.memory_per_device,
+            cpus_per_device=victim.cpus_per_device,
         )
 
     def _advance(self, step_ratio: float) -> bool:

@@ -51,7 +51,7 @@ class Forecast:
 
 def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, nodes: int, devices_per_node: int,
                    priority: str, preemptible: bool, max_runtime_s: int, params: dict[str, Any],
-                   now: datetime | None = None) -> Forecast:
+                   now: datetime | None = None, memory_bytes_per_device: int = 0, cpus_per_device: float = 0.0) -> Forecast:
     now = now or timezone.now()
     snap = snapshot_load(now=now, lock=False)
     steps_param = template.total_steps_param or ""
@@ -64,7 +64,8 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
         id=PROBE, team=project.team.slug, pool=pool.name, priority_class=CLASS_OF.get(priority, core.PriorityClass.NORMAL),
         submitted_at=now.timestamp(), nodes=nodes, devices_per_node=devices_per_node,
         predicted_runtime=prediction.runtime_s, expected_runtime=prediction.expected_s, preemptible=preemptible,
-        blocked_reason="budget" if block else None, blocked_message=block or "")
+        blocked_reason="budget" if block else None, blocked_message=block or "",
+        memory_per_device=memory_bytes_per_device, cpus_per_device=cpus_per_device)
     state = replace(snap.state, queued=(*snap.state.queued, probe))
     # The deadlines the next pass would fix: the probe's, and those of runs still waiting for theirs.
     due = core.deadlines_due(state)
@@ -143,4 +144,5 @@ def forecast_for_submission(*, user: AnyUser, submission: Submission) -> Forecas
     resources = valid.resources
     return start_forecast(project=valid.project, template=valid.template, pool=resources.pool, nodes=resources.nodes,
                           devices_per_node=resources.devices_per_node, priority=valid.priority,
-                          preemptible=resources.preemptible, max_runtime_s=resources.max_runtime_s, params=valid.params)
+                          preemptible=resources.preemptible, max_runtime_s=resources.max_runtime_s, params=valid.params,
+                          memory_bytes_per_device=resources.memory_bytes_per_device, cpus_per_device=resources.cpus_per_device)

@@ -48,6 +48,8 @@ REASON_LABELS: dict[str, str] = {
     WaitCode.BACKFILL_TOO_LONG: "Too long to slip in before the job at the front",
     WaitCode.HEADROOM: "The last free devices are kept for short jobs",
     WaitCode.DEMOTED: "Has run longer than the jobs ahead of it; resumes from its checkpoint",
+    WaitCode.MEMORY: "Waiting for memory: devices are free, but not the memory it asks for",
+    WaitCode.CPUS: "Waiting for CPU cores: devices are free, but not the cores it asks for",
 }
 NOT_YET = "Waiting for the next scheduling pass"
 # Why a run has no estimated start (`model.UNESTIMATED`): what must change first. The reason's
@@ -58,7 +60,7 @@ NO_ESTIMATE: dict[str, str] = {
     WaitCode.NO_POLICY: "none: the pool has no nodes",
 }
 # Reasons that name no other run and no money: every viewer reads the full message.
-PUBLIC_MESSAGES = frozenset({WaitCode.NO_HARDWARE, WaitCode.NO_POLICY})
+PUBLIC_MESSAGES = frozenset({WaitCode.NO_HARDWARE, WaitCode.NO_POLICY, WaitCode.MEMORY, WaitCode.CPUS})
 
 
 def reason_label(code: str) -> str:

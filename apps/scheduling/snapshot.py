@@ -343,7 +343,8 @@ def _fleet_load(now: datetime) -> _Fleet:
         free_indexes[node_id] = free
         if node_state != core.NodeState.LOST:
             devices_total[node.pool.name] += total
-        nodes.append(core.Node(id=node_id, pool=node.pool.name, total_devices=total, free_devices=len(free), state=node_state))
+        nodes.append(core.Node(id=node_id, pool=node.pool.name, total_devices=total, free_devices=len(free), state=node_state,
+                               memory_bytes=int(node.memory_bytes or 0), cpus=float(node.cpus or 0)))
     return _Fleet(rows=node_rows, nodes=nodes, free_indexes=free_indexes, devices_total=devices_total, alloc=alloc)
 
 
@@ -387,7 +388,8 @@ def _running_load(
             last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
             # Wait estimates add many runtimes up: they take the history's mean, not its median.
             expected_end=None if stopping else max(ts(started) + pred.expected_s, now_s),
-            attained_s=attained.get(run.pk, 0.0)))
+            attained_s=attained.get(run.pk, 0.0), memory_per_device=run.memory_bytes_per_device,
+            cpus_per_device=run.cpus_per_device))
     return running, running_jobs, attained
 
 
@@ -412,7 +414,8 @@ def _queued_jobs(
             predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
             blocked_reason=blocked, blocked_message=block or "",
             deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None,
-            attained_s=attained.get(run.pk, 0.0), avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or [])))
+            attained_s=attained.get(run.pk, 0.0), avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or []),
+            memory_per_device=run.memory_bytes_per_device, cpus_per_device=run.cpus_per_device))
     return predictions, jobs
 
 

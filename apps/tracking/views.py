@@ -245,7 +245,15 @@ def _run_summary(run: Run, sweep: dict[str, Any] | None) -> dict[str, str]:
                 "cost": money(sweep["cost"]), "energy": energy_text(sweep["energy_j"]), "resources": shape}
     return {"steps": steps_text(steps_done=run.steps_done, total_steps=run.total_steps), "eta": eta_text(status=run.status),
             "cost": money(selectors.run_cost(run=run)), "energy": energy_text(run_energy(run=run)["joules"]),
-            "resources": f"{plural(run.nodes, 'node')} × {plural(run.devices_per_node, 'device')}"}
+            "resources": f"{plural(run.nodes, 'node')} × {plural(run.devices_per_node, 'device')}{_per_device_words(run)}"}
+
+
+def _per_device_words(run: Run) -> str:
+    """", with 6 GiB of memory and 2 CPU cores per device" for what the run asked besides devices."""
+    asked = [f"{run.memory_bytes_per_device / 2**30:g} GiB of memory"] if run.memory_bytes_per_device else []
+    if run.cpus_per_device:
+        asked.append(f"{run.cpus_per_device:g} CPU core" + ("" if run.cpus_per_device == 1 else "s"))
+    return f", with {' and '.join(asked)} per device" if asked else ""
 
 
 def _compare_ids(request: HttpRequest) -> list[int] | None:

@@ -13,8 +13,10 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
     param_schema = serializers.JSONField(help_text="JSON Schema (draft 2020-12) of the parameters, with help text and bounds.")
     defaults = serializers.SerializerMethodField(help_text="Each parameter's default value.")
     resources = serializers.JSONField(
-        help_text="Resource defaults (pool, nodes, devices_per_node, max_runtime_s) and limits (max_nodes, "
-        "max_devices_per_node, max_runtime_limit_s)."
+        help_text="Resource defaults (pool, nodes, devices_per_node, max_runtime_s, memory_gib_per_device, "
+        "cpus_per_device) and limits (max_nodes, max_devices_per_node, max_runtime_limit_s, max_memory_gib_per_device, "
+        "max_cpus_per_device). Memory and CPU cores are per device, scheduled as node capacity and enforced by cgroups; "
+        "without a max_* limit the default is the limit, and without a default none is asked."
     )
     checkpoint_policy = serializers.JSONField(help_text="every_steps, every_seconds, keep_last, keep_best (metric:min|max).")
     environment = serializers.JSONField(help_text="The approved environment the job runs in.")

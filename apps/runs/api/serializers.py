@@ -95,6 +95,8 @@ class ResourcesSerializer(serializers.Serializer[Any]):
     devices_per_node = serializers.IntegerField(help_text="0 for a sweep's parent, which holds no devices.")
     max_runtime_s = serializers.IntegerField()
     preemptible = serializers.BooleanField()
+    memory_gib_per_device = serializers.FloatField(help_text="Memory asked per device, scheduled and enforced (0: none asked).")
+    cpus_per_device = serializers.FloatField(help_text="CPU cores asked per device, scheduled and enforced (0: none asked).")
 
 
 class RunSerializer(serializers.ModelSerializer[Run]):
@@ -138,7 +140,8 @@ class RunDetailSerializer(RunSerializer):
     @extend_schema_field(ResourcesSerializer)
     def get_resources(self, run: Run) -> dict[str, Any]:
         return {"pool": run.pool.name, "nodes": run.nodes, "devices_per_node": run.devices_per_node,
-                "max_runtime_s": run.max_runtime_s, "preemptible": run.preemptible}
+                "max_runtime_s": run.max_runtime_s, "preemptible": run.preemptible,
+                "memory_gib_per_device": run.memory_bytes_per_device / 2**30, "cpus_per_device": run.cpus_per_device}
 
     @extend_schema_field(AttemptSummarySerializer(many=True))
     def get_attempts(self, run: Run) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ collected into one ServiceError whose ``fields`` name each bad field ("params.lr
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -41,7 +42,9 @@ TAG_VALUE_MAX = 200
 MAX_TAGS = 32
 NAME_MAX = 200
 NOTES_MAX = 2000
-RESOURCE_KEYS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "preemptible")
+RESOURCE_KEYS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "preemptible", "memory_gib_per_device", "cpus_per_device")
+GIB = 2**30
+PER_DEVICE_CEILING = 2**20
 INIT_KINDS = (TemplateKind.FINETUNE, TemplateKind.EVALUATE)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # Other apps append checks here in their AppConfig.ready() (as apps.runs.services.submit's
@@ -150,6 +153,10 @@ class Resources:
     devices_per_node: int
     max_runtime_s: int
     preemptible: bool
+    # Asked per device (0: none); the template's `memory_gib_per_device` / `cpus_per_device`
+    # unless overridden, within its `max_memory_gib_per_device` / `max_cpus_per_device`.
+    memory_bytes_per_device: int = 0
+    cpus_per_device: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,8 @@ class ValidSubmission:
             **self.texts, "tags": tags, "family": tags.get("family", ""), "priority": self.priority,
             "preemptible": self.resources.preemptible, "pool": self.resources.pool, "nodes": self.resources.nodes,
             "devices_per_node": self.resources.devices_per_node, "max_runtime_s": self.resources.max_runtime_s,
+            "memory_bytes_per_device": self.resources.memory_bytes_per_device,
+            "cpus_per_device": self.resources.cpus_per_device,
             "init_checkpoint": self.init_checkpoint, "code_snapshot": self.code_snapshot, "secrets": list(self.secrets),
         }
 
@@ -450,9 +459,33 @@ def resources_resolve(*, template: JobTemplate, resources: Any, errors: Errors) 
         if largest is not None and devices > largest:
             errors.add("resources.devices_per_node",
                        f"must be ≤ {largest}, the most devices of any node in pool {pool.name} (got {devices})")
+    memory_gib = _per_device_in(errors, "memory_gib_per_device", defaults, merged)
+    cpus = _per_device_in(errors, "cpus_per_device", defaults, merged)
     if pool is None or nodes is None or devices is None or runtime is None or not isinstance(preemptible, bool):
         return None
-    return Resources(pool=pool, nodes=nodes, devices_per_node=devices, max_runtime_s=runtime, preemptible=preemptible)
+    if memory_gib is None or cpus is None:
+        return None
+    return Resources(pool=pool, nodes=nodes, devices_per_node=devices, max_runtime_s=runtime, preemptible=preemptible,
+                     memory_bytes_per_device=round(memory_gib * GIB), cpus_per_device=cpus)
+
+
+def _per_device_in(errors: Errors, key: str, defaults: Mapping[str, Any], merged: Mapping[str, Any]) -> float | None:
+    """Memory (GiB) or CPU cores per device: the template's default unless overridden, at least 0
+    and at most the template's `max_<key>` (without one, its default when it has one)."""
+    field_name, value = f"resources.{key}", merged.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        errors.add(field_name, f"must be a number (got {value!r})")
+        return None
+    # Without a template limit, still one a node's memory or cores could never reach (and a column can hold).
+    limit = defaults.get(f"max_{key}", defaults.get(key) or PER_DEVICE_CEILING)
+    if value < 0:
+        errors.add(field_name, f"must be ≥ 0 (got {value})")
+        return None
+    if value > float(limit):
+        which = f", this template's limit (max_{key})" if limit != PER_DEVICE_CEILING else ""
+        errors.add(field_name, f"must be ≤ {limit}{which} (got {value})")
+        return None
+    return float(value)
 
 
 def _int_in(errors: Errors, field_name: str, value: Any, low: int, high: int) -> int | None:
