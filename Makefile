@@ -5,9 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 # System packages the whole suite needs (PACKAGE:FILE it installs: Chromium for the browser tests,
-# docker-compose to validate docker-compose.yml); scripts/system-packages
+# docker-compose to validate docker-compose.yml, dockerd and debootstrap for the container-mode
+# tests' private engine and image); scripts/system-packages
 # installs the missing ones once (root with apt-get) or stops, naming the command to run.
-TEST_PACKAGES := chromium:/usr/bin/chromium docker-compose:/usr/bin/docker-compose slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged
+TEST_PACKAGES := chromium:/usr/bin/chromium docker-compose:/usr/bin/docker-compose docker.io:/usr/sbin/dockerd debootstrap:/usr/sbin/debootstrap slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged
 
 .PHONY: run test test-fast test-packages lint bench bench-check clean-var
 
