@@ -11,8 +11,11 @@ client retry into a duplicate.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+from celery import signature
+from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import RedisError
 
@@ -29,3 +32,15 @@ def enqueue(task: Any, *, args: list[Any] | None = None, what: str = "", **optio
         log.warning("broker unavailable, %s not queued (the periodic pass will redo it): %s", what or task.name, exc)
         return False
     return True
+
+
+# By name: the task is apps.scheduling.tasks.scheduling_pass, in the layer above every app that
+# asks for a pass (runs, nodes, fleet), none of which may import the scheduler.
+SCHEDULING_PASS_TASK = "scheduling.pass"
+
+
+def request_scheduling_pass() -> None:
+    """Ask for a scheduling pass once the current transaction commits (coalesced by the task)."""
+    # enqueue: with Redis down the beat's periodic pass places the run once Redis returns.
+    # The request time lets the task skip itself when a later pass already saw this commit.
+    transaction.on_commit(lambda: enqueue(signature(SCHEDULING_PASS_TASK), args=[time.time()], what="scheduling pass"))

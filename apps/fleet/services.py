@@ -22,6 +22,7 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
+from apps.core.queueing import request_scheduling_pass
 from apps.nodes import wakeups
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
 from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState
@@ -36,7 +37,6 @@ from apps.runs.models import (
     Run,
 )
 from apps.runs.services import lifecycle
-from apps.runs.services.placement import request_scheduling_pass
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
+from apps.core.queueing import request_scheduling_pass
 from apps.jobtemplates.models import LaunchMode
 from apps.nodes import wakeups
 from apps.nodes.auth import hash_secret
@@ -30,7 +31,7 @@ from apps.runs.models import (
     Checkpoint,
     Run,
 )
-from apps.runs.services.placement import master_port_for, request_scheduling_pass
+from apps.runs.services.placement import master_port_for
 from apps.vault.services import run_secret_values
 
 log = logging.getLogger(__name__)

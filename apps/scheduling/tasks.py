@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.runs.services.placement import SCHEDULING_PASS_TASK
+from apps.core.queueing import SCHEDULING_PASS_TASK
 from apps.scheduling.services import placement_pass
 
 

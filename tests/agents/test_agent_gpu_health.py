@@ -35,7 +35,7 @@ from apps.audit.context import acting_as
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
 from apps.runs.models import Run
-from apps.runs.services.placement import request_scheduling_pass
+from apps.core.queueing import request_scheduling_pass
 from apps.tenants.models import Project
 with acting_as(label="test"), transaction.atomic():
     template, _ = JobTemplate.objects.get_or_create(slug="debug-entrypoint", version=1, defaults={{

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict
+from apps.core.queueing import request_scheduling_pass
 from apps.runs.models import (
     ASSIGNMENT_HOLDS_DEVICES,
     ATTEMPT_ENDED,
@@ -29,7 +30,6 @@ from apps.runs.models import (
     StopKind,
 )
 from apps.runs.services import failures
-from apps.runs.services.placement import request_scheduling_pass
 from apps.runs.services.transitions import run_transition
 
 LOG_TAIL_CHARS = 2000

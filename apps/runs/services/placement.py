@@ -1,30 +1,23 @@
 """Placement of queued runs onto free devices.
 
 The scheduler itself (priorities, quotas, fair share, backfill, preemption) is
-apps.scheduling, a layer above this app; `request_scheduling_pass` queues its Celery task
-"scheduling.pass" (apps.scheduling.tasks) by name, which is how everything below the scheduler
-asks for a pass. `first_fit` is the original minimal placement, a pure function kept for tests
-and as the simplest reference.
+apps.scheduling, a layer above this app; apps.core.queueing.request_scheduling_pass queues its
+Celery task "scheduling.pass" by name. `first_fit` is the original minimal placement, a pure
+function kept for tests and as the simplest reference.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from celery import signature
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from apps.core.queueing import enqueue
 from apps.nodes.models import Node, NodeState
 from apps.runs.models import Priority
 
 PRIORITY_ORDER: dict[str, int] = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.LOW: 2}
-# By name: the task is apps.scheduling.tasks.scheduling_pass, in the layer above this app.
-SCHEDULING_PASS_TASK = "scheduling.pass"
 MASTER_PORT_BASE = 29500
 MASTER_PORT_SPAN = 20000
 
@@ -78,9 +71,3 @@ def _ready_nodes() -> list[Node]:
 def master_port_for(*, run_id: int, number: int) -> int:
     return MASTER_PORT_BASE + (run_id * 31 + number * 7) % MASTER_PORT_SPAN
 
-
-def request_scheduling_pass() -> None:
-    """Ask for a scheduling pass once the current transaction commits (coalesced by the task)."""
-    # enqueue: with Redis down the beat's periodic pass places the run once Redis returns.
-    # The request time lets the task skip itself when a later pass already saw this commit.
-    transaction.on_commit(lambda: enqueue(signature(SCHEDULING_PASS_TASK), args=[time.time()], what="scheduling pass"))

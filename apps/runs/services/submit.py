@@ -13,8 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.services import audit_record, snapshot
+from apps.core.queueing import request_scheduling_pass
 from apps.runs.models import Run, RunStatus
-from apps.runs.services.placement import request_scheduling_pass
 from apps.runs.services.submission import ADMISSION_CHECKS, Submission, ValidSubmission, run_build, submission_validate
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser

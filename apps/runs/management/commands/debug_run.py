@@ -14,11 +14,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from apps.audit.context import acting_as
+from apps.core.queueing import request_scheduling_pass
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
 from apps.runs.models import Run
 from apps.runs.services.lifecycle import run_cancel
-from apps.runs.services.placement import request_scheduling_pass
 from apps.tenants.models import Project
 
 
