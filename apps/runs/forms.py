@@ -20,7 +20,9 @@ from apps.tenants.models import Project
 INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 TAG_FIELDS = ("task", "dataset", "candidate", "family")
-RESOURCE_FIELDS = ("pool", "nodes", "devices_per_node", "max_runtime_s")
+RESOURCE_FIELDS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "memory_gib_per_device", "cpus_per_device")
+# Resources that take fractions (1.5 GiB, half a core); the others are whole numbers.
+FRACTIONAL_RESOURCES = ("memory_gib_per_device", "cpus_per_device")
 
 
 @dataclass
@@ -174,8 +176,16 @@ def resources_from_post(post: QueryDict) -> dict[str, Any]:
     for name in RESOURCE_FIELDS:
         text = (post.get(f"res_{name}") or "").strip()
         if text:
-            out[name] = int(text) if INT_RE.match(text) and name != "pool" else text
+            out[name] = _resource_value(name, text)
     return out
+
+
+def _resource_value(name: str, text: str) -> Any:
+    """A resource input as the submission takes it: a number where it parses as one (the check
+    names the field when it does not)."""
+    if name in FRACTIONAL_RESOURCES and FLOAT_RE.match(text):
+        return int(text) if INT_RE.match(text) else float(text)
+    return int(text) if INT_RE.match(text) and name != "pool" else text
 
 
 def tag_defaults(*, template: JobTemplate | None, username: str) -> dict[str, str]:
@@ -221,7 +231,7 @@ def form_reloaded(*, old: JobTemplate, new: JobTemplate, post: QueryDict, userna
     changed: dict[str, Any] = {}
     for name in RESOURCE_FIELDS:
         text = (post.get(f"res_{name}") or "").strip()
-        value = int(text) if INT_RE.match(text) and name != "pool" else text
+        value = _resource_value(name, text)
         if text and value != old_resources.get(name):
             changed[name] = value
     if changed:

@@ -13,7 +13,7 @@ from apps.nodes.models import Node
 from apps.runs.models import Run, RunStatus
 from apps.scheduling.services import scheduling_pass
 from tests.agents.server import A, register
-from tests.runs.factories import LOCAL_RESOURCES, body, local_pool, make_template
+from tests.runs.factories import LOCAL_RESOURCES, body, form_data, local_pool, make_template
 
 GIB = 2**30
 
@@ -109,3 +109,17 @@ def test_more_memory_than_any_node_has_waits_with_no_estimate_saying_what_is_mis
     assert run.status == RunStatus.QUEUED and run.reason_code == "no_hardware"
     assert "12 GiB of memory" in run.status_reason and "8 GiB" in run.status_reason, run.status_reason
     assert run.estimated_start is None
+
+
+def test_the_submit_form_takes_memory_and_cores_and_names_the_limit(cast: Any, sized: Any) -> None:
+    browser = Client()
+    browser.force_login(cast.alice)
+    page = browser.get("/runs/new/?template=digits-classifier").content.decode()
+    assert 'name="res_memory_gib_per_device"' in page and "16 GiB of memory per device" in page
+    response = browser.post("/runs/new/", form_data(cast, res_memory_gib_per_device="2.5", res_cpus_per_device="2"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    run = Run.objects.get()
+    assert (run.memory_bytes_per_device, run.cpus_per_device) == (int(2.5 * GIB), 2.0)
+    refused = browser.post("/runs/new/", form_data(cast, res_memory_gib_per_device="20"))
+    assert refused.status_code == 400 and "must be ≤ 16, this template&#x27;s limit" in refused.content.decode()
+    assert Run.objects.count() == 1
