@@ -3,13 +3,15 @@
 # user `trainyard`, which owns nothing but its state directories.
 #
 # BASE_IMAGE: any Debian-based Python 3.11+ image; name a locally built one where no registry is
-# reachable. PIP_INDEX_URL / PIP_EXTRA_INDEX_URL reach pip as build arguments, e.g. a mirror, or
-# https://download.pytorch.org/whl/cpu for the smaller CPU-only torch 2.13.0 (web and worker need
-# no CUDA; GPU agents want PyPI's default CUDA build).
+# reachable. PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_FIND_LINKS reach pip as build arguments,
+# e.g. a mirror, or https://download.pytorch.org/whl/cpu for the smaller CPU-only torch 2.13.0
+# (web and worker need no CUDA; GPU agents want PyPI's default CUDA build). `make deploy-check`
+# (scripts/deploy-check) builds such a base image and serves local wheels this way.
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \

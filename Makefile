@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # installs the missing ones once (root with apt-get) or stops, naming the command to run.
 TEST_PACKAGES := chromium:/usr/bin/chromium docker-compose:/usr/bin/docker-compose docker.io:/usr/sbin/dockerd debootstrap:/usr/sbin/debootstrap slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged
 
-.PHONY: run test test-fast test-packages lint bench bench-check clean-var
+.PHONY: run test test-fast test-packages lint bench bench-check clean-var deploy-check
 
 $(STAMP): requirements.txt requirements-dev.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ bench: $(STAMP)
 # more than 1.5x worse: run it before resolving an issue that touches a measured path.
 bench-check: $(STAMP)
 	$(PY) bench/bench_check.py $(BENCH_CHECK_ARGS)
+
+# The production shape for real: docker-compose.yml up, bootstrap, the CPU agent, one run to
+# success over the REST API, then everything torn down; prints PASS or FAIL (scripts/deploy-check:
+# base images built locally, a private dockerd as root unless DOCKER_HOST is set). Minutes: not in CI.
+deploy-check:
+	scripts/deploy-check
 
 clean-var:
 	rm -rf var
