@@ -497,6 +497,7 @@ class _PoolPass:
         cap = walk.cap
         if self.victims is None:
             self.victims = self._victim_index(cap, walk.within_run)
+        _, _, memory, cpus = job.shape
         plan = plan_preemption(
             cap=cap,
             index=self.victims,
@@ -504,10 +505,11 @@ class _PoolPass:
             taken=walk.taken,
             nodes=job.nodes,
             devices=job.devices_per_node,
+            memory=memory,
+            cpus=cpus,
         )
         if plan is None:
             return False
-        _, _, memory, cpus = job.shape
         cap.hold(plan.nodes, job.devices_per_node, now, memory, cpus)
         held_ids = {cap.ids[i] for i in plan.nodes}
         for run in self.running:

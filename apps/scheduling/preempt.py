@@ -18,6 +18,13 @@ from apps.scheduling.placement import PoolCapacity
 
 
 @dataclass(frozen=True, slots=True)
+class _Need:
+    devices: int
+    memory: float
+    cpus: float
+
+
+@dataclass(frozen=True, slots=True)
 class VictimPlan:
     nodes: tuple[int, ...]
     victims: tuple[RunningJob, ...]
@@ -37,7 +44,8 @@ class VictimIndex:
 
     def __init__(self, cap: PoolCapacity, running: Sequence[RunningJob], candidate: Callable[[RunningJob], bool],
                  now: float) -> None:
-        self.stopping: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        # Per node: (run id, devices, memory, CPU cores) of each run already stopping there.
+        self.stopping: dict[int, list[tuple[str, int, float, float]]] = defaultdict(list)
         per_node: dict[int, list[tuple[tuple[float, int, float, str], RunningJob, int]]] = defaultdict(list)
         for run in running:
             cost: tuple[float, int, float, str] | None = None
@@ -46,7 +54,7 @@ class VictimIndex:
                 if i is None or not cap.ready[i]:
                     continue
                 if run.stopping:
-                    self.stopping[i].append((run.id, count))
+                    self.stopping[i].append((run.id, count, run.memory_per_device * count, run.cpus_per_device * count))
                 elif candidate(run):
                     if cost is None:
                         cost = _victim_cost(run, now)
@@ -65,36 +73,22 @@ def plan_preemption(
     taken: set[str],
     nodes: int,
     devices: int,
+    memory: float = 0,
+    cpus: float = 0.0,
 ) -> VictimPlan | None:
-    """Cheapest set of eligible runs whose devices, with what is free, fit the gang.
+    """Cheapest set of eligible runs whose devices (and memory, CPU cores: per node, as asked),
+    with what is free, fit the gang.
 
     Runs already stopping count as free devices (they are on their way out), so a job never
     causes a second round of preemptions while the first is still draining. `taken` holds runs
     other jobs in this pass already counted on; they are neither victims nor free devices here.
     """
     options: list[tuple[float, int, tuple[RunningJob, ...]]] = []
-    stopping, by_node = index.stopping, index.by_node
+    need = _Need(devices, memory, cpus)
     for i in range(len(cap.ids)):
-        if not cap.ready[i] or cap.total[i] - cap.reserved[i] < devices:
-            continue
-        have = cap.free[i] - cap.reserved[i]
-        for run_id, count in stopping.get(i, ()):
-            if run_id not in taken:
-                have += count
-        chosen: list[RunningJob] = []
-        cost = 0.0
-        if have < devices:
-            for risk, run, count in by_node.get(i, ()):
-                if run.id in taken or not eligible(run):
-                    continue
-                chosen.append(run)
-                cost += risk
-                have += count
-                if have >= devices:
-                    break
-            if have < devices:
-                continue
-        options.append((cost, i, tuple(chosen)))
+        option = _node_option(cap, index, i, eligible, taken, need)
+        if option is not None:
+            options.append(option)
     if len(options) < nodes:
         return None
     best = heapq.nsmallest(nodes, options, key=lambda o: (o[0], len(o[2]), o[1]))
@@ -108,3 +102,33 @@ def plan_preemption(
         nodes=tuple(sorted(o[1] for o in best)),
         victims=tuple(sorted(victims.values(), key=lambda r: r.id)),
     )
+
+
+def _node_option(cap: PoolCapacity, index: VictimIndex, i: int, eligible: Callable[[RunningJob], bool], taken: set[str],
+                 need: _Need) -> tuple[float, int, tuple[RunningJob, ...]] | None:
+    """(cost, node, victims): the cheapest victims on node `i` that make room for `need`, or None."""
+    devices, sized = need.devices, need.memory > 0 or need.cpus > 0
+    if not cap.ready[i] or cap.total[i] - cap.reserved[i] < devices:
+        return None
+    if sized and (cap.mem_total[i] - cap.mem_reserved[i] < need.memory or cap.cpu_total[i] - cap.cpu_reserved[i] < need.cpus):
+        return None
+    have = cap.free[i] - cap.reserved[i]
+    mem, cpu = cap.mem_free[i] - cap.mem_reserved[i], cap.cpu_free[i] - cap.cpu_reserved[i]
+    for run_id, count, freed_mem, freed_cpu in index.stopping.get(i, ()):
+        if run_id not in taken:
+            have, mem, cpu = have + count, mem + freed_mem, cpu + freed_cpu
+
+    def fits() -> bool:
+        return have >= devices and (not sized or (mem >= need.memory and cpu >= need.cpus))
+
+    chosen: list[RunningJob] = []
+    cost = 0.0
+    for risk, run, count in index.by_node.get(i, ()) if not fits() else ():
+        if run.id in taken or not eligible(run):
+            continue
+        chosen.append(run)
+        cost += risk
+        have, mem, cpu = have + count, mem + run.memory_per_device * count, cpu + run.cpus_per_device * count
+        if fits():
+            break
+    return (cost, i, tuple(chosen)) if fits() else None

@@ -71,3 +71,14 @@ def test_more_memory_than_any_node_has_is_no_such_hardware_without_an_estimate()
         assert f"{need} of memory" in entries[job_id].message and "8 GiB" in entries[job_id].message, entries[job_id]
     assert unestimated(state) == {"big", "wide"}
     assert queue_estimates(state)["big"].start is None
+
+
+def test_a_higher_class_run_preempts_for_the_memory_it_needs_not_only_a_device() -> None:
+    low = RunningJob(id="low", team="b", pool="p", priority_class=PriorityClass.LOW, allocation=(("n1", 1),),
+                     started_at=0.0, predicted_end=5000.0, memory_per_device=6 * GIB)
+    urgent = QueuedJob(id="urgent", team="a", pool="p", priority_class=PriorityClass.URGENT, submitted_at=5.0, nodes=1,
+                       devices_per_node=1, predicted_runtime=600.0, memory_per_device=6 * GIB)
+    decision = schedule(_state(urgent, running=(low,), free=1))
+    assert decision.placements == ()
+    assert [p.victim_id for p in decision.preemptions] == ["low"]
+    assert {e.job_id: e.code for e in decision.queue}["urgent"] == WaitCode.PREEMPTING
