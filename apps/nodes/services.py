@@ -1,45 +1,29 @@
-"""Node lifecycle: join tokens, pools, claims, drain, and what the lost-node sweep reads (web
-pulse, sweep grace). Registration, heartbeats and the sweep itself: apps.fleet.services."""
+"""Node lifecycle: join tokens, pools, drain, and what the lost-node sweep reads (web pulse,
+sweep grace). Registration, heartbeats, claims and the sweep itself: apps.fleet.services."""
 
 from __future__ import annotations
 
 import logging
 import secrets
-import time
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from agents import protocol
-from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
 from apps.core.queueing import request_scheduling_pass
-from apps.jobtemplates.models import LaunchMode
 from apps.nodes import wakeups
 from apps.nodes.auth import hash_secret
 from apps.nodes.models import JoinToken, Node, NodePool, NodeState, SweepWatch
-from apps.runs.models import (
-    Assignment,
-    AssignmentState,
-    Attempt,
-    AttemptStatus,
-    Checkpoint,
-    Run,
-)
-from apps.runs.services.placement import master_port_for
-from apps.vault.services import run_secret_values
 
 log = logging.getLogger(__name__)
 
 JOIN_TOKEN_PREFIX = "tyj_"
 HEARTBEAT_INTERVAL_S = 5.0
-# How often a waiting claim reads the database while Redis (its wake-ups) is unreachable.
-CLAIM_FALLBACK_POLL_S = 3.0
 
 
 def join_token_create(*, pool: NodePool, name: str = "", ttl_hours: float | None = 24) -> tuple[JoinToken, str]:
@@ -75,120 +59,6 @@ def pool_save(*, pool: NodePool) -> NodePool:
     audit_record(action="node_pool.updated" if before else "node_pool.created", target=pool, before=before,
                  after={f: str(getattr(pool, f)) for f in POOL_FIELDS})
     return pool
-
-
-class _Gang(TypedDict):
-    world_size: int
-    nnodes: int
-    local_world_size: int
-    launch: protocol.LaunchName
-
-
-def _gang(run: Run, a: Assignment) -> _Gang:
-    """World size counts processes: one per device (the template's default) or one per node."""
-    launch = run.template.launch if run.template_id else LaunchMode.PER_DEVICE
-    local = 1 if launch == LaunchMode.PER_NODE else max(1, len(a.devices))
-    return {"world_size": run.nodes * local, "nnodes": run.nodes, "local_world_size": local,
-            "launch": "per_node" if launch == LaunchMode.PER_NODE else "per_device"}
-
-
-def _spec(a: Assignment) -> protocol.AssignmentSpec:
-    attempt, run = a.attempt, a.attempt.run
-    resume = Checkpoint.objects.filter(run=run, deleted_at__isnull=True).exclude(stored_path="").order_by("-step", "-pk").first()
-    return {
-        "assignment_id": a.pk, "attempt_id": attempt.pk, "number": attempt.number, "run_id": run.pk, "node_rank": a.node_rank,
-        **_gang(run, a), "devices": [int(d) for d in a.devices],
-        "device_kind": a.node.devices.filter(index__in=a.devices).values_list("kind", flat=True).first() or "cpu",
-        "entrypoint": run.entrypoint, "params": run.params, "checkpoint_policy": run.checkpoint_policy or {},
-        "team": run.project.team.slug, "grace_period_s": run.grace_period_s, "max_runtime_s": run.max_runtime_s,
-        "master_addr": attempt.master_addr, "master_port": attempt.master_port or master_port_for(run_id=run.pk, number=attempt.number),
-        "resume_checkpoint": _ref(resume) if attempt.number > 1 else None,
-        # Attempts whose late reports were refused: what they left on a node is not to be resumed from.
-        "lost_attempts": sorted(Attempt.objects.filter(run=run, status=AttemptStatus.LOST).values_list("number", flat=True))
-        if attempt.number > 1 else [],
-        "init_checkpoint": _ref(run.init_checkpoint) if run.init_checkpoint_id else None,
-        "code_snapshot": (
-            {"sha256": run.code_snapshot.sha256, "size": run.code_snapshot.size} if run.code_snapshot is not None else None
-        ),
-        "image": _image(run),
-    }
-
-
-def _image(run: Run) -> protocol.ImageRef | None:
-    image = run.template.image if run.template_id else None
-    return {"name": image.name, "digest": image.digest} if image is not None else None
-
-
-def _with_secrets(spec: protocol.AssignmentSpec, a: Assignment) -> protocol.AssignmentSpec:
-    """The run's project secrets (apps.vault), decrypted for this node's claim only: never stored
-    in the assignment, never logged."""
-    values = run_secret_values(run=a.attempt.run)
-    if values:
-        spec["secrets"] = values
-    return spec
-
-
-def _with_limits(spec: protocol.AssignmentSpec, a: Assignment) -> protocol.AssignmentSpec:
-    """The memory and CPU cores the run asked for this node's devices, for the agent's cgroup
-    (absent when none was asked: the agent's own per-device default applies)."""
-    run, share = a.attempt.run, max(1, len(a.devices or []))
-    if run.memory_bytes_per_device:
-        spec["memory_bytes"] = int(run.memory_bytes_per_device) * share
-    if run.cpus_per_device:
-        spec["cpus"] = float(run.cpus_per_device) * share
-    return spec
-
-
-def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
-    if ckpt is None:
-        return None
-    return {"id": ckpt.pk, "run_id": ckpt.run_id, "step": ckpt.step, "file": ckpt.file_name, "size": ckpt.size, "sha256": ckpt.sha256}
-
-
-def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
-    """Claim this node's pending assignments (conditional update: each is claimed once)."""
-    if node.state not in (NodeState.READY,):
-        return []
-    out: list[protocol.AssignmentSpec] = []
-    pending = Assignment.objects.filter(node=node, state=AssignmentState.PENDING, attempt__status=AttemptStatus.STARTING)
-    for a in pending.select_related("attempt__run__template__image", "node").order_by("pk"):
-        if Assignment.objects.filter(pk=a.pk, state=AssignmentState.PENDING).update(state=AssignmentState.CLAIMED,
-                                                                                    claimed_at=timezone.now()):
-            with acting_as(label=f"agent:{node.hostname}"):
-                audit_record(action="assignment.claimed", target=a.attempt, team_id=None, after={"node": node.hostname,
-                                                                                                  "rank": a.node_rank})
-            out.append(_with_secrets(_with_limits(_spec(a), a), a))
-    return out
-
-
-def node_claim_wait(*, node: Node, session: Any, wait_s: float) -> tuple[list[protocol.AssignmentSpec], Node]:
-    """node_claim, waiting up to wait_s for work; also answers at once for a node no longer ready
-    or a superseded session. Returns the claimed specs and the node as last read.
-
-    The database is read before the wait and after each wake-up, never during it: the wait is a
-    BLPOP on the node's wake-up list (apps.nodes.wakeups), pushed once placements, drains and
-    registrations commit, and holds no database connection. A wait that times out answers without
-    reading: the agent claims again at once, and that claim's first read finds work whose wake-up
-    was lost. With Redis down the wait reads the database every CLAIM_FALLBACK_POLL_S instead.
-    """
-    deadline = time.monotonic() + wait_s
-    if wait_s > 0:
-        wakeups.claim_wakes_clear(node_id=node.pk)  # what they announced, the read below sees
-    while True:
-        if node.session != session:
-            return [], node
-        found = node_claim(node=node)
-        left = deadline - time.monotonic()
-        if found or node.state != NodeState.READY or left <= 0:
-            return found, node
-        if not connection.in_atomic_block:
-            connection.close()  # an idle claim holds no database connection (one web thread each)
-        woken = wakeups.claim_wait(node_id=node.pk, timeout=left)
-        if woken is False:
-            return [], node
-        if woken is None:
-            time.sleep(max(0.0, min(CLAIM_FALLBACK_POLL_S, deadline - time.monotonic())))
-        node = Node.objects.get(pk=node.pk)
 
 
 @transaction.atomic

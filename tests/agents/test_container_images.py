@@ -61,7 +61,7 @@ def test_the_templates_own_image_is_accepted_and_reaches_the_claim_spec(cast: An
         assert response.status_code == 201, response.content
     shown = client.get("/api/v1/templates/digits-classifier/").json()
     assert shown["image"] == {"name": "trainyard/digits:1", "digest": DIGEST}
-    from apps.nodes.services import _image
+    from apps.fleet.services import _image
     from apps.runs.models import Run
 
     run = Run.objects.order_by("-pk").first()
@@ -74,3 +74,11 @@ def test_a_withdrawn_image_refuses_new_runs_of_its_templates(cast: Any, boxed: A
     response = cast.client(cast.alice).post("/api/v1/runs/", body(cast), format="json")
     assert response.status_code == 400
     assert "is no longer approved" in _field(response, "image")
+
+
+def test_any_signed_in_user_lists_the_approved_images(cast: Any, boxed: Any) -> None:
+    image_approve(name="trainyard/old:1", digest=OTHER)
+    ApprovedImage.objects.filter(name="trainyard/old:1").update(active=False)
+    listed = cast.client(cast.bob).get("/api/v1/images/").json()["results"]
+    assert [(i["name"], i["digest"]) for i in listed] == [("trainyard/digits:1", DIGEST)]
+    assert cast.client(None).get("/api/v1/images/").status_code == 401

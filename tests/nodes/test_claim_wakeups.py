@@ -15,6 +15,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from apps.fleet import services as fleet_services
 from apps.nodes import services, wakeups
 from apps.nodes.models import Node, NodePool
 from apps.scheduling.services import placement_pass
@@ -93,7 +94,7 @@ def test_work_whose_wake_up_was_lost_is_found_by_the_next_claim(cast: Any, pool:
 
 def test_with_redis_down_a_waiting_claim_reads_the_database_now_and_then(cast: Any, pool: NodePool,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services, "CLAIM_FALLBACK_POLL_S", 0.5)
+    monkeypatch.setattr(fleet_services, "CLAIM_FALLBACK_POLL_S", 0.5)
     with override_settings(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"):  # nothing listens there
         client, reg = register(pool, "n1")
         claim = Claim(client, reg["session"], wait_s=20).started_waiting()

@@ -24,10 +24,10 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
-from apps.fleet.services import node_heartbeat, node_register
+from apps.fleet.services import node_claim_wait, node_heartbeat, node_register
 from apps.nodes.auth import AgentAPIView
 from apps.nodes.models import Node, NodeState
-from apps.nodes.services import HEARTBEAT_INTERVAL_S, node_claim_wait
+from apps.nodes.services import HEARTBEAT_INTERVAL_S
 from apps.runs.models import Attempt, Checkpoint
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services import lifecycle
