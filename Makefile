@@ -35,6 +35,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy apps portal agents sdk/trainyard
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
