@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from apps.billing.models import Budget, BudgetAlert, PoolPrice, Quota, TeamWebhook, UsageEntry
+from apps.billing.models import Budget, BudgetAlert, PoolPrice, Quota, UsageEntry
 
 
 @admin.register(UsageEntry)
@@ -36,4 +36,3 @@ class PoolPriceAdmin(admin.ModelAdmin):
 admin.site.register(Budget)
 admin.site.register(BudgetAlert)
 admin.site.register(Quota)
-admin.site.register(TeamWebhook)

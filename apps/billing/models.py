@@ -152,16 +152,3 @@ class Quota(models.Model):
     def __str__(self) -> str:
         # Names, not ids: this is what the audit log shows as the object (a read each, rarely).
         return f"{self.team.slug} in {self.pool.name}: {self.guaranteed_devices} guaranteed + {self.borrow_limit} to borrow"
-
-
-class TeamWebhook(models.Model):
-    """Where budget alerts for a team are POSTed, signed with HMAC-SHA256 over "<ts>.<body>"."""
-
-    team = models.ForeignKey("tenants.Team", on_delete=models.CASCADE, related_name="webhooks")
-    url = models.URLField(max_length=500)
-    secret = models.CharField(max_length=128)
-    active = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"{self.team_id} -> {self.url}"

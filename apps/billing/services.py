@@ -3,11 +3,7 @@ budgets and quotas. Every change to a budget or quota is audited; the ledger onl
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -31,7 +27,6 @@ from apps.billing.models import (
     EntryKind,
     PoolPrice,
     Quota,
-    TeamWebhook,
     UsageEntry,
 )
 from apps.billing.selectors import (
@@ -44,9 +39,8 @@ from apps.billing.selectors import (
     pool_price_points,
     runs_predicted_cost,
 )
+from apps.billing.signals import budget_alert_notified
 from apps.core.errors import FieldError, ServiceError
-from apps.core.signing import webhook_sign
-from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
 from apps.runs.services.runtime import MAX_RUNTIME_BASIS
@@ -258,7 +252,7 @@ def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_:
             )
 
 
-# --- budgets, quotas, webhooks ------------------------------------------------------------------
+# --- budgets, quotas ------------------------------------------------------------------
 
 BUDGET_FIELDS = ["amount", "thresholds", "action", "period"]
 
@@ -397,16 +391,6 @@ def quota_update(*, quota: Quota, **changes: Any) -> Quota:
     )
 
 
-def team_webhook_set(*, team: Team, url: str, secret: str) -> TeamWebhook:
-    # The same guard as project webhooks: no loopback, private or metadata addresses (SSRF).
-    url = webhook_url_check(url)
-    if len(secret) < 16:
-        raise FieldError("secret", "must be at least 16 characters")
-    hook = TeamWebhook.objects.create(team=team, url=url, secret=secret)
-    audit_record(action="webhook.create", target=hook, team_id=team.pk, after={"url": url})
-    return hook
-
-
 # --- alerts -------------------------------------------------------------------------------------
 
 
@@ -513,16 +497,11 @@ def alert_email(*, alert_id: int) -> bool:
     return True
 
 
-def alert_webhook_ids(*, alert_id: int) -> list[int]:
-    alert = BudgetAlert.objects.select_related("budget").get(pk=alert_id)
-    return list(TeamWebhook.objects.filter(team_id=alert.budget.team_id, active=True).values_list("pk", flat=True))
-
-
-def webhook_body(*, alert: BudgetAlert) -> bytes:
+def alert_payload(*, alert: BudgetAlert) -> dict[str, Any]:
+    """What a notified alert says to machines (the team's webhooks): the budget, the threshold, the spend."""
     budget = alert.budget
     period = period_for(at=datetime.strptime(alert.period, "%Y-%m").replace(tzinfo=costmodel.EPOCH.tzinfo))
-    payload = {
-        "type": "budget.threshold",
+    return {
         "alert_id": alert.pk,
         "budget": {"id": budget.pk, "name": budget_name(budget=budget, period=period), "amount": str(alert.amount)},
         "team": budget.team.slug,
@@ -532,43 +511,13 @@ def webhook_body(*, alert: BudgetAlert) -> bytes:
         "spent": str(costmodel.to_cents(alert.spent)),
         "at": alert.created_at.isoformat(),
     }
-    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
-class WebhookFailed(Exception):
-    """The receiver was unreachable or answered 5xx/429: worth retrying."""
-
-
-def webhook_deliver(*, alert_id: int, webhook_id: int, timeout: float = 10.0) -> int:
+def alert_announce(*, alert_id: int) -> None:
+    """Tell the apps above billing (webhooks) that an alert was notified; each delivers it once."""
     alert = BudgetAlert.objects.select_related("budget__team", "budget__project__team").get(pk=alert_id)
-    hook = TeamWebhook.objects.get(pk=webhook_id)
-    body = webhook_body(alert=alert)
-    timestamp = int(time.time())
-    request = urllib.request.Request(
-        hook.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "Trainyard-Webhook/1",
-            "X-Trainyard-Timestamp": str(timestamp),
-            "X-Trainyard-Signature": webhook_sign(secret=hook.secret, timestamp=timestamp, body=body),
-        },
-    )
-    try:
-        with guarded_urlopen(request, timeout=timeout) as response:
-            return int(response.status)
-    except BlockedAddress as err:
-        # Not worth retrying: the address (checked again at delivery, against DNS rebinding) is refused.
-        log.warning("webhook %s for alert %s refused by the address guard: %s", hook.pk, alert_id, err)
-        return 0
-    except urllib.error.HTTPError as err:
-        if err.code >= 500 or err.code == 429:
-            raise WebhookFailed(f"{hook.url}: HTTP {err.code}") from err
-        log.warning("webhook %s refused alert %s: HTTP %s; not retrying", hook.pk, alert_id, err.code)
-        return int(err.code)
-    except (urllib.error.URLError, OSError) as err:
-        raise WebhookFailed(f"{hook.url}: {err}") from err
+    with transaction.atomic():
+        budget_alert_notified.send(sender=BudgetAlert, alert=alert, payload=alert_payload(alert=alert))
 
 
 def budget_stop_running(*, budget_id: int, cancel: Any = None) -> list[int]:

@@ -6,9 +6,7 @@ nothing), and is queued after commit.
 
 from __future__ import annotations
 
-from typing import Any
-
-from celery import Task, shared_task
+from celery import shared_task
 from django.db import transaction
 
 from apps.audit.context import acting_as
@@ -45,18 +43,9 @@ def alerts() -> int:
 
 @shared_task(name="billing.alert_notify", ignore_result=True)
 def alert_notify(alert_id: int) -> None:
+    """The alert's e-mail, then its team webhooks (delivered, signed and retried by the webhooks app)."""
     services.alert_email(alert_id=alert_id)
-    for webhook_id in services.alert_webhook_ids(alert_id=alert_id):
-        webhook_deliver.apply_async(args=[alert_id, webhook_id], queue=QUEUE)
-
-
-@shared_task(name="billing.webhook_deliver", bind=True, max_retries=6, ignore_result=True)
-def webhook_deliver(self: Task[Any, Any], alert_id: int, webhook_id: int) -> int:
-    try:
-        return services.webhook_deliver(alert_id=alert_id, webhook_id=webhook_id)
-    except services.WebhookFailed as exc:
-        # 5 s, 10 s, 20 s ... capped at 10 minutes.
-        raise self.retry(exc=exc, countdown=min(600, 5 * 2**self.request.retries)) from exc
+    services.alert_announce(alert_id=alert_id)
 
 
 @shared_task(name="billing.budget_stop_running", ignore_result=True)

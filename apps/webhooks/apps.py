@@ -8,6 +8,7 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.audit.models import AuditEvent
+        from apps.billing.signals import budget_alert_notified
         from apps.tenants.views import PROJECT_PANELS
         from apps.webhooks import signals, views
 
@@ -17,3 +18,4 @@ class WebhooksConfig(AppConfig):
         # Every state change is audited; the audit log is the one stream all apps already
         # feed, so listening there needs no hook in their services.
         post_save.connect(signals.on_audit_event, sender=AuditEvent, dispatch_uid="webhooks.on_audit_event")
+        budget_alert_notified.connect(signals.on_budget_alert_notified, dispatch_uid="webhooks.on_budget_alert_notified")

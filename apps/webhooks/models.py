@@ -1,4 +1,9 @@
-"""Per-project outgoing webhooks: endpoints, the events emitted to them, one delivery per pair."""
+"""Outgoing webhooks: endpoints, the events emitted to them, one delivery per pair.
+
+An endpoint belongs to a project (its runs, nodes and budgets) or to a whole team (the team's
+budget alerts, which finance and team admins configure in the admin); an event has the same
+scope as the endpoints it goes to. Both are delivered by the one system in services.py.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,17 @@ class EventType(models.TextChoices):
     PING = "ping", "Test ping"
 
 
-class WebhookEndpoint(models.Model):
-    """Where a project's events are POSTed, signed with HMAC-SHA256 over "<timestamp>.<body>"."""
+def _one_scope() -> models.Q:
+    return models.Q(project__isnull=False, team__isnull=True) | models.Q(project__isnull=True, team__isnull=False)
 
-    project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="webhook_endpoints")
+
+class WebhookEndpoint(models.Model):
+    """Where a project's (or a team's) events are POSTed, signed with HMAC-SHA256 over "<timestamp>.<body>"."""
+
+    project = models.ForeignKey("tenants.Project", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="webhook_endpoints")
+    # Set instead of project: a team-wide endpoint (budget alerts of every budget of the team).
+    team = models.ForeignKey("tenants.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_endpoints")
     url = models.URLField(max_length=500)
     secret = models.CharField(max_length=128)
     # Empty: every event type.
@@ -34,9 +46,15 @@ class WebhookEndpoint(models.Model):
 
     class Meta:
         ordering = ["pk"]
+        constraints = [models.CheckConstraint(condition=_one_scope(), name="webhook_endpoint_one_scope")]
 
     def __str__(self) -> str:
-        return f"{self.project_id} -> {self.url}"
+        return f"{self.project_id} -> {self.url}" if self.project_id else f"team {self.team_id} -> {self.url}"
+
+    @property
+    def owner_team_id(self) -> int | None:
+        """The team whose admins own it (for the audit log)."""
+        return self.project.team_id if self.project is not None else self.team_id
 
     def wants(self, event_type: str) -> bool:
         return not self.events or event_type in self.events
@@ -46,7 +64,8 @@ class WebhookEvent(models.Model):
     """One thing that happened; ``key`` makes emitting the same happening twice a no-op."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="webhook_events")
+    project = models.ForeignKey("tenants.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_events")
+    team = models.ForeignKey("tenants.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_events")
     type = models.CharField(max_length=40, choices=EventType.choices)
     key = models.CharField(max_length=200)
     payload = models.JSONField(default=dict)
@@ -54,7 +73,12 @@ class WebhookEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["project", "key"], name="webhook_event_unique_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "key"], name="webhook_event_unique_key"),
+            models.UniqueConstraint(fields=["team", "key"], condition=models.Q(project__isnull=True),
+                                    name="webhook_team_event_unique_key"),
+            models.CheckConstraint(condition=_one_scope(), name="webhook_event_one_scope"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} {self.id}"

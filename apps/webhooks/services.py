@@ -1,8 +1,9 @@
 """Outgoing webhooks: manage endpoints, emit events, deliver them signed, retry with backoff.
 
-Other apps call :func:`webhook_emit`; the run lifecycle, node and budget events arrive through
-``apps.webhooks.signals`` (a receiver on the audit log), so their services need no import of
-this app. Each event is delivered at most once per endpoint: a WebhookDelivery row per
+The one delivery system for every outgoing webhook, project-wide and team-wide. Other apps call
+:func:`webhook_emit`; the run lifecycle, node and budget events arrive through
+``apps.webhooks.signals`` (receivers on the audit log and on billing's alert notification), so
+their services need no import of this app. Each event is delivered at most once per endpoint: a WebhookDelivery row per
 (endpoint, event) is claimed with a conditional update before every attempt.
 """
 
@@ -31,7 +32,7 @@ from apps.core.queueing import enqueue
 from apps.core.signing import webhook_sign
 from apps.core.text import is_id
 from apps.core.urlguard import BlockedAddress, guarded_urlopen, webhook_url_check
-from apps.tenants.models import Project
+from apps.tenants.models import Project, Team
 from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ MAX_ENDPOINTS_PER_PROJECT = 20
 MIN_SECRET_CHARS = 16
 USER_AGENT = "Trainyard-Webhook/1"
 SUBSCRIBABLE = [t for t in EventType.values if t != EventType.PING]
+# What a team-wide endpoint can receive (project events stay with the project's endpoints).
+TEAM_EVENTS = [EventType.BUDGET_THRESHOLD.value]
 
 
 def _setting(name: str, default: float) -> float:
@@ -111,6 +114,24 @@ def webhook_endpoint_create(*, project: Project, user: Any, url: Any, events: An
     return endpoint
 
 
+def webhook_team_endpoint_create(*, team: Team, url: Any, secret: Any, events: Any = None,
+                                 description: str = "", user: Any = None) -> WebhookEndpoint:
+    """A team-wide endpoint: the team's budget alerts (the highest threshold a check crossed, for
+    any budget of the team), signed with ``secret``. Configured by an administrator."""
+    events = _clean_events(events) or [EventType.BUDGET_THRESHOLD.value]
+    unknown = [e for e in events if e not in TEAM_EVENTS]
+    if unknown:
+        raise FieldError("events", f"a team endpoint receives only {', '.join(TEAM_EVENTS)} (got {unknown[0]!r})")
+    if WebhookEndpoint.objects.filter(team=team).count() >= MAX_ENDPOINTS_PER_PROJECT:
+        raise FieldError("url", f"a team has at most {MAX_ENDPOINTS_PER_PROJECT} team webhook endpoints")
+    endpoint = WebhookEndpoint.objects.create(
+        team=team, url=_clean_url(url), events=events, secret=_clean_secret(secret), description=str(description or "")[:200],
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    audit_record(action="webhook.create", target=endpoint, team_id=team.pk, after={"url": endpoint.url, "events": endpoint.events})
+    return endpoint
+
+
 def webhook_endpoint_update(*, endpoint: WebhookEndpoint, **changes: Any) -> WebhookEndpoint:
     before = {"url": endpoint.url, "events": endpoint.events, "active": endpoint.active, "description": endpoint.description}
     if "url" in changes:
@@ -127,13 +148,13 @@ def webhook_endpoint_update(*, endpoint: WebhookEndpoint, **changes: Any) -> Web
     endpoint.save()
     after = {"url": endpoint.url, "events": endpoint.events, "active": endpoint.active, "description": endpoint.description,
              "secret_rotated": rotated}
-    audit_record(action="webhook.update", target=endpoint, team_id=endpoint.project.team_id, before=before, after=after)
+    audit_record(action="webhook.update", target=endpoint, team_id=endpoint.owner_team_id, before=before, after=after)
     return endpoint
 
 
 def webhook_endpoint_delete(*, endpoint: WebhookEndpoint) -> None:
-    audit_record(action="webhook.delete", target=endpoint, team_id=endpoint.project.team_id,
-                 before={"url": endpoint.url, "events": endpoint.events})
+    audit_record(action="webhook.delete", target=endpoint, team_id=endpoint.owner_team_id,
+                 before={"url": endpoint.url, "events": endpoint.events, "project": endpoint.project_id})
     endpoint.delete()
 
 
@@ -146,9 +167,10 @@ def _queue(delivery_id: int, countdown: float = 0) -> None:
     enqueue(deliver, args=[delivery_id], countdown=countdown, queue="default", what=f"webhook delivery {delivery_id}")
 
 
-def webhook_emit(*, project_id: int, event: str, payload: dict[str, Any], key: str | None = None,
-                 endpoint_ids: list[int] | None = None) -> WebhookEvent | None:
-    """Records an event for a project and queues one delivery per subscribed, active endpoint.
+def webhook_emit(*, event: str, payload: dict[str, Any], project_id: int | None = None, team_id: int | None = None,
+                 key: str | None = None, endpoint_ids: list[int] | None = None) -> WebhookEvent | None:
+    """Records an event for a project (or, with ``team_id`` instead, for a team's team-wide
+    endpoints) and queues one delivery per subscribed, active endpoint.
 
     Call it inside the transaction that made the change: deliveries are queued only after it
     commits, and vanish with it if it rolls back. ``key`` (default: a fresh id) makes a repeated
@@ -156,13 +178,17 @@ def webhook_emit(*, project_id: int, event: str, payload: dict[str, Any], key: s
     """
     if event not in EventType.values:
         raise ValueError(f"unknown webhook event type {event!r}")
+    if (project_id is None) == (team_id is None):
+        raise ValueError("a webhook event needs a project or a team, not both")
     try:
         with transaction.atomic():
-            record = WebhookEvent.objects.create(project_id=project_id, type=event, key=key or secrets.token_hex(16),
+            record = WebhookEvent.objects.create(project_id=project_id, team_id=team_id, type=event,
+                                                 key=key or secrets.token_hex(16),
                                                  payload=json.loads(json.dumps(payload, default=str)))
     except IntegrityError:
         return None  # emitted before
-    endpoints = WebhookEndpoint.objects.filter(project_id=project_id, active=True)
+    scope = {"project_id": project_id} if project_id is not None else {"team_id": team_id}
+    endpoints = WebhookEndpoint.objects.filter(**scope, active=True)
     if endpoint_ids is not None:
         endpoints = endpoints.filter(pk__in=endpoint_ids)
     for endpoint in endpoints.order_by("pk"):
@@ -174,9 +200,12 @@ def webhook_emit(*, project_id: int, event: str, payload: dict[str, Any], key: s
 
 
 def event_body(*, event: WebhookEvent) -> bytes:
-    project = event.project
-    body = {"id": str(event.id), "type": event.type, "created_at": event.created_at.isoformat(),
-            "project": {"id": project.pk, "full_slug": project.full_slug}, "data": event.payload}
+    body: dict[str, Any] = {"id": str(event.id), "type": event.type, "created_at": event.created_at.isoformat()}
+    if event.project is not None:
+        body["project"] = {"id": event.project.pk, "full_slug": event.project.full_slug}
+    elif event.team is not None:
+        body["team"] = {"id": event.team.pk, "slug": event.team.slug}
+    body["data"] = event.payload
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -214,7 +243,7 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None, timeout: f
         last_attempt_at=now)
     if not claimed:
         return None
-    delivery = WebhookDelivery.objects.select_related("endpoint", "event__project").get(pk=delivery_id)
+    delivery = WebhookDelivery.objects.select_related("endpoint", "event__project", "event__team").get(pk=delivery_id)
     endpoint, event = delivery.endpoint, delivery.event
     refused = False
     if not endpoint.active:
@@ -251,7 +280,7 @@ def webhook_redeliver(*, delivery: WebhookDelivery, user: Any) -> WebhookDeliver
     if delivery.status in (DeliveryStatus.PENDING, DeliveryStatus.SENDING):
         return delivery
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.PENDING, next_retry_at=None, attempts=0)
-    audit_record(action="webhook.redeliver", target=delivery, team_id=delivery.endpoint.project.team_id, actor=user,
+    audit_record(action="webhook.redeliver", target=delivery, team_id=delivery.endpoint.owner_team_id, actor=user,
                  after={"event": str(delivery.event_id)})
     transaction.on_commit(lambda: _queue(delivery.pk))
     delivery.refresh_from_db()

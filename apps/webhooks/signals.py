@@ -1,6 +1,7 @@
 """Turns audited state changes into webhook events, so the run lifecycle, the node sweep and the
 budget alerts emit webhooks without importing this app: every state change of theirs is audited
-(audit_record), and this receiver runs inside the same transaction as the change.
+(audit_record), and this receiver runs inside the same transaction as the change. A budget
+alert's notification (billing.signals.budget_alert_notified) goes to the team's endpoints.
 
 The audit event's id is the webhook event's key: one happening, one event, however often the
 receiver runs.
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.audit.models import AuditEvent
-from apps.billing.models import Budget
+from apps.billing.models import Budget, BudgetAlert
 from apps.nodes.models import Node
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Run
 from apps.tenants.models import Project
@@ -68,3 +69,10 @@ def on_audit_event(sender: Any, instance: AuditEvent, created: bool, **kwargs: A
                    "period": after.get("period"), "threshold": after.get("threshold"), "spent": after.get("spent")}
         for project_id in projects:
             webhook_emit(project_id=project_id, event=EventType.BUDGET_THRESHOLD, payload=payload, key=key)
+
+
+def on_budget_alert_notified(sender: Any, alert: BudgetAlert, payload: dict[str, Any], **kwargs: Any) -> None:
+    """billing's notification of an alert (the highest threshold one check crossed) to the team's
+    team-wide endpoints; the alert's id as key makes a repeated notification a no-op."""
+    webhook_emit(team_id=alert.budget.team_id, event=EventType.BUDGET_THRESHOLD, payload=payload,
+                 key=f"budget-alert:{alert.pk}")

@@ -1,5 +1,6 @@
 """Budget alerts: each threshold once per period, by e-mail and a signed webhook received by a
-real HTTP server; re-running sends nothing new; a new period re-arms them."""
+real HTTP server (the team's team-wide endpoint, delivered by the webhooks app); re-running
+sends nothing new; a new period re-arms them."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from celery.exceptions import Retry
 from django.core import mail
 
 from apps.audit.models import AuditEvent
 from apps.billing import tasks
 from apps.billing.models import BudgetAlert, UsageEntry
-from apps.billing.services import accrual_run, budget_alerts_check, budget_create, team_webhook_set
+from apps.billing.services import accrual_run, budget_alerts_check, budget_create
 from apps.core.errors import FieldError
+from apps.webhooks import services as webhooks
+from apps.webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from tests.billing.helpers import make_attempt, make_pool, make_run
 
 SECRET = "s3cret-for-the-vision-team"
@@ -61,7 +63,7 @@ def test_thresholds_fire_once_per_period(cast: Any, receiver: Any, django_captur
     url, received = receiver
     pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
     budget = budget_create(team=cast.vision, project=cast.digits, amount="10.00")
-    team_webhook_set(team=cast.vision, url=url, secret=SECRET)
+    webhooks.webhook_team_endpoint_create(team=cast.vision, url=url, secret=SECRET)
     now = datetime(2026, 11, 20, 12, tzinfo=UTC)
 
     _spend(cast, pool, datetime(2026, 11, 2, tzinfo=UTC), 6)  # $6.00: 50% crossed
@@ -99,10 +101,15 @@ def test_thresholds_fire_once_per_period(cast: Any, receiver: Any, django_captur
         timestamp = hit["headers"]["X-Trainyard-Timestamp"]
         expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + hit["body"], hashlib.sha256).hexdigest()
         assert hmac.compare_digest(hit["headers"]["X-Trainyard-Signature"], f"sha256={expected}")
-        payload = json.loads(hit["body"])
-        assert payload["type"] == "budget.threshold" and payload["project"] == "vision/digits" and payload["period"] == "2026-11"
+        assert hit["headers"]["X-Trainyard-Event"] == "budget.threshold"
+        body = json.loads(hit["body"])
+        assert body["type"] == "budget.threshold" and body["team"] == {"id": cast.vision.pk, "slug": "vision"}
+        payload = body["data"]
+        assert payload["project"] == "vision/digits" and payload["period"] == "2026-11" and payload["team"] == "vision"
         thresholds.append(payload["threshold"])
     assert thresholds == [50, 100]
+    # In the one delivery log, as delivered.
+    assert WebhookDelivery.objects.filter(endpoint__team=cast.vision, status=DeliveryStatus.SUCCEEDED).count() == 2
 
     # December: a new period, nothing spent yet: nothing fires; spend again and 50% fires anew.
     december = datetime(2026, 12, 10, tzinfo=UTC)
@@ -126,7 +133,7 @@ def test_spend_straddling_month_end_is_split(cast: Any) -> None:
 
 
 def test_webhook_retries_on_server_error(cast: Any, django_capture_on_commit_callbacks: Any) -> None:
-    """A receiver that fails once gets the delivery again (Celery retry with backoff)."""
+    """A receiver that fails once gets the delivery again (the webhooks app's retry with backoff)."""
     calls: list[int] = []
 
     class Flaky(BaseHTTPRequestHandler):
@@ -144,20 +151,22 @@ def test_webhook_retries_on_server_error(cast: Any, django_capture_on_commit_cal
     try:
         pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
         budget_create(team=cast.vision, project=cast.digits, amount="1.00", thresholds=[100])
-        team_webhook_set(team=cast.vision, url=f"http://127.0.0.1:{server.server_address[1]}/", secret=SECRET)
+        webhooks.webhook_team_endpoint_create(team=cast.vision, url=f"http://127.0.0.1:{server.server_address[1]}/", secret=SECRET)
         _spend(cast, pool, datetime(2026, 11, 2, tzinfo=UTC), 2)
         now = datetime(2026, 11, 5, tzinfo=UTC)
         accrual_run(now=now)
         with django_capture_on_commit_callbacks(execute=True):
-            alert = budget_alerts_check(now=now)[0]
-        # The 503 makes the task ask Celery for a retry (with backoff) instead of dropping it...
-        args = [alert.pk, cast.vision.webhooks.get().pk]
-        with pytest.raises(Retry):
-            tasks.webhook_deliver.apply(args=args, throw=True)
+            budget_alerts_check(now=now, notify=tasks._queue_notify)
+        # The 503 leaves the delivery pending with a retry time (backoff) instead of dropping it...
         assert len(calls) == 1
+        delivery = WebhookDelivery.objects.get(endpoint__team=cast.vision)
+        assert delivery.status == DeliveryStatus.PENDING and delivery.last_status_code == 503
+        assert delivery.next_retry_at is not None
         # ... and the retried delivery gets through.
-        assert tasks.webhook_deliver.apply(args=args, throw=True).get() == 200
+        assert webhooks.webhook_deliver(delivery_id=delivery.pk, now=delivery.next_retry_at) is None
         assert len(calls) == 2
+        delivery.refresh_from_db()
+        assert delivery.status == DeliveryStatus.SUCCEEDED and delivery.attempts == 2
     finally:
         server.shutdown()
         server.server_close()
@@ -170,12 +179,12 @@ def test_team_webhooks_get_the_address_guard(cast: Any, receiver: Any, settings:
     settings.TRAINYARD_WEBHOOK_ALLOW_PRIVATE = False
     for bad in ("http://169.254.169.254/latest/meta-data/", "http://10.0.0.5/hook", "ftp://example.com/x", url):
         with pytest.raises(FieldError) as err:
-            team_webhook_set(team=cast.vision, url=bad, secret=SECRET)
+            webhooks.webhook_team_endpoint_create(team=cast.vision, url=bad, secret=SECRET)
         assert list(err.value.fields) == ["url"]
-    assert not cast.vision.webhooks.exists()
+    assert not WebhookEndpoint.objects.filter(team=cast.vision).exists()
 
     settings.TRAINYARD_WEBHOOK_ALLOW_PRIVATE = True
-    team_webhook_set(team=cast.vision, url=url, secret=SECRET)
+    webhooks.webhook_team_endpoint_create(team=cast.vision, url=url, secret=SECRET)
     settings.TRAINYARD_WEBHOOK_ALLOW_PRIVATE = False
     pool = make_pool(prices=[(datetime(2024, 1, 1, tzinfo=UTC), "1.00")])
     budget_create(team=cast.vision, project=cast.digits, amount="1.00", thresholds=[100])
@@ -183,7 +192,8 @@ def test_team_webhooks_get_the_address_guard(cast: Any, receiver: Any, settings:
     now = datetime(2026, 11, 5, tzinfo=UTC)
     accrual_run(now=now)
     with django_capture_on_commit_callbacks(execute=True):
-        alert = budget_alerts_check(now=now)[0]
+        budget_alerts_check(now=now, notify=tasks._queue_notify)
     # Refused at the connection, not retried, and nothing reached the receiver on 127.0.0.1.
-    assert tasks.webhook_deliver.apply(args=[alert.pk, cast.vision.webhooks.get().pk], throw=True).get() == 0
+    delivery = WebhookDelivery.objects.get(endpoint__team=cast.vision)
+    assert delivery.status == DeliveryStatus.FAILED and delivery.attempts == 1 and "address guard" in delivery.last_error
     assert received == []
