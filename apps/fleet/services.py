@@ -3,15 +3,14 @@ token or stored credential), heartbeats (device readings and health, stop and ki
 claims (the assignments a node starts, with their secrets) and the sweep that declares silent
 nodes lost and requeues their runs.
 
-The node's own rows are apps.nodes'; attempts, assignments and runs are apps.runs', changed
-through its lifecycle services. This layer sits above both, so apps.nodes never imports apps.runs.
+A node's own rows (state, session, devices, readings, health) are written by apps.nodes'
+services; attempts, assignments and runs by apps.runs' (lifecycle, assignments). This layer
+only sequences them, and sits above both, so apps.nodes never imports apps.runs.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import secrets
 import time
 from datetime import timedelta
 from typing import Any, NamedTuple, TypedDict
@@ -22,14 +21,19 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.audit.context import acting_as
-from apps.audit.services import audit_record
-from apps.core.errors import Conflict, FieldError, Forbidden
 from apps.core.queueing import request_scheduling_pass
 from apps.jobtemplates.models import LaunchMode
 from apps.nodes import wakeups
-from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
-from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState
-from apps.nodes.services import silent_before, sweep_grace_until
+from apps.nodes.models import Device, Node, NodeState
+from apps.nodes.services import (
+    devices_health_news,
+    devices_health_update,
+    node_heartbeat_record,
+    node_lost_mark,
+    node_register_record,
+    silent_before,
+    sweep_grace_until,
+)
 from apps.runs.models import (
     ASSIGNMENT_HOLDS_DEVICES,
     ATTEMPT_ENDED,
@@ -41,6 +45,7 @@ from apps.runs.models import (
     Run,
 )
 from apps.runs.services import lifecycle
+from apps.runs.services.assignments import assignment_claim
 from apps.runs.services.placement import master_port_for
 from apps.vault.services import run_secret_values
 
@@ -48,32 +53,6 @@ log = logging.getLogger(__name__)
 
 # How often a waiting claim reads the database while Redis (its wake-ups) is unreachable.
 CLAIM_FALLBACK_POLL_S = 3.0
-
-
-def _join_token_check(*, secret: str, pool_name: str) -> NodePool:
-    token = JoinToken.objects.select_related("pool").filter(token_hash=hash_secret(secret)).first()
-    now = timezone.now()
-    if token is None or token.revoked_at is not None or (token.expires_at is not None and token.expires_at < now):
-        raise Forbidden("join_token: unknown, revoked or expired", code="bad_join_token")
-    if pool_name and token.pool.name != pool_name:
-        if not NodePool.objects.filter(name=pool_name).exists():
-            raise FieldError("pool", f"there is no node pool {pool_name!r}; the join token is for pool {token.pool.name!r}",
-                             code="unknown_pool")
-        raise FieldError("pool", f"the join token is for pool {token.pool.name!r}, not {pool_name!r}", code="wrong_pool")
-    return token.pool
-
-
-def _validate_register(data: dict[str, Any]) -> None:
-    if int(data.get("protocol_version", 0)) > protocol.PROTOCOL_VERSION:
-        raise FieldError("protocol_version", f"server speaks up to {protocol.PROTOCOL_VERSION}")
-    uid = str(data.get("agent_uid", ""))
-    if not uid or len(uid) > 64:
-        raise FieldError("agent_uid", "required, at most 64 characters")
-    if not str(data.get("hostname", "")) or len(str(data.get("hostname"))) > 253:
-        raise FieldError("hostname", "required, at most 253 characters")
-    devices = data.get("devices")
-    if not isinstance(devices, list) or not devices or len(devices) > 1024:
-        raise FieldError("devices", "a list of 1 to 1024 devices")
 
 
 @transaction.atomic
@@ -84,53 +63,12 @@ def node_register(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str
     the agent reported running that it must kill. Assignments the server thinks run on this node
     but the agent does not report died with the previous agent process: they are lost.
     """
-    _validate_register(data)
-    uid = str(data["agent_uid"])
-    credential = ""
-    if node is None or node.agent_uid != uid:
-        pool = _join_token_check(secret=str(data.get("join_token", "")), pool_name=str(data.get("pool", "")))
-        node = Node.objects.select_for_update().filter(agent_uid=uid).first() or Node(agent_uid=uid, pool=pool)
-        if node.pk is not None and node.pool_id != pool.pk:
-            raise FieldError("pool", f"this agent is already registered in pool {node.pool.name!r}", code="registered_elsewhere")
-        credential = NODE_CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
-        node.credential_hash = hash_secret(credential)
-    else:
-        node = Node.objects.select_for_update().get(pk=node.pk)
-    # A node joining for the first time had no state before: the audit says so rather than "ready".
-    before = {"state": node.state, "session": node.session} if node.pk is not None else None
-    node.hostname = str(data["hostname"])[:253]
-    node.address = str(data.get("address", ""))[:253]
-    node.cpus = max(0, int(data.get("cpus", 0)))
-    node.memory_bytes = max(0, int(data.get("memory_bytes", 0)))
-    node.agent_version = str(data.get("agent_version", ""))[:50]
-    node.protocol_version = int(data.get("protocol_version", 1))
-    node.session += 1
-    # An agent restart ends its own drain; an administrator's drain stays until undrained.
-    node.state = NodeState.DRAINING if node.drained_by_admin else NodeState.READY
-    if not node.drained_by_admin:
-        node.drain_deadline = None
-    node.registered_at = node.last_heartbeat_at = timezone.now()
-    node.save()
-    wakeups.claims_wake_on_commit(node_ids=[node.pk])  # a claim of the old session answers 409 at once
-    _sync_devices(node, data["devices"])
+    node, credential = node_register_record(data=data, node=node)
     with acting_as(label=f"agent:{node.hostname}"):
-        audit_record(action="node.registered", target=node, before=before,
-                     after={"state": node.state, "session": node.session, "pool": node.pool.name, "devices": len(data["devices"])})
         kill = _reconcile(node, data.get("running") or [])
     devices_health_record(node=node, devices=data["devices"])
     request_scheduling_pass()
     return node, credential, kill
-
-
-def _sync_devices(node: Node, devices: list[dict[str, Any]]) -> None:
-    seen = []
-    for dev in devices:
-        index = int(dev.get("index", 0))
-        seen.append(index)
-        Device.objects.update_or_create(node=node, index=index, defaults={
-            "kind": "gpu" if dev.get("kind") == "gpu" else "cpu", "uuid": str(dev.get("uuid", ""))[:100],
-            "model": str(dev.get("model", ""))[:200], "memory_bytes": int(dev.get("memory_bytes", 0))})
-    node.devices.exclude(index__in=seen).delete()
 
 
 def _valid_running(node: Node, running: list[Any]) -> tuple[set[int], list[int]]:
@@ -160,98 +98,11 @@ def _reconcile(node: Node, running: list[Any]) -> list[int]:
     return kill
 
 
-def _heartbeat_state(current: str, data: dict[str, Any], *, drained_by_admin: bool = False) -> str:
-    # Back from lost: to the drain an administrator left it in, if any, else ready for work.
-    state: str = current
-    if current == NodeState.LOST:
-        state = NodeState.DRAINING if drained_by_admin else NodeState.READY
-    if data.get("draining") and state == NodeState.READY:
-        state = NodeState.DRAINING
-    if data.get("offline"):
-        state = NodeState.OFFLINE
-    return state
-
-
-def _number(value: Any) -> float | None:
-    """A reported measurement, or None when it is not a finite number (never a 500 for it)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _devices_update(node_id: int, devices: list[Any]) -> None:
-    """The reported utilization and power of every device: one UPDATE per device, in raw SQL
-    (the heartbeat path; the ORM's query building cost more than the statement)."""
-    rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), _bytes(dev.get("memory_used_bytes")), node_id,
-             dev.get("index"))
-            for dev in devices[:1024] if isinstance(dev, dict) and isinstance(dev.get("index"), int)]
-    if rows:
-        with connection.cursor() as cursor:
-            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s, memory_used_bytes = %s "
-                               f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
-
-
-def _bytes(value: Any) -> int | None:
-    number = _number(value)
-    return int(number) if number is not None and 0 <= number < 2**63 else None
-
-
-def _readings_clear(node_id: int) -> None:
-    """Forget a node's device readings when it stops reporting (lost, offline): a reading shown
-    for a node that measures nothing would pass for a current one. Health stays: a faulty GPU is
-    faulty until its agent reports it healthy again."""
-    Device.objects.filter(node_id=node_id).update(utilization=None, power_w=None, memory_used_bytes=None)
-
-
-def _health_reported(devices: list[Any]) -> dict[int, tuple[bool, str]]:
-    """index -> (healthy, reason) for the devices whose health the agent reported."""
-    out: dict[int, tuple[bool, str]] = {}
-    for dev in devices[:1024]:
-        if isinstance(dev, dict) and isinstance(dev.get("index"), int) and isinstance(dev.get("healthy"), bool):
-            reason = "" if dev["healthy"] else (str(dev.get("health_reason") or "") or "its agent reported a fault")
-            out[dev["index"]] = (dev["healthy"], reason[:500])
-    return out
-
-
-def _health_news(previous: Any, devices: list[Any]) -> bool:
-    """Whether a heartbeat needs the health path: a device is reported unhealthy (its runs may
-    still need requeueing), or a device's health differs from the last heartbeat's. The usual
-    heartbeat, all healthy as before, costs no query for it."""
-    now = _health_reported(devices)
-    if any(not healthy for healthy, _ in now.values()):
-        return True
-    before = _health_reported(previous.get("devices") or []) if isinstance(previous, dict) else {}
-    return any(before.get(index) != health for index, health in now.items())
-
-
 def devices_health_record(*, node: Node, devices: list[Any]) -> None:
-    """Record the health the agent reported for the node's devices: a change is audited
-    (device.unhealthy, device.healthy), and every attempt holding an unhealthy device is lost and
-    its run requeued (an infrastructure failure: it resumes from its checkpoint elsewhere)."""
-    reported = _health_reported(devices)
-    if not reported:
-        return
-    sick: dict[int, Device] = {}
-    recovered = False
-    with transaction.atomic(), acting_as(label=f"agent:{node.hostname}"):
-        for device in Device.objects.select_for_update().filter(node_id=node.pk, index__in=list(reported)).order_by("pk"):
-            healthy, reason = reported[device.index]
-            if not healthy:
-                sick[device.index] = device
-            if (device.healthy, device.health_reason) == (healthy, reason):
-                continue
-            flipped = device.healthy != healthy
-            device.healthy, device.health_reason = healthy, reason
-            if flipped:
-                device.health_changed_at = timezone.now()
-            device.save(update_fields=["healthy", "health_reason", "health_changed_at"])
-            if flipped:
-                recovered |= healthy
-                audit_record(action="device.healthy" if healthy else "device.unhealthy", target=node,
-                             before={"device": device.index, "healthy": not healthy},
-                             after={"device": device.index, "uuid": device.uuid, "healthy": healthy, "reason": reason})
-        if recovered:
-            request_scheduling_pass()
+    """Record the health the agent reported for the node's devices (apps.nodes), and lose every
+    attempt holding an unhealthy device, its run requeued (an infrastructure failure: it resumes
+    from its checkpoint elsewhere)."""
+    sick = devices_health_update(node=node, devices=devices)
     if sick:
         _requeue_holders(node, sick)
 
@@ -270,44 +121,16 @@ def _requeue_holders(node: Node, sick: dict[int, Device]) -> None:
 
 
 def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatResponse:
-    """Record a heartbeat; answer with the stop orders and kills for what the agent runs.
+    """Record a heartbeat (apps.nodes); answer with the stop orders and kills for what the agent runs.
 
-    Heartbeats are most of the agent traffic (every node, every 5 s), so the usual one, which
-    changes no state, is a conditional UPDATE of the node, one UPDATE of its devices and one
-    SELECT of its assignments, with no row lock. A state change (lost -> ready, draining,
-    offline) or a race with one takes the locked, audited path.
+    Heartbeats are most of the agent traffic (every node, every 5 s): the usual one is a
+    conditional UPDATE of the node, one UPDATE of its devices (node_heartbeat_record) and one
+    SELECT of its assignments (_heartbeat_orders), with no row lock.
     """
-    if int(data.get("session", -1)) != node.session:
-        raise Conflict(f"session {data.get('session')} was superseded by {node.session}; register again", code="stale_session")
-    now = timezone.now()
     devices = data.get("devices") or []
-    status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
     offline = bool(data.get("offline"))
-    state = node.state
-    quiet = _heartbeat_state(node.state, data, drained_by_admin=node.drained_by_admin) == node.state and not offline
-    # The WHERE on state is the fence against a concurrent change (the sweep declaring the node
-    # lost, an admin draining it): then nothing is updated here and the locked path redoes it.
-    if not quiet or not _node_touch(node, now, status):
-        with transaction.atomic():
-            locked = Node.objects.select_for_update().get(pk=node.pk)
-            before = locked.state
-            state = locked.state = _heartbeat_state(before, data, drained_by_admin=locked.drained_by_admin)
-            locked.last_heartbeat_at = now
-            locked.last_status = status
-            locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
-            if locked.state == NodeState.OFFLINE:
-                _readings_clear(locked.pk)  # an agent that stopped measures nothing
-            else:
-                _devices_update(locked.pk, devices)
-            if locked.state != before:
-                wakeups.claims_wake_on_commit(node_ids=[locked.pk])  # a draining agent's claim answers at once
-                with acting_as(label=f"agent:{locked.hostname}"):
-                    audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
-            if before == NodeState.LOST:
-                request_scheduling_pass()
-    else:
-        _devices_update(node.pk, devices)
-    if not offline and _health_news(node.last_status, devices):
+    state = node_heartbeat_record(node=node, data=data)
+    if not offline and devices_health_news(previous=node.last_status, devices=devices):
         devices_health_record(node=node, devices=devices)
     if offline:
         # A drained agent leaves nothing behind; whatever it still held cannot run anymore.
@@ -319,16 +142,6 @@ def node_heartbeat(*, node: Node, data: dict[str, Any]) -> protocol.HeartbeatRes
     kill, stop = _heartbeat_orders(node, data.get("running") or [])
     # Ended attempts (aborted, lost) whose processes an agent may still hold are killed outright.
     return {"stop": stop, "kill": kill, "drain": state == NodeState.DRAINING}
-
-
-def _node_touch(node: Node, now: Any, status: dict[str, Any]) -> bool:
-    """The quiet heartbeat's UPDATE, if the node is still in the state and session read."""
-    ops = connection.ops
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s, last_status = %s WHERE id = %s AND state = %s AND session = %s",
-            [ops.adapt_datetimefield_value(now), ops.adapt_json_value(status, None), node.pk, node.state, node.session])
-        return bool(cursor.rowcount)
 
 
 # What the heartbeat answers with, for the node's assignments that hold devices or that the
@@ -382,14 +195,9 @@ def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[p
 
 def node_mark_lost(*, node_id: int) -> bool:
     with transaction.atomic():
-        node = Node.objects.select_for_update().get(pk=node_id)
-        if node.state == NodeState.LOST:
+        node = node_lost_mark(node_id=node_id)
+        if node is None:
             return False
-        before = node.state
-        node.state = NodeState.LOST
-        node.save(update_fields=["state"])
-        _readings_clear(node.pk)  # the last readings are not the node's now: nothing is reported
-        audit_record(action="node.lost", target=node, before={"state": before}, after={"state": node.state})
         attempts = set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", flat=True))
     for attempt_id in sorted(attempts):
         reason = f"node {node.hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)"
@@ -503,11 +311,7 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
     out: list[protocol.AssignmentSpec] = []
     pending = Assignment.objects.filter(node=node, state=AssignmentState.PENDING, attempt__status=AttemptStatus.STARTING)
     for a in pending.select_related("attempt__run__template__image", "node").order_by("pk"):
-        if Assignment.objects.filter(pk=a.pk, state=AssignmentState.PENDING).update(state=AssignmentState.CLAIMED,
-                                                                                    claimed_at=timezone.now()):
-            with acting_as(label=f"agent:{node.hostname}"):
-                audit_record(action="assignment.claimed", target=a.attempt, team_id=None, after={"node": node.hostname,
-                                                                                                  "rank": a.node_rank})
+        if assignment_claim(assignment=a, hostname=node.hostname):
             out.append(_with_secrets(_with_limits(_spec(a), a), a))
     return out
 

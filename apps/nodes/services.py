@@ -1,24 +1,28 @@
-"""Node lifecycle: join tokens, pools, drain, and what the lost-node sweep reads (web pulse,
-sweep grace). Registration, heartbeats, claims and the sweep itself: apps.fleet.services."""
+"""Node lifecycle: join tokens, pools, drain, what the lost-node sweep reads (web pulse, sweep
+grace), and a node's own rows as its agent reports them (registration, heartbeats, device
+health, lost). apps.fleet.services sequences these with the runs on the node."""
 
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
+from agents import protocol
+from apps.audit.context import acting_as
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden
 from apps.core.queueing import request_scheduling_pass
 from apps.nodes import wakeups
-from apps.nodes.auth import hash_secret
-from apps.nodes.models import JoinToken, Node, NodePool, NodeState, SweepWatch
+from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
+from apps.nodes.models import Device, JoinToken, Node, NodePool, NodeState, SweepWatch
 
 log = logging.getLogger(__name__)
 
@@ -158,3 +162,242 @@ def silent_before(*, watch: SweepWatch, now: datetime) -> datetime | None:
     return heard_until - timeout
 
 
+def _join_token_check(*, secret: str, pool_name: str) -> NodePool:
+    token = JoinToken.objects.select_related("pool").filter(token_hash=hash_secret(secret)).first()
+    now = timezone.now()
+    if token is None or token.revoked_at is not None or (token.expires_at is not None and token.expires_at < now):
+        raise Forbidden("join_token: unknown, revoked or expired", code="bad_join_token")
+    if pool_name and token.pool.name != pool_name:
+        if not NodePool.objects.filter(name=pool_name).exists():
+            raise FieldError("pool", f"there is no node pool {pool_name!r}; the join token is for pool {token.pool.name!r}",
+                             code="unknown_pool")
+        raise FieldError("pool", f"the join token is for pool {token.pool.name!r}, not {pool_name!r}", code="wrong_pool")
+    return token.pool
+
+
+def _validate_register(data: dict[str, Any]) -> None:
+    if int(data.get("protocol_version", 0)) > protocol.PROTOCOL_VERSION:
+        raise FieldError("protocol_version", f"server speaks up to {protocol.PROTOCOL_VERSION}")
+    uid = str(data.get("agent_uid", ""))
+    if not uid or len(uid) > 64:
+        raise FieldError("agent_uid", "required, at most 64 characters")
+    if not str(data.get("hostname", "")) or len(str(data.get("hostname"))) > 253:
+        raise FieldError("hostname", "required, at most 253 characters")
+    devices = data.get("devices")
+    if not isinstance(devices, list) or not devices or len(devices) > 1024:
+        raise FieldError("devices", "a list of 1 to 1024 devices")
+
+
+def _sync_devices(node: Node, devices: list[dict[str, Any]]) -> None:
+    seen = []
+    for dev in devices:
+        index = int(dev.get("index", 0))
+        seen.append(index)
+        Device.objects.update_or_create(node=node, index=index, defaults={
+            "kind": "gpu" if dev.get("kind") == "gpu" else "cpu", "uuid": str(dev.get("uuid", ""))[:100],
+            "model": str(dev.get("model", ""))[:200], "memory_bytes": int(dev.get("memory_bytes", 0))})
+    node.devices.exclude(index__in=seen).delete()
+
+
+def _heartbeat_state(current: str, data: dict[str, Any], *, drained_by_admin: bool = False) -> str:
+    # Back from lost: to the drain an administrator left it in, if any, else ready for work.
+    state: str = current
+    if current == NodeState.LOST:
+        state = NodeState.DRAINING if drained_by_admin else NodeState.READY
+    if data.get("draining") and state == NodeState.READY:
+        state = NodeState.DRAINING
+    if data.get("offline"):
+        state = NodeState.OFFLINE
+    return state
+
+
+def _number(value: Any) -> float | None:
+    """A reported measurement, or None when it is not a finite number (never a 500 for it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _devices_update(node_id: int, devices: list[Any]) -> None:
+    """The reported utilization and power of every device: one UPDATE per device, in raw SQL
+    (the heartbeat path; the ORM's query building cost more than the statement)."""
+    rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), _bytes(dev.get("memory_used_bytes")), node_id,
+             dev.get("index"))
+            for dev in devices[:1024] if isinstance(dev, dict) and isinstance(dev.get("index"), int)]
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s, memory_used_bytes = %s "
+                               f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
+
+
+def _bytes(value: Any) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None and 0 <= number < 2**63 else None
+
+
+def _readings_clear(node_id: int) -> None:
+    """Forget a node's device readings when it stops reporting (lost, offline): a reading shown
+    for a node that measures nothing would pass for a current one. Health stays: a faulty GPU is
+    faulty until its agent reports it healthy again."""
+    Device.objects.filter(node_id=node_id).update(utilization=None, power_w=None, memory_used_bytes=None)
+
+
+def _health_reported(devices: list[Any]) -> dict[int, tuple[bool, str]]:
+    """index -> (healthy, reason) for the devices whose health the agent reported."""
+    out: dict[int, tuple[bool, str]] = {}
+    for dev in devices[:1024]:
+        if isinstance(dev, dict) and isinstance(dev.get("index"), int) and isinstance(dev.get("healthy"), bool):
+            reason = "" if dev["healthy"] else (str(dev.get("health_reason") or "") or "its agent reported a fault")
+            out[dev["index"]] = (dev["healthy"], reason[:500])
+    return out
+
+
+def _health_news(previous: Any, devices: list[Any]) -> bool:
+    """Whether a heartbeat needs the health path: a device is reported unhealthy (its runs may
+    still need requeueing), or a device's health differs from the last heartbeat's. The usual
+    heartbeat, all healthy as before, costs no query for it."""
+    now = _health_reported(devices)
+    if any(not healthy for healthy, _ in now.values()):
+        return True
+    before = _health_reported(previous.get("devices") or []) if isinstance(previous, dict) else {}
+    return any(before.get(index) != health for index, health in now.items())
+
+
+def _node_touch(node: Node, now: Any, status: dict[str, Any]) -> bool:
+    """The quiet heartbeat's UPDATE, if the node is still in the state and session read."""
+    ops = connection.ops
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s, last_status = %s WHERE id = %s AND state = %s AND session = %s",
+            [ops.adapt_datetimefield_value(now), ops.adapt_json_value(status, None), node.pk, node.state, node.session])
+        return bool(cursor.rowcount)
+
+
+@transaction.atomic
+def node_register_record(*, data: dict[str, Any], node: Node | None) -> tuple[Node, str]:
+    """An agent's (re-)registration: its node row (new session, ready or still drained by an
+    administrator), its devices, and the audit. Returns the node and a new credential ("" when
+    the stored one stays valid). What it ran before is apps.fleet's to reconcile."""
+    _validate_register(data)
+    uid = str(data["agent_uid"])
+    credential = ""
+    if node is None or node.agent_uid != uid:
+        pool = _join_token_check(secret=str(data.get("join_token", "")), pool_name=str(data.get("pool", "")))
+        node = Node.objects.select_for_update().filter(agent_uid=uid).first() or Node(agent_uid=uid, pool=pool)
+        if node.pk is not None and node.pool_id != pool.pk:
+            raise FieldError("pool", f"this agent is already registered in pool {node.pool.name!r}", code="registered_elsewhere")
+        credential = NODE_CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+        node.credential_hash = hash_secret(credential)
+    else:
+        node = Node.objects.select_for_update().get(pk=node.pk)
+    # A node joining for the first time had no state before: the audit says so rather than "ready".
+    before = {"state": node.state, "session": node.session} if node.pk is not None else None
+    node.hostname = str(data["hostname"])[:253]
+    node.address = str(data.get("address", ""))[:253]
+    node.cpus = max(0, int(data.get("cpus", 0)))
+    node.memory_bytes = max(0, int(data.get("memory_bytes", 0)))
+    node.agent_version = str(data.get("agent_version", ""))[:50]
+    node.protocol_version = int(data.get("protocol_version", 1))
+    node.session += 1
+    # An agent restart ends its own drain; an administrator's drain stays until undrained.
+    node.state = NodeState.DRAINING if node.drained_by_admin else NodeState.READY
+    if not node.drained_by_admin:
+        node.drain_deadline = None
+    node.registered_at = node.last_heartbeat_at = timezone.now()
+    node.save()
+    wakeups.claims_wake_on_commit(node_ids=[node.pk])  # a claim of the old session answers 409 at once
+    _sync_devices(node, data["devices"])
+    with acting_as(label=f"agent:{node.hostname}"):
+        audit_record(action="node.registered", target=node, before=before,
+                     after={"state": node.state, "session": node.session, "pool": node.pool.name, "devices": len(data["devices"])})
+    return node, credential
+
+
+def node_heartbeat_record(*, node: Node, data: dict[str, Any]) -> str:
+    """A heartbeat's news for the node row and its devices' readings; the node's state after it.
+
+    The usual heartbeat changes no state: a conditional UPDATE of the node and one UPDATE of its
+    devices, with no row lock. A state change (lost -> ready, draining, offline) or a race with
+    one takes the locked, audited path.
+    """
+    if int(data.get("session", -1)) != node.session:
+        raise Conflict(f"session {data.get('session')} was superseded by {node.session}; register again", code="stale_session")
+    now = timezone.now()
+    devices = data.get("devices") or []
+    status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
+    offline = bool(data.get("offline"))
+    state: str = node.state
+    quiet = _heartbeat_state(node.state, data, drained_by_admin=node.drained_by_admin) == node.state and not offline
+    # The WHERE on state is the fence against a concurrent change (the sweep declaring the node
+    # lost, an admin draining it): then nothing is updated here and the locked path redoes it.
+    if not quiet or not _node_touch(node, now, status):
+        with transaction.atomic():
+            locked = Node.objects.select_for_update().get(pk=node.pk)
+            before = locked.state
+            state = locked.state = _heartbeat_state(before, data, drained_by_admin=locked.drained_by_admin)
+            locked.last_heartbeat_at = now
+            locked.last_status = status
+            locked.save(update_fields=["state", "last_heartbeat_at", "last_status"])
+            if locked.state == NodeState.OFFLINE:
+                _readings_clear(locked.pk)  # an agent that stopped measures nothing
+            else:
+                _devices_update(locked.pk, devices)
+            if locked.state != before:
+                wakeups.claims_wake_on_commit(node_ids=[locked.pk])  # a draining agent's claim answers at once
+                with acting_as(label=f"agent:{locked.hostname}"):
+                    audit_record(action=f"node.{locked.state}", target=locked, before={"state": before}, after={"state": locked.state})
+            if before == NodeState.LOST:
+                request_scheduling_pass()
+    else:
+        _devices_update(node.pk, devices)
+    return state
+
+
+def devices_health_news(*, previous: Any, devices: list[Any]) -> bool:
+    """Whether a heartbeat needs the health path (see _health_news)."""
+    return _health_news(previous, devices)
+
+
+def devices_health_update(*, node: Node, devices: list[Any]) -> dict[int, Device]:
+    """Record the health the agent reported for the node's devices; a change is audited
+    (device.unhealthy, device.healthy). Returns the unhealthy devices by index: the runs holding
+    them are apps.fleet's to requeue."""
+    reported = _health_reported(devices)
+    if not reported:
+        return {}
+    sick: dict[int, Device] = {}
+    recovered = False
+    with transaction.atomic(), acting_as(label=f"agent:{node.hostname}"):
+        for device in Device.objects.select_for_update().filter(node_id=node.pk, index__in=list(reported)).order_by("pk"):
+            healthy, reason = reported[device.index]
+            if not healthy:
+                sick[device.index] = device
+            if (device.healthy, device.health_reason) == (healthy, reason):
+                continue
+            flipped = device.healthy != healthy
+            device.healthy, device.health_reason = healthy, reason
+            if flipped:
+                device.health_changed_at = timezone.now()
+            device.save(update_fields=["healthy", "health_reason", "health_changed_at"])
+            if flipped:
+                recovered |= healthy
+                audit_record(action="device.healthy" if healthy else "device.unhealthy", target=node,
+                             before={"device": device.index, "healthy": not healthy},
+                             after={"device": device.index, "uuid": device.uuid, "healthy": healthy, "reason": reason})
+        if recovered:
+            request_scheduling_pass()
+    return sick
+
+
+def node_lost_mark(*, node_id: int) -> Node | None:
+    """Declare the node lost (locked, audited, its readings cleared); None if it already was.
+    Call inside a transaction: the lock holds until the caller has read what the node held."""
+    node = Node.objects.select_for_update().get(pk=node_id)
+    if node.state == NodeState.LOST:
+        return None
+    before = node.state
+    node.state = NodeState.LOST
+    node.save(update_fields=["state"])
+    _readings_clear(node.pk)  # the last readings are not the node's now: nothing is reported
+    audit_record(action="node.lost", target=node, before={"state": before}, after={"state": node.state})
+    return node
