@@ -10,12 +10,19 @@ class PoolKind(models.TextChoices):
     INTERACTIVE = "interactive", "Interactive"
 
 
+class PoolBackend(models.TextChoices):
+    AGENT = "agent", "Trainyard agents"
+    # An existing Slurm cluster runs the pool's jobs (apps.slurm); the scheduler places nothing there.
+    SLURM = "slurm", "Slurm cluster"
+
+
 class NodePool(models.Model):
     """A hardware class: nodes in a pool are interchangeable for scheduling and billing."""
 
     name = models.SlugField(max_length=63, unique=True)
     description = models.CharField(max_length=300, blank=True)
     kind = models.CharField(max_length=16, choices=PoolKind.choices, default=PoolKind.BATCH)
+    backend = models.CharField(max_length=16, choices=PoolBackend.choices, default=PoolBackend.AGENT)
     # Current list price; the billing app keeps dated prices so a change never rewrites the past.
     price_per_device_hour = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal("0"))
     carbon_g_per_kwh = models.DecimalField(max_digits=8, decimal_places=2, default=Decimal("400"))

@@ -257,9 +257,10 @@ def _usage(now: datetime, half_lives: dict[str, float]) -> tuple[core.TeamUsage,
 
 
 def queued_runs(*, lock: bool) -> QuerySet[Run]:
-    """Queued runs that need devices (sweep parents hold none), row-locked in pk order if asked."""
+    """Queued runs that need devices (sweep parents hold none) in agent pools, row-locked in pk order if asked."""
     qs = (
         Run.objects.filter(status=RunStatus.QUEUED, devices_per_node__gt=0, nodes__gt=0)
+        .exclude(pool__backend="slurm")  # Slurm places those (apps.slurm)
         .select_related("project__team", "pool", "template")
         .order_by("pk")
     )

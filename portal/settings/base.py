@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "apps.webhooks",
     "apps.vault",
     "apps.setup",
+    "apps.slurm",
 ]
 
 MIDDLEWARE = [

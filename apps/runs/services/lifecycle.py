@@ -154,7 +154,7 @@ def assignment_started(*, attempt_id: int, node_id: int, node_rank: int, resumed
 @transaction.atomic
 def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_code: int | None, signal: int | None,
                       stop_kind: str | None, log_tail: str = "", ranks: list[dict[str, Any]] | None = None,
-                      failed_rank: int | None = None) -> Attempt:
+                      failed_rank: int | None = None, reason: str = "") -> Attempt:
     """One node's processes ended. The gang has one outcome: the first failure stops every other
     rank, and the attempt ends once (on a communication error, once every node has reported,
     since a peer's crash may be the cause)."""
@@ -185,7 +185,8 @@ def assignment_exited(*, attempt_id: int, node_id: int, node_rank: int, exit_cod
             _requeue(run, reason=why, reason_code="preempted", count_restart=False)
         return attempt
     if kind == MAX_RUNTIME:
-        reason = f"exceeded max runtime of {run.max_runtime_s} s"
+        # `reason`: the words of whoever enforced the limit (Slurm's time limit), else the agent's.
+        reason = reason or f"exceeded max runtime of {run.max_runtime_s} s"
         _finish_attempt(attempt, AttemptStatus.FAILED, reason, exit_code, signal)
         _request_stop(attempt, StopKind.ABORT)
         _set_run(run, status=RunStatus.FAILED, action="run.failed", reason=reason, reason_code="max_runtime")

@@ -453,7 +453,7 @@ def resources_resolve(*, template: JobTemplate, resources: Any, errors: Errors) 
     preemptible = merged.get("preemptible", True)
     if not isinstance(preemptible, bool):
         errors.add("resources.preemptible", f"must be true or false (got {preemptible!r})")
-    if pool is not None and devices is not None:
+    if pool is not None and devices is not None and pool.backend != "slurm":  # Slurm judges its own hardware
         # Only hardware that exists can refuse: an empty pool may gain nodes while the run queues.
         largest = max((n.devices.count() for n in pool.nodes.exclude(state=NodeState.OFFLINE)), default=None)
         if largest is not None and devices > largest:

@@ -1,0 +1,112 @@
+"""Acceptance for Slurm pools (issue 25), against the real Slurm of tests/slurm/cluster.py: the
+portal's worker submits with sbatch, follows with scontrol, ends with scancel; the batch job
+(agents.slurm_job) reports over the agent protocol with a credential for its one run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.helpers import run_row, wait_status, write
+from tests.fixtures.live import LiveStack
+from tests.slurm.cluster import PARTITION, SlurmCluster
+
+pytestmark = [pytest.mark.live, pytest.mark.process]
+POOL = "hpc"
+TAGS = {"task": "classification", "dataset": "sklearn-digits", "candidate": "baseline", "family": "slurm"}
+DIGITS = {"steps": 60, "eval_every": 20, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
+JOB_FAIL = """
+import sys
+for i in range(30):
+    print(f"line {i}")
+print("boom: the data loader exploded", file=sys.stderr)
+sys.exit(3)
+"""
+JOB_SLEEP = """
+import time, trainyard
+trainyard.log(0, loss=1.0)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[LiveStack]:
+    stack = LiveStack(tmp_path_factory.mktemp("slurm-stack"), redis_url)
+    stack.env.update(slurm_cluster.env)
+    stack.env.update({"TRAINYARD_SLURM_SYNC_S": "1", "TRAINYARD_SLURM_REPORT_GRACE_S": "5"})
+    try:
+        stack.start_web()
+        stack.manage("slurm_pool", "--pool", POOL, "--partition", PARTITION, "--server-url", stack.url,
+                     "--workdir", str(stack.workdir / "slurm"), "--device-mode", "cpu", "--price", "1")
+        stack.start_worker()
+        yield stack
+    finally:
+        stack.close()
+
+
+def submit_digits(stack: LiveStack, token: str, params: dict[str, Any], **resources: Any) -> int:
+    body = {"project": "vision/digits", "template": "digits-classifier", "params": params, "tags": TAGS,
+            "resources": {"pool": POOL, "max_runtime_s": 600, **resources}}
+    return int(stack.api("POST", "/api/v1/runs/", body, token=token, expect=201)["id"])
+
+
+def submit(stack: LiveStack, entrypoint: str, *, pool: str = POOL, devices: int = 1, max_runtime: int = 600,
+           every_steps: int = 0) -> int:
+    out = stack.manage("debug_run", "submit", "--entrypoint", entrypoint, "--pool", pool, "--devices-per-node", str(devices),
+                       "--max-runtime", str(max_runtime), "--grace", "3", "--checkpoint-every-steps", str(every_steps))
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def slurm_job(stack: LiveStack, run_id: int) -> tuple[str, str]:
+    rows = stack.query("SELECT job_id, state FROM slurm_slurmjob WHERE run_id=? ORDER BY id DESC", (run_id,))
+    return (str(rows[0][0]), str(rows[0][1])) if rows else ("", "")
+
+
+def test_digits_run_succeeds_with_metrics_logs_checkpoints_energy(stack: LiveStack) -> None:
+    token = stack.token("alice")
+    run_id = submit_digits(stack, token, DIGITS)
+    row = wait_status(stack, run_id, {"succeeded", "failed", "cancelled"}, 180)
+    assert row["status"] == "succeeded", (row, stack.log("worker")[-3000:])
+    detail = stack.api("GET", f"/api/v1/runs/{run_id}/", token=token)
+    assert slurm_job(stack, run_id)[0], "submitted through sbatch"
+    points = stack.api("GET", f"/api/v1/runs/{run_id}/metrics/?key=loss", token=token)
+    assert points, "metrics reached the run"
+    stack.wait_for(lambda: stack.query("SELECT count(*) FROM runs_checkpoint WHERE run_id=? AND stored_path != ''",
+                                       (run_id,))[0][0] > 0, 30, "a stored checkpoint")
+    stack.wait_for(lambda: stack.query("SELECT count(*) FROM runs_logchunk WHERE run_id=?", (run_id,))[0][0] > 0, 30, "logs")
+    stack.wait_for(lambda: run_row(stack, run_id)["energy_j"] > 0, 30, "energy")
+    assert detail["status"] == "succeeded"
+    # The run's credential dies with its Slurm job.
+    stack.wait_for(lambda: stack.query("SELECT n.credential_hash, n.state FROM nodes_node n JOIN slurm_slurmjob j "
+                                       "ON j.node_id=n.id WHERE j.run_id=?", (run_id,)) == [(None, "offline")], 30,
+                   "the run's node credential to be revoked")
+
+
+def test_crash_shows_exit_code_and_last_lines(stack: LiveStack, tmp_path: Path) -> None:
+    bad = submit(stack, f"python {write(tmp_path / 'bad.py', JOB_FAIL)}", pool=POOL)
+    row = wait_status(stack, bad, {"succeeded", "failed", "cancelled"}, 120)
+    assert row["status"] == "failed", row
+    assert "exit code 3" in row["status_reason"], row
+    assert "boom: the data loader exploded" in row["status_reason"] and "line 29" in row["status_reason"], row
+    job_id, _ = slurm_job(stack, bad)
+    record = stack.wait_for(lambda: (r := stack.query("SELECT state, exit_code FROM slurm_slurmjob WHERE run_id=?", (bad,))[0])
+                            [0] == "FAILED" and r, 30, "Slurm's record of the job")
+    assert record == ("FAILED", 3), (job_id, record)
+
+
+def test_cancel_ends_the_slurm_job_within_10_s(stack: LiveStack, slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    run_id = submit(stack, f"python {write(tmp_path / 'sleep.py', JOB_SLEEP)}", pool=POOL)
+    wait_status(stack, run_id, {"running"}, 120)
+    job_id, _ = slurm_job(stack, run_id)
+    t0 = time.monotonic()
+    stack.manage("debug_run", "cancel", str(run_id))
+    stack.wait_for(lambda: "JobState=CANCELLED" in slurm_cluster.command("scontrol", "show", "job", "-o", job_id)
+                   or "JobState=COMPLETED" in slurm_cluster.command("scontrol", "show", "job", "-o", job_id), 10,
+                   "the Slurm job to end")
+    assert time.monotonic() - t0 < 10
+    row = wait_status(stack, run_id, {"cancelled", "failed", "succeeded"}, 30)
+    assert row["status"] == "cancelled", row
