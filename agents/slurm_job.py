@@ -91,7 +91,7 @@ class SlurmJob:
         mine = self.config.workdir.parent / f"claimed-{self.node_rank}.json"
         while time.monotonic() < deadline and not self.shipper.slurm_ended:
             if mine.exists():
-                return json.loads(mine.read_text())  # type: ignore[no-any-return]
+                return json.loads(mine.read_text())
             try:
                 answer = self.client.request("POST", P + "claim/", {"session": self.session, "wait_s": 5}, retry_for=30.0)
             except (ApiError, Unreachable) as err:
