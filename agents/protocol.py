@@ -1,4 +1,4 @@
-"""The agent protocol: message shapes shared by the agent (agents/) and the server (apps/nodes/api).
+"""The agent protocol: message shapes shared by the agent (agents/) and the server (apps/fleet/api).
 
 Standard library only, so the agent runs without Django. Bump PROTOCOL_VERSION on any change
 that an older peer could misread; the server refuses registrations from a newer major version.
