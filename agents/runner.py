@@ -528,6 +528,11 @@ class Runner:
             uuids = {d["index"]: d["uuid"] for d in self.inventory()}
             gpus = tuple(uuids.get(int(d)) or str(d) for d in spec["devices"])
         init_dir = root.parent / "init"
+        # The host's HOME and TMPDIR mean nothing inside: the run directory is the job's home, and
+        # the container's own /tmp its temporary folder (unless it has the attempt's, as its own user).
+        env = {**env, "HOME": str(run_dir)}
+        if not env.get("TMPDIR", "").startswith(f"{root}{os.sep}"):
+            env.pop("TMPDIR", None)
         name = f"{self.user_prefix}a{spec['attempt_id']}-r{spec['node_rank']}"
         launch = container.Launch(
             name=name, image=image, user=(user.uid, user.gid) if user is not None else self._container_user(spec), workdir=run_dir,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Max, OuterRef, QuerySet, Subquery
 
 from apps.core.errors import NotFound
-from apps.jobtemplates.models import JobTemplate
+from apps.jobtemplates.models import ApprovedImage, JobTemplate
 from apps.tenants.selectors import AnyUser
 
 
@@ -40,3 +40,8 @@ def template_get(*, user: AnyUser, slug: str, version: int | None = None) -> Job
     if template is None:
         raise NotFound(f"no template {slug!r}" + (f" version {version}" if version is not None else ""))
     return template
+
+
+def image_list() -> QuerySet[ApprovedImage]:
+    """The approved container images a template may name (no tenant owns them)."""
+    return ApprovedImage.objects.filter(active=True).order_by("name")

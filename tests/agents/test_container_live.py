@@ -180,3 +180,22 @@ def test_with_network_none_the_job_cannot_reach_the_portal_yet_its_metrics_arriv
     rows = stack.wait_for(lambda: stack.query("SELECT value FROM tracking_metricpoint WHERE run_id=? AND key='blocked'",
                                               (run["id"],)), 60, "the job's metric")
     assert rows == [(float(len(dict.fromkeys(hosts))),)], rows
+
+
+def test_a_cancelled_run_stops_in_its_container_and_the_container_goes(boxed: LiveStack, engine: tuple[dockerd.Engine, str]) -> None:
+    """The agent's SIGTERM reaches the job through the docker CLI and the launcher (PID 1 in the
+    container), the job stops within its grace period, and the container is removed."""
+    stack = boxed
+    token = stack.token("alice")
+    status, run = _submit(stack, token, "digits-in-container", {"steps": 100000, "eval_every": 1000})
+    assert status == 201, run
+    stack.wait_for(lambda: stack.query("SELECT steps_done FROM runs_run WHERE id=?", (run["id"],))[0][0] > 0, 180,
+                   "the run to make progress")
+    assert engine[0].docker("ps", "-q", "--filter", "name=^ty-").stdout.split(), "it runs in a container"
+    stack.api("POST", f"/api/v1/runs/{run['id']}/cancel/", {}, token=token)
+    final = _finished(stack, run["id"], 120)
+    assert final["status"] == "cancelled", final
+    stack.wait_for(lambda: not engine[0].docker("ps", "-aq", "--filter", "name=^ty-").stdout.split(), 60,
+                   "the container to be removed")
+    exits = stack.query("SELECT exit_code, signal FROM runs_attempt WHERE run_id=?", (run["id"],))
+    assert exits and exits[0][1] != 9, f"stopped by its SIGTERM within the grace period, not killed: {exits}"

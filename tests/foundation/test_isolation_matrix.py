@@ -296,6 +296,7 @@ EXEMPT: dict[str, str] = {
     "api/v1/audit/<pk>/": "administrators only (IsAdminUser, 403 before any lookup); see test_audit",
     "api/v1/templates/": "job templates are shared by every team, not tenant-owned",
     "api/v1/templates/<slug>/": "job templates are shared by every team, not tenant-owned",
+    "api/v1/images/": "approved container images are shared by every team, not tenant-owned",
     "api/v1/nodes/": "the fleet is shared by every team (pools, nodes, free devices)",
     "api/v1/nodes/<pk>/drain/": "fleet nodes belong to no team; draining is for administrators",
     "api/v1/nodes/<pk>/undrain/": "fleet nodes belong to no team; draining is for administrators",

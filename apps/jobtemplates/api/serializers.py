@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from apps.jobtemplates.models import JobTemplate
+from apps.jobtemplates.models import ApprovedImage, JobTemplate
 
 
 class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
@@ -40,3 +40,10 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
     def get_defaults(self, template: JobTemplate) -> dict[str, Any]:
         properties = (template.param_schema or {}).get("properties", {})
         return {name: prop["default"] for name, prop in properties.items() if "default" in prop}
+
+
+class ApprovedImageSerializer(serializers.ModelSerializer[ApprovedImage]):
+    class Meta:
+        model = ApprovedImage
+        fields = ["id", "name", "digest", "description", "created_at"]
+        read_only_fields = fields

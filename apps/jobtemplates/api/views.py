@@ -11,8 +11,8 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS
 from apps.core.errors import FieldError
 from apps.core.text import is_id
-from apps.jobtemplates.api.serializers import JobTemplateSerializer
-from apps.jobtemplates.selectors import template_get, template_list
+from apps.jobtemplates.api.serializers import ApprovedImageSerializer, JobTemplateSerializer
+from apps.jobtemplates.selectors import image_list, template_get, template_list
 from apps.tenants.api.scoped import UnscopedAPIMixin
 
 
@@ -43,3 +43,17 @@ class JobTemplateViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):
                 raise FieldError("version", f"must be a positive integer (got {raw!r})")
             version = int(raw)
         return Response(JobTemplateSerializer(template_get(user=request.user, slug=slug, version=version)).data)
+
+
+class ApprovedImageViewSet(UnscopedAPIMixin, viewsets.GenericViewSet):
+    """The approved container images (admins manage them in the admin): a run uses its template's."""
+
+    serializer_class = ApprovedImageSerializer
+    filter_backends = LIST_BACKENDS
+    ordering_fields = ["name", "created_at"]
+    ordering = ["name"]
+
+    @extend_schema(responses={200: ApprovedImageSerializer(many=True)})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(image_list()))
+        return self.get_paginated_response(ApprovedImageSerializer(page, many=True).data)
