@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from agents import container
 from tests.agents import dockerd
 from tests.agents.helpers import start_agent
 from tests.fixtures.live import LiveStack
@@ -199,3 +200,16 @@ def test_a_cancelled_run_stops_in_its_container_and_the_container_goes(boxed: Li
                    "the container to be removed")
     exits = stack.query("SELECT exit_code, signal FROM runs_attempt WHERE run_id=?", (run["id"],))
     assert exits and exits[0][1] != 9, f"stopped by its SIGTERM within the grace period, not killed: {exits}"
+
+
+def test_the_agent_finds_the_approved_image_by_digest_only(engine: tuple[dockerd.Engine, str]) -> None:
+    """A tag is not enough: the image on the node must have the approved digest (its id here),
+    else the job does not start, and says why."""
+    docker = container.Docker(container.Settings(host=engine[0].host))
+    found = docker.image_resolve({"name": dockerd.IMAGE_TAG, "digest": engine[1]})
+    assert found.id == engine[1] and found.lineage()["digest"] == engine[1]
+    wrong = "sha256:" + "0" * 64
+    with pytest.raises(container.ContainerError, match="is not on this node and could not be pulled"):
+        docker.image_resolve({"name": dockerd.IMAGE_TAG, "digest": wrong})
+    assert docker.problem() == ""
+    assert container.Docker(container.Settings(host="unix:///nonexistent.sock")).problem().startswith("the Docker engine does not answer")
