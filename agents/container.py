@@ -160,6 +160,19 @@ class Container:
     name: str
     memory_bytes: int
     docker: Docker
+    init_pid: int = 0  # the host's pid of its first process, once it runs
+
+    def pid(self) -> int:
+        """The host's pid of the container's first process (the launcher), 0 until it runs: the
+        monitor counts its tree's CPU time, and the runner's stop signals reach it directly."""
+        if not self.init_pid:
+            try:
+                done = self.docker.cli("container", "inspect", "--format", "{{.State.Pid}}", self.name, timeout=10)
+            except ContainerError:
+                return 0
+            text = done.stdout.strip()
+            self.init_pid = int(text) if done.returncode == 0 and text.isdigit() else 0
+        return self.init_pid
 
     def oom_kills(self) -> int:
         return 1 if self.docker.oom_killed(self.name) else 0

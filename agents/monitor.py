@@ -162,6 +162,9 @@ class Monitor:
         samples: dict[int, protocol.DeviceSample] = {}
         for job in jobs:
             tree = job_tree(job.proc.pid, procs)
+            inner = job.container.pid() if job.container is not None else 0
+            if inner and inner in procs:  # in a container: its processes are the engine's children, not ours
+                tree |= {inner} | job_tree(inner, procs)
             root = procs.get(job.proc.pid)
             cpu = (root.cpu_s if root else 0.0) + sum(procs[p].cpu_s for p in tree if p in procs)
             self.runner.update_tree(job.attempt_id, tree, cpu)

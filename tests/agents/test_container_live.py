@@ -150,6 +150,10 @@ def test_digits_runs_in_an_approved_image_and_an_unapproved_one_is_refused(boxed
     assert {"loss", "val_accuracy"} <= {k for (k,) in metrics}, metrics
     detail = stack.api("GET", f"/api/v1/runs/{run['id']}/", token=token)
     assert detail["status"] == "succeeded"
+    # The job's processes are the engine's children, not the agent's: the monitor follows the
+    # container's first process, so its CPU time (here, the energy estimate) is counted.
+    energy = stack.query("SELECT energy_j FROM runs_run WHERE id=?", (run["id"],))[0][0]
+    assert energy > 5, f"{energy} J: more than the docker CLI's own CPU time"
     # Each attempt's container is removed when it ends.
     left = engine[0].docker("ps", "-aq", "--filter", "name=^ty-").stdout.split()
     assert left == [], left
