@@ -213,6 +213,8 @@ class _PoolPass:
     # Built on the pass's first preemption attempt (`_try_preempt`).
     victims: VictimIndex | None = None
     top_standing: float = INF
+    # An urgent job waits: it may stop runs past `Policy.max_preemptions` too.
+    urgent_waiting: bool = False
     entries: list[QueueEntry] = field(default_factory=list)
     order: tuple[str, ...] = ()
     fragmentation: Fragmentation | None = None
@@ -283,13 +285,20 @@ class _PoolPass:
         standing or lower has nobody to preempt. Sets `run_standing`."""
         if not (self.policy.preemption and any(r.preemptible and not r.stopping for r in self.running)):
             return {}, None
+        self.urgent_waiting = any(j.priority_class >= PriorityClass.URGENT for j in self.queued)
         run_standing = self.run_standing = running_standings(self.running, self.now, self.policy)
         within_run = runs_within_guarantee(self.running, guarantees, run_standing)
         lowest_victim = min(
-            (run_standing[r.id] for r in self.running if r.preemptible and not r.stopping and not within_run[r.id]),
+            (run_standing[r.id] for r in self.running if self._movable(r) and not within_run[r.id]),
             default=None,
         )
         return within_run, lowest_victim
+
+    def _movable(self, run: RunningJob) -> bool:
+        """Whether some waiting job could stop the run (guarantees aside): preemptible, not already
+        stopping, and stopped fewer than `Policy.max_preemptions` times unless an urgent job waits."""
+        return run.preemptible and not run.stopping and (
+            run.preemptions < self.policy.max_preemptions or self.urgent_waiting)
 
     def _survey(self) -> dict[Shape, float]:
         """Shortest predicted runtime per gang shape (if not even that fits anywhere now, no job of
@@ -487,6 +496,8 @@ class _PoolPass:
 
         def eligible(run: RunningJob) -> bool:
             # (The index holds only preemptible runs beyond their guarantee, none stopping.)
+            if run.preemptions >= self.policy.max_preemptions and klass < PriorityClass.URGENT:
+                return False  # stopped often enough: only an urgent job may stop it again
             if run.priority_class < klass:
                 return True
             if standings.get(run.id, mine) < mine:
@@ -528,7 +539,7 @@ class _PoolPass:
         return VictimIndex(
             cap,
             self.running,
-            lambda r: r.preemptible and not r.stopping and not within_run.get(r.id, False)
+            lambda r: self._movable(r) and not within_run.get(r.id, False)
             and (not by_standing or standings.get(r.id, top) < top),
             self.now,
         )

@@ -131,6 +131,8 @@ class RunningJob:
     # Seconds it ran in earlier attempts (wall clock, however many devices), before this one
     # started: with the current attempt's time, its attained service (`Policy.demote_after_s`).
     attained_s: float = 0.0
+    # Times it was preempted so far (`Policy.max_preemptions`).
+    preemptions: int = 0
     # For a caller that knows how often a run checkpoints rather than when it last did (the
     # trace simulator): a checkpoint every this many seconds of the attempt.
     checkpoint_every_s: float | None = None
@@ -186,6 +188,8 @@ class QueuedJob:
     # Seconds it already ran in earlier attempts (a preempted or requeued run): its attained
     # service, which decides whether it is demoted (`Policy.demote_after_s`).
     attained_s: float = 0.0
+    # Times it was preempted so far (`Policy.max_preemptions`).
+    preemptions: int = 0
     # Nodes suspected of an infrastructure failure of this run: not used while others can host it.
     avoid_nodes: frozenset[str] = frozenset()
     # Memory (bytes) and CPU cores it asks per device, on top of the device; 0: no such request.
@@ -270,6 +274,9 @@ class Policy:
     # A demoted run is not stopped for a job of its own class in the first this-many seconds of
     # an attempt, so a run that has just resumed (and paid its restart) gets to make progress.
     demoted_min_attempt_s: float = 900.0
+    # A run preempted this many times is not stopped again but for an urgent job, so no run is
+    # stopped more often than this for service or borrowing (the replays' tail: issue 28).
+    max_preemptions: int = 10
 
 
 @dataclass(frozen=True, slots=True)

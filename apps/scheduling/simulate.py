@@ -445,6 +445,7 @@ class Replay:
             expected_runtime=expected,
             deadline=self.deadlines.get(job.id),
             attained_s=self.attained.get(job.id, 0.0),
+            preemptions=len(self.attempts.get(job.id, ())),
         )
         self.queued_by_type[job.job_type][job.id] = None
         if self.attained.get(job.id, 0.0) < demotion_threshold(self.policy):
@@ -634,6 +635,7 @@ class Replay:
             expected_end=expected_end,
             attained_s=queued.attained_s,
             checkpoint_every_s=self.resume.checkpoint_every_s if self.policy.preemption else None,
+            preemptions=queued.preemptions,
         )
         self.held[job.team] += queued.devices
         if first:
@@ -644,7 +646,7 @@ class Replay:
         self.ends[job_id] = end
         heapq.heappush(self.completions, (end, job_id))
         heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
-        if self.policy.preemption:
+        if self.policy.preemption and queued.preemptions < self.policy.max_preemptions:
             threshold = demotion_threshold(self.policy)
             if threshold < math.inf:
                 ready = now + max(threshold - queued.attained_s, self.policy.demoted_min_attempt_s, 0.0)
