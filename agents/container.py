@@ -209,7 +209,10 @@ def run_argv(docker: Docker, launch: Launch) -> tuple[list[str], dict[str, str]]
         argv += ["--memory", str(launch.memory_bytes), "--memory-swap", str(launch.memory_bytes)]
     if launch.cpus:
         argv += ["--cpus", f"{launch.cpus:g}"]
-    if launch.gpus and docker.nvidia():
+    if launch.gpus:
+        if not docker.nvidia():
+            raise ContainerError("this job holds GPUs, but this node's Docker engine has no NVIDIA runtime "
+                                 "(nvidia-container-toolkit): its container could not see them")
         argv += ["--runtime", "nvidia", "--gpus", f'"device={",".join(launch.gpus)}"']
     for path in launch.writable:
         argv += ["--mount", f"type=bind,source={path},target={path}"]
@@ -231,9 +234,9 @@ def readable_mounts(repo: Path, settings: Settings) -> tuple[Mount, ...]:
 
 
 def probe_argv(docker: Docker, *, name: str, image: Image, user: tuple[int, int], readable: tuple[Mount, ...],
-               env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+               env: Mapping[str, str], gpus: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
     """A short-lived container like the job's, for the lineage probe (agents.lineage adds `-c PROBE`)."""
     launch = Launch(name=name, image=image, user=user, workdir=Path("/"), writable=(), readable=readable, env=env,
-                    command=(docker.settings.python,))
+                    command=(docker.settings.python,), gpus=gpus)
     argv, cli_env = run_argv(docker, launch)
     return [argv[0], "run", "--rm", "--interactive=false", *argv[2:]], cli_env

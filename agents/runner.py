@@ -253,6 +253,13 @@ class Runner:
             lineage.report_on_node(self.shipper, spec=spec, env=job_env, slots=self.config.slots, container=in_container)
         self.ready.put((spec, env))
 
+    def _gpu_uuids(self, spec: protocol.AssignmentSpec) -> tuple[str, ...]:
+        """The attempt's GPUs by UUID (by index where the inventory has none), for `docker run --gpus`."""
+        if spec.get("device_kind") != "gpu":
+            return ()
+        uuids = {d["index"]: d["uuid"] for d in self.inventory()}
+        return tuple(uuids.get(int(d)) or str(d) for d in spec["devices"])
+
     def _container_user(self, spec: protocol.AssignmentSpec) -> tuple[int, int]:
         """The container's --user: the attempt's own user (agent as root), else the agent's (never root)."""
         with self.lock:
@@ -267,12 +274,12 @@ class Runner:
             image = self.images.get(spec["attempt_id"])
         if self.docker is None or image is None:
             return None
-        docker, user = self.docker, self._container_user(spec)
+        docker, user, gpus = self.docker, self._container_user(spec), self._gpu_uuids(spec)
         readable = container.readable_mounts(self.config.repo_root, self.config.container)
         name = f"{self.user_prefix}a{spec['attempt_id']}-r{spec['node_rank']}-lineage"
 
         def wrap(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-            return container.probe_argv(docker, name=name, image=image, user=user, readable=readable, env=env)
+            return container.probe_argv(docker, name=name, image=image, user=user, readable=readable, env=env, gpus=gpus)
 
         record = {**image.lineage(), "runtime": "docker", "network": docker.settings.network, "user": f"{user[0]}:{user[1]}",
                   "nvidia_runtime": spec.get("device_kind") == "gpu" and docker.nvidia()}
@@ -523,10 +530,7 @@ class Runner:
         plan["argv"] = [self.config.container.python if i == 0 and a == self.config.job_python else a
                         for i, a in enumerate(plan["argv"])]
         plan_path.write_text(json.dumps(plan))
-        gpus: tuple[str, ...] = ()
-        if spec.get("device_kind") == "gpu":
-            uuids = {d["index"]: d["uuid"] for d in self.inventory()}
-            gpus = tuple(uuids.get(int(d)) or str(d) for d in spec["devices"])
+        gpus = self._gpu_uuids(spec)
         init_dir = root.parent / "init"
         # The host's HOME and TMPDIR mean nothing inside: the run directory is the job's home, and
         # the container's own /tmp its temporary folder (unless it has the attempt's, as its own user).

@@ -51,9 +51,9 @@ def test_the_container_gets_its_folders_limits_user_and_no_network_and_no_secret
 
 def test_gpus_go_by_uuid_with_the_nvidia_runtime_only() -> None:
     docker = container.Docker(container.Settings())
-    docker._nvidia = False  # what `docker info` would say: no NVIDIA runtime on this engine
-    argv, _ = container.run_argv(docker, _launch(gpus=("GPU-1", "GPU-2")))
-    assert "--gpus" not in argv
+    docker._nvidia = False  # what `docker info` would say: no NVIDIA runtime on this engine (no GPU here)
+    with pytest.raises(container.ContainerError, match="no NVIDIA runtime"):
+        container.run_argv(docker, _launch(gpus=("GPU-1", "GPU-2")))
     docker._nvidia = True
     argv, _ = container.run_argv(docker, _launch(gpus=("GPU-1", "GPU-2")))
     assert argv[argv.index("--gpus") + 1] == '"device=GPU-1,GPU-2"' and argv[argv.index("--runtime") + 1] == "nvidia"
