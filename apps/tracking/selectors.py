@@ -61,6 +61,16 @@ def summary_dict(s: MetricSummary) -> dict[str, Any]:
     }
 
 
+def metrics_summary(*, run_ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, dict[str, Any] | None]]:
+    """Per run, per key: the last value (and its step), min and max, as the runs list's metric
+    columns and its API show them; None where the run has not logged the key."""
+    out: dict[int, dict[str, dict[str, Any] | None]] = {rid: dict.fromkeys(keys) for rid in run_ids}
+    for s in MetricSummary.objects.filter(run_id__in=run_ids, key__in=keys):
+        whole = summary_dict(s)
+        out[s.run_id][s.key] = {"last": whole["last"], "last_step": whole["last_step"], "min": whole["min"], "max": whole["max"]}
+    return out
+
+
 def _summary_bucket(s: Any) -> Bucket:
     return Bucket(s.first_step, s.last_step, s.count, s.finite_count, s.sum, s.min, s.max, s.nan_count, s.posinf_count,
                   s.neginf_count)

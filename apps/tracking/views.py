@@ -128,12 +128,11 @@ def _list_page(request: HttpRequest) -> dict[str, Any]:
     qs = qs.select_related(None).select_related("project__team", "template").only(*LIST_FIELDS)
     page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
     runs = list(page.object_list)
-    values: dict[tuple[int, str], Any] = {}
-    if metric_cols:
-        for s in MetricSummary.objects.filter(run_id__in=[r.pk for r in runs], key__in=metric_cols):
-            values[(s.run_id, s.key)] = selectors.summary_dict(s)["last"]
+    # The API's ?metrics= reads the same summaries (apps.tracking.api.run_metrics).
+    summaries = selectors.metrics_summary(run_ids=[r.pk for r in runs], keys=metric_cols) if metric_cols else {}
     now = timezone.now()
-    rows = [_list_row(r, [values.get((r.pk, k)) for k in metric_cols], now) for r in runs]
+    rows = [_list_row(r, [(summaries[r.pk][k] or {}).get("last") for k in metric_cols] if metric_cols else [], now)
+            for r in runs]
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)

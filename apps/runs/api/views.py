@@ -19,6 +19,7 @@ from apps.core.text import is_id
 from apps.jobtemplates.models import TemplateKind
 from apps.jobtemplates.selectors import template_get
 from apps.nodes.auth import AgentAPIView
+from apps.runs.api.extras import RUN_LIST_EXTRAS
 from apps.runs.api.serializers import (
     CodeSnapshotSerializer,
     CodeSnapshotUploadSerializer,
@@ -64,6 +65,9 @@ LIST_PARAMETERS = [
     OpenApiParameter("family", OpenApiTypes.STR, description="Runs of one family (e.g. a sweep)."),
     OpenApiParameter("parent", OpenApiTypes.INT, description="Children of a sweep run."),
     OpenApiParameter("search", OpenApiTypes.STR, description="Matches the name, family or id."),
+    OpenApiParameter("metrics", OpenApiTypes.STR, description=(
+        "Metric keys, comma-separated (at most 10): each row gets `metrics_summary` with the last, "
+        "min and max of each key (null for a key the run has not logged).")),
 ]
 
 
@@ -119,7 +123,11 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
 
     @extend_schema(parameters=LIST_PARAMETERS, responses={200: RunSerializer(many=True)})
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().list(request, *args, **kwargs)
+        response = super().list(request, *args, **kwargs)
+        rows = response.data["results"] if isinstance(response.data, dict) else response.data
+        for extra in RUN_LIST_EXTRAS:
+            extra(request.query_params, rows)
+        return response
 
     @extend_schema(responses={200: RunDetailSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
