@@ -116,6 +116,9 @@ SHIPPED: list[tuple[str, str | None, str, str, str, dict[str, Any]]] = [
      "Data-parallel training across nodes with torch.distributed.", {"nodes": 2, "devices_per_node": 1, "max_nodes": 8}),
     ("evaluate", "evaluate", TemplateKind.EVALUATE, "Evaluate a checkpoint",
      "Evaluate another run's checkpoint on the held-out split.", {}),
+    ("lm-pretrain", "lm_pretrain", TemplateKind.TRAIN, "Language model pre-training",
+     "Pre-train a GPT-style byte-level language model (tiny to 124M) on the Python standard library's source;"
+     " reports tokens/s, MFU and memory.", {}),
     ("sweep", None, TemplateKind.SWEEP, "Hyper-parameter sweep",
      "Grid or random search: one child run per point, grouped in a family.", {}),
     ("custom", None, TemplateKind.CUSTOM, "Custom code",

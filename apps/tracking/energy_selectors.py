@@ -17,6 +17,8 @@ from apps.tracking.models import MetricSummary
 SAMPLES_KEY = "samples"
 THROUGHPUT_KEY = "throughput"
 BATCH_PARAM = "batch_size"
+# A language model also reports the tokens it has trained on, cumulatively (recipes.lm_loop).
+TOKENS_KEY = "tokens"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class RunEnergyFigures:
     samples: float | None
     samples_source: str
     devices: tuple[DeviceEnergy, ...]
+    tokens: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -75,15 +78,22 @@ class RunEnergyFigures:
     def wh_per_1k_samples(self) -> float | None:
         return self.wh / self.samples * 1000 if self.measured and self.samples else None
 
+    @property
+    def wh_per_1k_tokens(self) -> float | None:
+        return self.wh / self.tokens * 1000 if self.measured and self.tokens else None
+
     def as_dict(self) -> dict[str, Any]:
         """The figures as the compare API and the pages give them, with their display text."""
         return {
             "energy_j": self.energy_j, "energy_wh": self.wh, "estimated": self.estimated, "measured": self.measured,
             "steps_done": self.steps_done, "samples": self.samples, "samples_source": self.samples_source,
             "wh_per_step": self.wh_per_step, "wh_per_1k_samples": self.wh_per_1k_samples,
+            "tokens": self.tokens, "wh_per_1k_tokens": self.wh_per_1k_tokens,
+            "j_per_1k_tokens": self.wh_per_1k_tokens * J_PER_WH if self.wh_per_1k_tokens is not None else None,
             "wh_text": significant_text(self.wh) if self.measured else "–",
             "wh_per_step_text": significant_text(self.wh_per_step),
             "wh_per_1k_samples_text": significant_text(self.wh_per_1k_samples),
+            "wh_per_1k_tokens_text": significant_text(self.wh_per_1k_tokens),
         }
 
 
@@ -140,6 +150,12 @@ def _samples_seen(runs: Sequence[Run]) -> dict[int, tuple[float, str]]:
     return out
 
 
+def _tokens_seen(runs: Sequence[Run]) -> dict[int, float]:
+    """The last cumulative ``tokens`` metric of each run that logs one."""
+    rows = MetricSummary.objects.filter(run_id__in=[r.pk for r in runs], key=TOKENS_KEY).values_list("run_id", "last_value")
+    return {run_id: float(value) for run_id, value in rows if value is not None and value > 0}
+
+
 def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
     """Each run's energy figures, in three queries whatever the number of runs. A run with no
     samples (demo history, imports) keeps the total its attempts recorded, with no devices."""
@@ -152,6 +168,7 @@ def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
     for run_id, joules in Attempt.objects.filter(run_id__in=ids).values_list("run_id", "energy_j"):
         recorded[run_id] = recorded.get(run_id, 0.0) + (joules or 0.0)
     seen = _samples_seen(runs)
+    tokens = _tokens_seen(runs)
     out = {}
     for run in runs:
         devices = _devices(per_run.get(run.pk, []))
@@ -159,7 +176,7 @@ def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
         samples_count, source = seen.get(run.pk, (None, ""))
         out[run.pk] = RunEnergyFigures(energy_j=total, estimated=bool(run.energy_estimated) or any(d.estimated for d in devices),
                                        steps_done=int(run.steps_done or 0), samples=samples_count, samples_source=source,
-                                       devices=devices)
+                                       devices=devices, tokens=tokens.get(run.pk))
     return out
 
 

@@ -198,9 +198,13 @@ class RunEnergySerializer(serializers.Serializer[Any]):
     samples_source = serializers.CharField(help_text="Where samples comes from: the job's samples metric, or batch_size x steps.")
     wh_per_step = serializers.FloatField(allow_null=True, help_text="Energy of all attempts / steps done: per useful step.")
     wh_per_1k_samples = serializers.FloatField(allow_null=True)
+    tokens = serializers.FloatField(allow_null=True, help_text="Tokens trained on, where the job logs a cumulative tokens metric.")
+    wh_per_1k_tokens = serializers.FloatField(allow_null=True)
+    j_per_1k_tokens = serializers.FloatField(allow_null=True)
     wh_text = serializers.CharField()
     wh_per_step_text = serializers.CharField()
     wh_per_1k_samples_text = serializers.CharField()
+    wh_per_1k_tokens_text = serializers.CharField()
 
 
 class CompareRunSerializer(serializers.Serializer[Any]):

@@ -1,0 +1,62 @@
+"""lm_pretrain's efficiency figures on the run page and through the API (issue 31): they are
+ordinary logged metrics and reported lineage, plus the portal's energy per 1,000 tokens."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from apps.runs.models import Attempt
+from apps.tracking.energy_selectors import run_energy_figures
+from apps.tracking.services import metric_points_store
+from tests.pages import page_html
+from tests.tracking.test_energy import T, make_gang
+
+LM_PARAMS = {"preset": "tiny", "batch_size": 16, "steps": 100}
+
+
+def _log_lm_run(run: Any) -> None:
+    # What recipes.lm_loop logs at steps 99 and 100 of a tiny run (16 sequences x 64 tokens a step).
+    rows = []
+    for step in (99, 100):
+        values = {"loss": 2.5, "throughput": 300.0, "tokens_per_s": 19200.0, "model_tflops": 0.015,
+                  "peak_memory_mb": 360.0, "tokens": float(step * 16 * 64)}
+        rows += [(key, step, value, 0, T + step) for key, value in values.items()]
+    metric_points_store(run_id=run.pk, attempt=2, rows=rows)
+
+
+def test_tokens_per_s_mfu_label_memory_and_energy_per_1k_tokens_show(cast: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from recipes import common, lm_loop
+
+    run = make_gang(cast.digits, name="lm", params=LM_PARAMS)
+    _log_lm_run(run)
+    cpu = torch.device("cpu")
+    _, peak_label = lm_loop.device_peak(cpu, common.choose_precision(cpu, False, "bfloat16"))
+    Attempt.objects.filter(run=run, number=2).update(lineage={"recipe": "lm_pretrain", "mfu_peak": peak_label,
+                                                                  "peak_memory_source": lm_loop.memory_label(cpu)})
+
+    figures = run_energy_figures(run=run)
+    assert figures.tokens == 100 * 16 * 64
+    assert figures.wh_per_1k_tokens == pytest.approx(14_000 / 3600 / 102.4)
+
+    html = page_html(cast.alice, f"/runs/{run.pk}/")
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "Per 1k tokens 0.0380 Wh 102400 tokens: the job's tokens metric" in text
+    assert "unknown peak (CPU): MFU not computed" in text and "ru_maxrss" in text
+
+    client = Client()
+    client.force_login(cast.alice)
+    keys = client.get(f"/api/v1/runs/{run.pk}/metrics/keys/").content.decode()
+    for key in ("tokens_per_s", "model_tflops", "peak_memory_mb", "tokens", "throughput"):
+        assert f'"{key}"' in keys, keys
+    other = make_gang(cast.digits, name="other")
+    compared = client.get(f"/api/v1/compare/?runs={run.pk},{other.pk}").json()["runs"]
+    energy = {r["id"]: r["energy"] for r in compared}[run.pk]
+    assert energy["wh_per_1k_tokens"] == pytest.approx(14_000 / 3600 / 102.4)
+    assert energy["j_per_1k_tokens"] == pytest.approx(14_000 / 102.4)
+    assert client.get(f"/api/v1/runs/{run.pk}/environment/").json()["reported"]["mfu_peak"] == peak_label
+    page_html(cast.bob, f"/runs/{run.pk}/", status=404)
