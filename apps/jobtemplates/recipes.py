@@ -119,6 +119,8 @@ SHIPPED: list[tuple[str, str | None, str, str, str, dict[str, Any]]] = [
     ("lm-pretrain", "lm_pretrain", TemplateKind.TRAIN, "Language model pre-training",
      "Pre-train a GPT-style byte-level language model (tiny to 124M) on the Python standard library's source;"
      " reports tokens/s, MFU and memory.", {}),
+    ("image-classifier", "image_classifier", TemplateKind.TRAIN, "Image classifier",
+     "Train a small ResNet on generated 32x32 shapes; channels-last and mixed precision on GPUs.", {}),
     ("sweep", None, TemplateKind.SWEEP, "Hyper-parameter sweep",
      "Grid or random search: one child run per point, grouped in a family.", {}),
     ("custom", None, TemplateKind.CUSTOM, "Custom code",
