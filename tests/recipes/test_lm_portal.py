@@ -60,3 +60,24 @@ def test_tokens_per_s_mfu_label_memory_and_energy_per_1k_tokens_show(cast: Any) 
     assert energy["j_per_1k_tokens"] == pytest.approx(14_000 / 102.4)
     assert client.get(f"/api/v1/runs/{run.pk}/environment/").json()["reported"]["mfu_peak"] == peak_label
     page_html(cast.bob, f"/runs/{run.pk}/", status=404)
+
+
+def test_the_lm_pretrain_form_shows_presets_with_parameter_counts_and_memory(cast: Any) -> None:
+    from apps.jobtemplates.recipes import SHIPPED, shipped_template_fields
+    from apps.jobtemplates.services import template_create
+    from tests.runs.factories import local_pool
+
+    local_pool("2.0")
+    for slug, module, kind, title, description, overrides in SHIPPED:
+        if slug in ("lm-pretrain", "image-classifier"):
+            fields = shipped_template_fields(slug, module, kind, title, description, overrides)
+            assert fields is not None and fields["total_steps_param"] == "steps"
+            template_create(slug=slug, publish=True, **fields)
+    html = page_html(cast.alice, "/runs/new/?template=lm-pretrain")
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert '<option value="124m">' in html and 'name="p_preset"' in html
+    for line in ("tiny: 2 layers x 64 wide, 4 heads, context 64 = 0.12M parameters, about 11 MiB to train",
+                 "124m: 12 layers x 768 wide, 12 heads, context 1024 = 86M parameters, about 17.3 GiB to train"):
+        assert line in text, text
+    html = page_html(cast.alice, "/runs/new/?template=image-classifier")
+    assert 'name="p_width"' in html and 'name="p_train_samples"' in html
