@@ -91,7 +91,9 @@ class SlurmJob:
         mine = self.config.workdir.parent / f"claimed-{self.node_rank}.json"
         while time.monotonic() < deadline and not self.shipper.slurm_ended:
             if mine.exists():
-                return json.loads(mine.read_text())
+                spec: protocol.AssignmentSpec = json.loads(mine.read_text())
+                mine.unlink()  # a later start of the job (requeue) claims afresh
+                return spec
             try:
                 answer = self.client.request("POST", P + "claim/", {"session": self.session, "wait_s": 5}, retry_for=30.0)
             except (ApiError, Unreachable) as err:
@@ -139,6 +141,10 @@ class SlurmJob:
             if master and int(spec.get("nnodes") or 1) > 1:
                 spec["master_addr"] = master
             spec["max_runtime_s"] = 0  # Slurm enforces the time limit (--time)
+            if spec["number"] > 1:
+                # An earlier start that Slurm stopped (requeue) may have written checkpoints here whose
+                # metrics never reached the server: resume from the server's newest, as after a lost attempt.
+                spec["lost_attempts"] = sorted(set(spec.get("lost_attempts") or []) | set(range(1, spec["number"])))
             self.runner.submit(spec)
             results: list[Any] = []
 

@@ -29,8 +29,11 @@ from django.utils import timezone
 
 from apps.audit.context import acting_as
 from apps.audit.services import audit_record
+from apps.billing.models import PoolPrice
+from apps.billing.services import pool_price_set
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret
 from apps.nodes.models import Node, NodePool, NodeState, PoolBackend
+from apps.nodes.services import pool_save
 from apps.nodes.wakeups import claims_wake_on_commit
 from apps.runs.models import ATTEMPT_ENDED, Assignment, Attempt, LogChunk, Run, RunStatus, StopKind
 from apps.runs.services import lifecycle
@@ -267,6 +270,9 @@ def _follow(cfg: SlurmPool, job: SlurmJob, info: cli.JobInfo | None) -> str:
             cli.scancel(_prefix(cfg), job.job_id)
             return ""
         SlurmJob.objects.filter(pk=job.pk).update(state=info.state, reason=info.reason[:200])
+        # Slurm vouches for the allocation: its node row is not "silent" between a requeue and the
+        # next start, when no batch job runs to heartbeat (the lost-node sweep would requeue it again).
+        Node.objects.filter(pk=job.node_id, state=NodeState.READY).update(last_heartbeat_at=timezone.now())
         if attempt is not None and info.restarts > job.restarts:
             _requeued(job, attempt, info.restarts)
             return ""
@@ -340,17 +346,19 @@ def slurm_sync() -> dict[str, int]:
 def slurm_pool_save(*, pool_name: str, partition: str, server_url: str, workdir: str, submit_command: list[str],
                     device_mode: str, accounts: dict[str, str], qos: dict[str, str], python: str = "", repo_root: str = "",
                     price: Decimal | None = None) -> SlurmPool:
-    """Make or update a Slurm-backed pool (audited)."""
+    """Make or update a Slurm-backed pool: the pool (nodes' pool_save), its dated price (billing),
+    its Slurm settings; each audited."""
     with transaction.atomic():
-        pool, created = NodePool.objects.get_or_create(name=pool_name, defaults={"backend": PoolBackend.SLURM})
-        before = {"backend": pool.backend}
+        pool = NodePool.objects.filter(name=pool_name).first() or NodePool(name=pool_name)
         pool.backend = PoolBackend.SLURM
-        if price is not None:
-            pool.price_per_device_hour = price
-        pool.save()
-        cfg, _ = SlurmPool.objects.update_or_create(pool=pool, defaults={
-            "partition": partition, "server_url": server_url.rstrip("/"), "workdir": workdir, "submit_command": submit_command,
-            "device_mode": device_mode, "accounts": accounts, "qos": qos, "python": python, "repo_root": repo_root})
-        audit_record(action="pool.created" if created else "pool.updated", target=pool, before=None if created else before,
-                     after={"backend": pool.backend, "partition": partition, "device_mode": device_mode})
+        pool = pool_save(pool=pool)
+        if price is not None and price != pool.price_per_device_hour or not PoolPrice.objects.filter(pool=pool).exists():
+            pool_price_set(pool=pool, price=price if price is not None else pool.price_per_device_hour)
+        fields = {"partition": partition, "server_url": server_url.rstrip("/"), "workdir": workdir,
+                  "submit_command": submit_command, "device_mode": device_mode, "accounts": accounts, "qos": qos,
+                  "python": python, "repo_root": repo_root}
+        cfg, created = SlurmPool.objects.update_or_create(pool=pool, defaults=fields)
+        audit_record(action="slurm_pool.created" if created else "slurm_pool.updated", target=pool,
+                     after={k: v for k, v in fields.items() if k != "accounts"} | {"accounts": sorted(accounts)})
+    cfg.pool = NodePool.objects.get(pk=pool.pk)
     return cfg

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from apps.jobtemplates.models import JobTemplate, TemplateKind
@@ -9,6 +10,8 @@ from apps.nodes.models import NodePool, PoolBackend
 from apps.runs.models import Run
 from apps.slurm.models import DeviceMode, SlurmPool
 from apps.slurm.services import _credential_node, batch_script, slurm_pool_save
+
+TAGS = {"task": "classify", "dataset": "digits", "candidate": "baseline", "family": "fam-a"}
 
 
 def _run(cast: Any, pool: NodePool, **fields: Any) -> Run:
@@ -39,3 +42,26 @@ def test_cpu_devices_and_default_account(cast: Any) -> None:
     script = batch_script(cfg=cfg, run=run, node=node, credential=credential)
     assert "#SBATCH --cpus-per-task=2\n" in script and "--gpus-per-node" not in script and "#SBATCH --account=ml\n" in script
     assert "--qos" not in script
+
+
+def test_over_budget_project_is_refused_for_a_slurm_pool_as_for_an_agent_pool(cast: Any) -> None:
+    """Acceptance 5: the same admission check, the same 400 and words, whatever the backend."""
+    from apps.billing.services import budget_create
+    from tests.billing.helpers import make_pool, make_template
+
+    make_pool("local", list_price="0.50")
+    slurm_pool_save(pool_name="hpc", partition="gpu", server_url="http://127.0.0.1:8000", workdir="/tmp/ty", submit_command=[],
+                    device_mode=DeviceMode.GPU, accounts={}, qos={}, price=Decimal("0.50"))
+    template = make_template("digits")
+    budget_create(team=cast.vision, project=cast.digits, amount="3.00")
+    answers = {}
+    for pool in ("local", "hpc"):
+        response = cast.client(cast.alice).post("/api/v1/runs/", {
+            "project": cast.digits.pk, "template": template.slug, "params": {}, "tags": TAGS,
+            "resources": {"pool": pool, "devices_per_node": 2, "max_runtime_s": 4 * 3600}}, format="json")
+        assert response.status_code == 400, response.content
+        answers[pool] = response.json()["error"]
+    assert answers["hpc"]["code"] == answers["local"]["code"] == "budget_exceeded"
+    assert answers["hpc"]["message"] == answers["local"]["message"]
+    assert "this run would cost up to $4.00" in answers["hpc"]["message"]
+    assert not Run.objects.filter(pool__name="hpc").exists()
