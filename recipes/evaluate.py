@@ -2,7 +2,9 @@
 
     python -m recipes.evaluate       # TRAINYARD_INIT_CHECKPOINT = the checkpoint to score
 
-No training and no checkpoint. Logs, at step 1 of 1: ``<split>_loss``, ``<split>_accuracy``,
+No training and no checkpoint. An lm_pretrain (or fine-tuned GPT) checkpoint is scored by
+perplexity instead (``val_loss``, ``val_perplexity``, ``val_bits_per_byte``: see
+``recipes.lm_pretrain.evaluate_lm_checkpoint``). Logs, at step 1 of 1: ``<split>_loss``, ``<split>_accuracy``,
 ``<split>_samples`` and ``<split>_accuracy_class_<d>`` per digit. Lineage records the
 evaluated checkpoint's sha256, step, run and recipe, and whether the data fingerprint matches
 the one it was trained on. The split is the fixed one every recipe uses, so the test images
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from recipes.lm_pretrain import CORPUS_CHOICES
 from recipes.params import object_schema, param
 
 PARAM_SCHEMA: dict[str, Any] = object_schema("evaluate parameters", {
@@ -34,6 +37,9 @@ PARAM_SCHEMA: dict[str, Any] = object_schema("evaluate parameters", {
         description="Mixed precision. CUDA: autocast to amp_dtype. CPU: bfloat16 autocast whatever amp_dtype says.",
     ),
     "amp_dtype": param("amp_dtype", description="Autocast dtype on CUDA when amp is on."),
+    "corpus": {"type": "string", "enum": ["trained", *CORPUS_CHOICES], "default": "trained",
+               "description": "lm_pretrain checkpoints: whose validation files to score perplexity on (trained: the"
+               " checkpoint's own corpus). batch_size is then the number of fixed windows scored."},
 })
 
 RECIPE = "evaluate"
@@ -56,6 +62,12 @@ def main() -> int:
         sha256 = common.file_sha256(path)
         device = common.choose_device(trainyard.local_rank())
         common.seed_everything(0)
+        if state.get("model_kind") == "gpt":
+            from recipes import lm_pretrain
+
+            lm_pretrain.evaluate_lm_checkpoint(state, sha256=sha256, corpus_name=params["corpus"], windows=params["batch_size"],
+                                               device=device, amp=params["amp"])
+            return 0
         data = digits.load_digits_data(params["classes"], device)
         model = digits.build_model(digits.ModelConfig.from_dict(state["model_config"]))
         model.to(device)

@@ -9,12 +9,16 @@ and schedule start here). ``freeze`` leading layers (an MLP has 3, a CNN 4) keep
 weights; ``reset_head`` re-initialises the output layer first. Lineage records the source
 checkpoint's sha256, step and run. When this run is itself resumed after preemption it
 continues from its own latest checkpoint, not the source.
+
+An ``lm_pretrain`` checkpoint is fine-tuned as a language model on the ``corpus`` slice
+(``recipes.lm_pretrain.finetune_lm``); ``freeze``, ``reset_head`` and ``classes`` are digits' only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from recipes.lm_pretrain import CORPUS_CHOICES
 from recipes.params import BATCH_DIVISIBLE, object_schema, param
 
 PARAM_SCHEMA: dict[str, Any] = object_schema("finetune parameters", {
@@ -40,6 +44,8 @@ PARAM_SCHEMA: dict[str, Any] = object_schema("finetune parameters", {
     ),
     **{name: param(name) for name in ("amp", "amp_dtype", "grad_accum", "eval_every", "warmup_steps", "weight_decay")},
     "classes": param("classes", default=[5, 6, 7, 8, 9], description="Digits to fine-tune on."),
+    "corpus": {"type": "string", "enum": CORPUS_CHOICES, "default": "stdlib-packages",
+               "description": "lm_pretrain checkpoints only: the slice of the standard library's source to fine-tune on."},
 }, divisible=BATCH_DIVISIBLE)
 
 RECIPE = "finetune"
@@ -47,7 +53,7 @@ RECIPE = "finetune"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch and scikit-learn.
-    from recipes import common, digits, schema
+    from recipes import common, digits, lm_pretrain, schema
 
     def body() -> int:
         import trainyard
@@ -57,6 +63,8 @@ def main() -> int:
         device = common.choose_device(trainyard.local_rank())
         dist_info = common.Dist()
         resume = common.find_resume(RECIPE, dist_info)
+        if resume is not None and resume.state.get("model_kind") == "gpt":
+            return lm_pretrain.finetune_lm(params, resume=resume, source_path=None, device=device, dist_info=dist_info)
         if resume is not None:
             # Our own checkpoint holds the model config and the source's lineage.
             spec = common.TrainSpec(
@@ -70,6 +78,8 @@ def main() -> int:
             if source_path is None:
                 raise schema.ParamError("finetune starts from another run's checkpoint: TRAINYARD_INIT_CHECKPOINT is not set")
             source = common.load_state(source_path)
+            if source.get("model_kind") == "gpt":
+                return lm_pretrain.finetune_lm(params, resume=None, source_path=source_path, device=device, dist_info=dist_info)
             if source.get("recipe") not in common.TRAINING_RECIPES:
                 raise schema.ParamError(
                     f"{source_path} was written by {source.get('recipe')!r}, not a training recipe ({', '.join(common.TRAINING_RECIPES)})"

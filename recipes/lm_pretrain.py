@@ -107,6 +107,60 @@ def run_lm(recipe: str, params: dict[str, Any], model_config: dict[str, Any], co
     return lm_loop.train(task, resume=resume, dist_info=dist_info, device=device, precision=precision)
 
 
+def finetune_lm(params: dict[str, Any], *, resume: Any, source_path: str | None, device: Any, dist_info: Any) -> int:
+    """recipes.finetune on a GPT checkpoint: its architecture and weights, a fresh optimizer, ``corpus``."""
+    from recipes import common
+
+    lm_params = {**params, "eval_batches": 4, "dropout": 0.0}
+    if resume is not None:
+        model_config = dict(resume.state["model_config"])
+        run_lm("finetune", lm_params, model_config, params["corpus"], device, dist_info, resume)
+        return 0
+    assert source_path is not None
+    source = common.load_state(source_path)
+    model_config = dict(source["model_config"])
+    lineage = {
+        "init_checkpoint_sha256": common.file_sha256(source_path),
+        "init_checkpoint_step": int(source["step"]),
+        "init_run_id": str(source["run_id"]),
+        "init_recipe": str(source["recipe"]),
+        "init_corpus": str(source.get("data", {}).get("corpus", "")),
+        "init_corpus_sha256": str(source.get("data", {}).get("corpus_sha256", "")),
+    }
+    run_lm("finetune", lm_params, model_config, params["corpus"], device, dist_info, None,
+           init_weights=source["model"], extra_lineage=lineage)
+    return 0
+
+
+def evaluate_lm_checkpoint(state: dict[str, Any], *, sha256: str, corpus_name: str, windows: int, device: Any, amp: bool) -> None:
+    """recipes.evaluate on a GPT checkpoint: loss, perplexity and bits per byte on ``windows``
+    fixed windows of the corpus's validation files (the LM corpora have no separate test split)."""
+    import trainyard
+
+    from recipes import common, lm_data, lm_model
+    from recipes.lm_presets import GPTConfig
+
+    config = GPTConfig.from_dict(state["model_config"])
+    trained_on = state.get("data", {})
+    corpus = lm_data.load_corpus(trained_on.get("corpus", "stdlib-top") if corpus_name == "trained" else corpus_name)
+    model = lm_model.GPT(config).to(device)
+    model.load_state_dict(state["model"])
+    precision = common.choose_precision(device, amp and device.type == "cuda", "bfloat16")
+    trainyard.record_lineage(**{
+        "recipe": "evaluate", "evaluated_checkpoint_sha256": sha256, "evaluated_checkpoint_step": int(state["step"]),
+        "evaluated_run_id": str(state["run_id"]), "evaluated_recipe": str(state["recipe"]),
+        "evaluated_corpus": trained_on.get("corpus"), "evaluated_split": "val", "precision": precision.describe(),
+        "dataset_matches_training": trained_on.get("corpus_sha256") == corpus.corpus_sha256, **corpus.lineage(),
+    })
+    trainyard.set_total_steps(1)
+    chunk = 16
+    metrics = evaluate_lm(model, corpus, config, {"batch_size": chunk, "eval_batches": max(1, windows // chunk)}, precision, device)
+    metrics["val_tokens"] = float(max(1, windows // chunk) * chunk * config.context)
+    trainyard.log(1, **metrics)
+    print(f"evaluate: {corpus.name} val perplexity {metrics['val_perplexity']:.3f} ({metrics['val_bits_per_byte']:.3f} bits/byte)",
+          flush=True)
+
+
 def evaluate_lm(model: Any, corpus: Any, config: Any, params: dict[str, Any], precision: Any, device: Any) -> dict[str, float]:
     """Mean validation loss per byte and its perplexity, on fixed windows of the validation files."""
     import math

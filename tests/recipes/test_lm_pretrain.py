@@ -137,3 +137,31 @@ def test_two_gloo_ranks_match_one_rank_on_the_same_global_batch(lm_reference: Ru
             if key in one[step]:
                 assert two[step][key] == pytest.approx(one[step][key], rel=1e-4, abs=1e-5), (step, key)
     assert shared.lineage()["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_finetune_an_lm_checkpoint_on_another_slice_and_evaluate_its_perplexity(lm_reference: Run, lm_dir: Path) -> None:
+    from tests.recipes.test_recipes import sha256_of
+
+    source = lm_reference.final_checkpoint()
+    tuned = run_recipe("finetune", new_run(lm_dir, "finetune"), {"steps": 20, "batch_size": 16, "eval_every": 0, "lr": 0.002},
+                       run_id="20", init=source, every_steps=0)
+    lineage = tuned.lineage()
+    assert lineage["init_checkpoint_sha256"] == sha256_of(source) and lineage["init_run_id"] == "7"
+    assert lineage["init_recipe"] == "lm_pretrain" and lineage["init_corpus"] == "stdlib-top"
+    assert lineage["corpus"] == "stdlib-packages" and lineage["corpus_sha256"] != lm_reference.lineage()["corpus_sha256"]
+    assert tuned.metrics()[-1]["metrics"]["tokens"] == 20 * 16 * 64
+
+    scores = {}
+    for name, run in (("pretrained", lm_reference), ("tuned", tuned)):
+        evaluated = run_recipe("evaluate", new_run(lm_dir, f"evaluate-{name}"), {"corpus": "stdlib-packages", "batch_size": 64},
+                               run_id="21", init=run.final_checkpoint())
+        [record] = evaluated.metrics()
+        metrics = record["metrics"]
+        assert metrics["val_perplexity"] == pytest.approx(math.exp(metrics["val_loss"]))
+        assert metrics["val_tokens"] == 64 * 64
+        seen = evaluated.lineage()
+        assert seen["evaluated_checkpoint_sha256"] == sha256_of(run.final_checkpoint()) and seen["evaluated_split"] == "val"
+        scores[name] = metrics["val_perplexity"]
+    # Fine-tuning on the packages' source lowers the perplexity on their validation files.
+    assert scores["tuned"] < scores["pretrained"] < 256
