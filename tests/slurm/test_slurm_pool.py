@@ -133,6 +133,17 @@ def test_cancel_ends_the_slurm_job_within_10_s(stack: LiveStack, slurm_cluster: 
     assert row["status"] == "cancelled", row
 
 
+def test_scancel_outside_trainyard_cancels_the_run(stack: LiveStack, slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    run_id = submit(stack, f"python {write(tmp_path / 'sleep.py', JOB_SLEEP)}")
+    wait_status(stack, run_id, {"running"}, 120)
+    slurm_cluster.command("scancel", slurm_job(stack, run_id)[0])
+    row = wait_status(stack, run_id, {"cancelled", "failed", "succeeded"}, 30)
+    assert row["status"] == "cancelled", row
+    actors = stack.query("SELECT actor_label FROM audit_auditevent WHERE object_type='runs.run' AND object_id=? "
+                         "AND action='run.cancel_requested'", (str(run_id),))
+    assert actors == [("slurm",)], actors
+
+
 def test_two_tasks_train_with_world_size_2(stack: LiveStack) -> None:
     token = stack.token("alice")
     params = {"steps": 20, "eval_every": 10, "batch_size": 64, "hidden": 32, "warmup_steps": 2, "dropout": 0.0}
