@@ -18,7 +18,8 @@ from agents.devices import Nvml  # noqa: E402
 from bench._results import RESULTS, measured, stamp_file  # noqa: E402
 
 # Benches that measure GPUs: without one they are skipped, not turned into CPU figures.
-GPU_ONLY = {"gpu_check.py": "python bench/gpu_check.py --cpu runs its CPU dry run"}
+GPU_ONLY = {"gpu_check.py": "python bench/gpu_check.py --cpu runs its CPU dry run",
+            "lm_gpu.py": "python bench/lm_gpu.py --cpu runs its CPU dry run"}
 
 
 def main() -> int:
