@@ -98,6 +98,7 @@ from apps.scheduling.policies import (
     runs_within_guarantee,
     service_level,
     standing,
+    starved,
     team_usage_devices,
     virtual_deadline,
 )
@@ -319,7 +320,8 @@ class _PoolPass:
                 if j.predicted_runtime < shortest.get(shape, INF):
                     shortest[shape] = j.predicted_runtime
                 klass: int = j.priority_class
-                if klass <= normal and j.attained_s >= demote_after:
+                if klass <= normal and j.attained_s >= demote_after and not (
+                        j.requeued_at is not None and starved(j, self.now, policy)):
                     if j.attained_s < least_service.get(klass, INF):
                         least_service[klass] = j.attained_s
                     continue
@@ -648,7 +650,7 @@ class _PoolPass:
 
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
         when = "" if start is None else f" Reserved to start at about {_fmt_clock(start, self.now)}."
-        if demoted(job, self.policy):
+        if demoted(job, self.policy, self.now):
             when += f" It has run for {hours_minutes(job.attained_s)} in all and resumes from its latest checkpoint."
         short = self._short_of(job, cap)
         if short is not None:
@@ -689,7 +691,7 @@ class _PoolPass:
         if short is not None:
             self._entry(job, position, short[0], short[1])
             return
-        if demoted(job, self.policy):
+        if demoted(job, self.policy, self.now):
             msg = (
                 f"It has run for {hours_minutes(job.attained_s)} in all, more than pool {self.pool}'s "
                 f"{hours_minutes(self.policy.demote_after_s)}: jobs that have run less go first. "

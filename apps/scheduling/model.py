@@ -190,6 +190,10 @@ class QueuedJob:
     attained_s: float = 0.0
     # Times it was preempted so far (`Policy.max_preemptions`).
     preemptions: int = 0
+    # When it last went back in line and how long (seconds) its last attempt ran, for the
+    # starvation guard (`Policy.starve_factor`). None: it never ran.
+    requeued_at: float | None = None
+    last_run_s: float = 0.0
     # Nodes suspected of an infrastructure failure of this run: not used while others can host it.
     avoid_nodes: frozenset[str] = frozenset()
     # Memory (bytes) and CPU cores it asks per device, on top of the device; 0: no such request.
@@ -277,6 +281,11 @@ class Policy:
     # A run preempted this many times is not stopped again but for an urgent job, so no run is
     # stopped more often than this for service or borrowing (the replays' tail: issue 28).
     max_preemptions: int = 10
+    # Starvation guard (Tiresias' STARVELIMIT): a demoted job that has waited, since it last
+    # went back in line, this many times as long as its last attempt ran (at least
+    # `demoted_min_attempt_s`) competes again as a job that was never demoted: by its fixed
+    # deadline, and it may preempt demoted runs (`policies.starved`). 0 turns it off.
+    starve_factor: float = 4.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,12 +85,22 @@ def demotion_threshold(policy: Policy) -> float:
     return math.inf
 
 
-def demoted(job: QueuedJob, policy: Policy) -> bool:
-    """Whether a waiting job has run long enough, over its earlier attempts, to be demoted."""
+def starved(job: QueuedJob, now: float, policy: Policy) -> bool:
+    """The starvation guard (`Policy.starve_factor`): whether a job that went back in line has
+    waited since long enough, for its last attempt's length, to compete as if never demoted."""
+    factor, requeued_at = policy.starve_factor, job.requeued_at
+    return factor > 0 and requeued_at is not None and (
+        now - requeued_at >= factor * max(job.last_run_s, policy.demoted_min_attempt_s, 1.0))
+
+
+def demoted(job: QueuedJob, policy: Policy, now: float | None = None) -> bool:
+    """Whether a waiting job has run long enough, over its earlier attempts, to be demoted (and,
+    given `now`, has not waited long enough since to be promoted back: `starved`)."""
     return (
         demotion_threshold(policy) < math.inf
         and job.priority_class <= PriorityClass.NORMAL
         and job.attained_s >= policy.demote_after_s
+        and not (now is not None and starved(job, now, policy))
     )
 
 
@@ -250,7 +260,7 @@ def order_keys(
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
-        if j.attained_s >= demote_after and klass <= normal:
+        if j.attained_s >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
             # Demoted (see `demoted`): behind every job of its class, least service first.
             append((-klass, DEMOTED_TIER, j.attained_s, submitted, j.id, j))
             continue

@@ -368,6 +368,8 @@ class Replay:
         # attempts, each job's fixed deadline, and the figures.
         self.saved: dict[str, float] = defaultdict(float)
         self.attained: dict[str, float] = defaultdict(float)
+        # When each stopped job went back in line, after an attempt of how long (the guard's inputs).
+        self.requeued: dict[str, tuple[float, float]] = {}
         self.deadlines: dict[str, float] = {}
         self.preemptions = 0
         self.lost_device_s = 0.0
@@ -446,6 +448,8 @@ class Replay:
             deadline=self.deadlines.get(job.id),
             attained_s=self.attained.get(job.id, 0.0),
             preemptions=len(self.attempts.get(job.id, ())),
+            requeued_at=self.requeued[job.id][0] if job.id in self.requeued else None,
+            last_run_s=self.requeued[job.id][1] if job.id in self.requeued else 0.0,
         )
         self.queued_by_type[job.job_type][job.id] = None
         if self.attained.get(job.id, 0.0) < demotion_threshold(self.policy):
@@ -672,6 +676,7 @@ class Replay:
         progress = max(0.0, kept - restart)
         self.saved[job.id] += progress
         self.attained[job.id] += ran
+        self.requeued[job.id] = (stopped_at, ran)
         self.lost_device_s += (ran - progress) * run.devices
         self._queue(job)
         back = Requeue(job_id=job.id, at=stopped_at, median_wait=self.median_wait())

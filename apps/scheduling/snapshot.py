@@ -32,6 +32,7 @@ from apps.runs.models import (
     Priority,
     Run,
     RunStatus,
+    StopKind,
 )
 from apps.runs.selectors import run_live_measure
 from apps.scheduling import model as core
@@ -283,6 +284,39 @@ def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
     return dict(seconds)
 
 
+def preemption_history(*, run_ids: Iterable[int]) -> dict[int, tuple[int, float, float]]:
+    """For each run with an ended attempt: how often it was preempted (`Policy.max_preemptions`),
+    and when its latest attempt ended and how many seconds it ran (the starvation guard's inputs,
+    `Policy.starve_factor`)."""
+    out: dict[int, tuple[int, float, float]] = {}
+    rows = (
+        Attempt.objects.filter(run_id__in=list(run_ids), status__in=ATTEMPT_ENDED, started_at__isnull=False,
+                               ended_at__isnull=False)
+        .order_by("run_id", "ended_at", "pk")
+        .values_list("run_id", "started_at", "ended_at", "stop_kind")
+    )
+    for run_id, started, ended, stop_kind in rows:
+        if started is None or ended is None:  # (the filter says so; the types do not)
+            continue
+        count = out.get(run_id, (0, 0.0, 0.0))[0] + (stop_kind == StopKind.PREEMPT)
+        out[run_id] = (count, ts(ended), max(0.0, (ended - started).total_seconds()))
+    return out
+
+
+def _with_history(
+    running: list[core.RunningJob], queued: list[core.QueuedJob],
+) -> tuple[list[core.RunningJob], list[core.QueuedJob]]:
+    """The jobs with their preemption counts, and the queued ones with their last requeue."""
+    history = preemption_history(run_ids=[int(j.id) for j in running] + [int(j.id) for j in queued])
+    running = [dataclasses.replace(r, preemptions=history[int(r.id)][0]) if int(r.id) in history else r for r in running]
+    queued = [
+        dataclasses.replace(j, preemptions=history[int(j.id)][0], requeued_at=history[int(j.id)][1],
+                            last_run_s=history[int(j.id)][2]) if int(j.id) in history else j
+        for j in queued
+    ]
+    return running, queued
+
+
 def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     pools = {p.name: p for p in NodePool.objects.all()}
     policies = {name: policy_from_json(p.policy) for name, p in pools.items()}
@@ -291,6 +325,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     running, running_jobs, attained = _running_load(now=now, predictor=predictor, alloc=fleet.alloc)
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
     predictions, jobs = _queued_jobs(queued, now=now, predictor=predictor, attained=attained)
+    running_jobs, jobs = _with_history(running_jobs, jobs)
     quotas = tuple(
         core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
         for q in Quota.objects.select_related("team", "pool").order_by("pk")

@@ -1,10 +1,11 @@
-"""Issue 28: the preemption cap (`Policy.max_preemptions`)."""
+"""Issue 28: the preemption cap (`Policy.max_preemptions`) and the starvation guard."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from apps.scheduling.core import Policy, PriorityClass, TeamQuota, WaitCode, schedule
+from apps.scheduling.core import Policy, PriorityClass, TeamQuota, WaitCode, queue_order, schedule
+from apps.scheduling.policies import starved
 from apps.scheduling.simulate import JobOutcome, Replay, TraceJob
 from tests.scheduling.test_core import POOL, entry, job, node, run, state
 
@@ -57,3 +58,33 @@ def test_a_long_job_among_a_stream_of_short_ones_is_preempted_at_most_the_cap() 
     assert capped.preempted == 10 < uncapped.preempted, (capped.preempted, uncapped.preempted)
     assert capped.jct < uncapped.jct, (capped.jct / HOUR, uncapped.jct / HOUR)
 
+
+def test_a_waiting_demoted_job_regains_its_place_with_time_waited() -> None:
+    policy = Policy()  # starve_factor 4: promoted after waiting 4 x its last turn (at least 4 x 15 min)
+    back = replace(job("back", submitted=0.0), attained_s=3 * HOUR, requeued_at=NOW - 5 * HOUR, last_run_s=HOUR)
+    assert starved(back, NOW, policy) and not starved(back, NOW - 1.5 * HOUR, policy)
+    assert starved(replace(back, last_run_s=60.0), back.requeued_at + HOUR, policy)
+    assert not starved(replace(back, last_run_s=60.0), back.requeued_at + HOUR - 1, policy)
+    assert not starved(back, 1e9, Policy(starve_factor=0)) and not starved(replace(back, requeued_at=None), 1e9, policy)
+    fresh = job("fresh", submitted=NOW - 60, runtime=600.0)
+    order = [j.id for j in queue_order(state([node("n1", 0)], [fresh, back], now=NOW, quotas=QUOTAS))[POOL]]
+    assert order == ["back", "fresh"]  # submitted long ago, its fixed deadline puts it first again
+    recent = replace(back, requeued_at=NOW - 2 * HOUR)
+    order = [j.id for j in queue_order(state([node("n1", 0)], [fresh, recent], now=NOW, quotas=QUOTAS))[POOL]]
+    assert order == ["fresh", "back"]
+    assert entry(schedule(state([node("n1", 0)], [fresh, recent], now=NOW, quotas=QUOTAS)), "back").code == WaitCode.DEMOTED
+    assert entry(schedule(state([node("n1", 0)], [fresh, back], now=NOW, quotas=QUOTAS)), "back").code != WaitCode.DEMOTED
+    # Promoted, it may stop a demoted run as a new job may; still demoted, it may not (same level).
+    victim = run("v", (("n1", 1),), team="nlp", started=NOW - 3 * HOUR, end=NOW + 50 * HOUR)
+    assert [p.victim_id for p in schedule(state([node("n1", 0, total=1)], [back], [victim], now=NOW,
+                                                quotas=QUOTAS)).preemptions] == ["v"]
+    assert schedule(state([node("n1", 0, total=1)], [recent], [victim], now=NOW, quotas=QUOTAS)).preemptions == ()
+
+
+def test_a_long_job_among_a_stream_of_short_ones_finishes_within_a_bound() -> None:
+    # A steady week of short jobs: without the guard the long one waits out the whole stream.
+    guarded = long_among_short(Policy())
+    assert guarded.preempted <= 10
+    assert guarded.jct <= 4 * 24 * HOUR, guarded.jct / HOUR
+    unguarded = long_among_short(Policy(starve_factor=0))
+    assert unguarded.jct > 7 * 24 * HOUR > guarded.jct, (unguarded.jct / HOUR, guarded.jct / HOUR)
