@@ -244,7 +244,8 @@ def _requeued(job: SlurmJob, attempt: Attempt, restarts: int) -> None:
         lifecycle.run_preempt(run=run, reason=f"Slurm requeued job {job.job_id}")
         lifecycle.assignment_exited(attempt_id=attempt.pk, node_id=job.node_id, node_rank=0, exit_code=None,
                                     signal=signals.SIGTERM, stop_kind=StopKind.PREEMPT)
-    SlurmJob.objects.filter(pk=job.pk).update(restarts=restarts)
+    # No attempt for this job until Slurm starts it again (the next start is the run's next attempt).
+    SlurmJob.objects.filter(pk=job.pk).update(restarts=restarts, attempt=None)
 
 
 def _finish(job: SlurmJob, info: cli.JobInfo | None) -> None:
@@ -280,6 +281,14 @@ def _follow(cfg: SlurmPool, job: SlurmJob, info: cli.JobInfo | None) -> str:
             _pending(job, info)
             return ""
         if info.state in ("RUNNING", "CONFIGURING", "COMPLETING") and attempt is None and run.status == RunStatus.QUEUED:
+            if job.attempt_id is not None and info.restarts <= job.restarts:
+                # This start of the job already ran an attempt, which Trainyard ended and requeued (an
+                # infrastructure failure, a gang start that timed out): the job winds down, and the run
+                # gets a new job. One that does not wind down within the grace is cancelled.
+                ended = Attempt.objects.filter(pk=job.attempt_id).values_list("ended_at", flat=True).first()
+                if ended is not None and timezone.now() - ended > timedelta(seconds=conf.report_grace_s()):
+                    cli.scancel(_prefix(cfg), job.job_id)
+                return ""
             return "started" if _attempt_start(job) else ""
         return ""
     # Ended, or forgotten by Slurm.
