@@ -77,7 +77,8 @@ def test_nodes_are_read_only_and_drain_goes_through_the_service(web: Client, cas
 
 def test_pool_changes_are_audited_and_prices_are_not_edited_here(web: Client, pool: NodePool) -> None:
     resp = web.post("/admin/nodes/nodepool/add/", {"name": "gpu-a100", "description": "A100s", "kind": "batch",
-                                                   "price_per_device_hour": "3.5", "carbon_g_per_kwh": "300", "policy": "{}"})
+                                                   "backend": "agent", "price_per_device_hour": "3.5",
+                                                   "carbon_g_per_kwh": "300", "policy": "{}"})
     assert resp.status_code == 302, resp.content.decode()[:2000]
     made = NodePool.objects.get(name="gpu-a100")
     assert str(made.price_per_device_hour) == "3.5000"
@@ -85,7 +86,7 @@ def test_pool_changes_are_audited_and_prices_are_not_edited_here(web: Client, po
     page = web.get(f"/admin/nodes/nodepool/{made.pk}/change/").content.decode()
     assert 'name="price_per_device_hour"' not in page  # dated prices live in billing
     web.post(f"/admin/nodes/nodepool/{made.pk}/change/", {"name": "gpu-a100", "description": "A100 80GB", "kind": "batch",
-                                                          "carbon_g_per_kwh": "300", "policy": "{}"})
+                                                          "backend": "agent", "carbon_g_per_kwh": "300", "policy": "{}"})
     assert NodePool.objects.get(pk=made.pk).description == "A100 80GB"
     event = AuditEvent.objects.get(action="node_pool.updated", object_id=str(made.pk))
     assert event.before is not None and event.before["description"] == "A100s"
