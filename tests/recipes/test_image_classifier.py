@@ -49,6 +49,7 @@ def test_generated_images_are_deterministic_and_balanced() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_tiny_image_classifier_trains_with_efficiency_metrics(image_reference: Run) -> None:
     records = image_reference.metrics()
     assert [r["step"] for r in records] == list(range(1, 51))
@@ -66,6 +67,7 @@ def test_tiny_image_classifier_trains_with_efficiency_metrics(image_reference: R
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_preempted_image_classifier_resumes_bit_for_bit(image_reference: Run, image_dir: Path) -> None:
     checkpoints = image_dir / "preempted-checkpoints"
     first = new_run(image_dir, "preempted-1", checkpoints)

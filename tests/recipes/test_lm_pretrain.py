@@ -76,6 +76,7 @@ def test_byte_corpus_is_deterministic_and_split_by_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_tiny_lm_trains_with_falling_loss_and_efficiency_metrics(lm_reference: Run) -> None:
     records = lm_reference.metrics()
     assert [r["step"] for r in records] == list(range(1, 51))
@@ -99,6 +100,7 @@ def test_tiny_lm_trains_with_falling_loss_and_efficiency_metrics(lm_reference: R
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_preempted_lm_resumes_bit_for_bit(lm_reference: Run, lm_dir: Path) -> None:
     checkpoints = lm_dir / "preempted-checkpoints"
     first = new_run(lm_dir, "preempted-1", checkpoints)
@@ -140,6 +142,7 @@ def test_two_gloo_ranks_match_one_rank_on_the_same_global_batch(lm_reference: Ru
 
 
 @pytest.mark.slow
+@pytest.mark.process
 def test_finetune_an_lm_checkpoint_on_another_slice_and_evaluate_its_perplexity(lm_reference: Run, lm_dir: Path) -> None:
     from tests.recipes.test_recipes import sha256_of
 
