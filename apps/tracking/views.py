@@ -293,6 +293,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
                                                          "compare_runs": looks,
                                                          "compare_energy": energy,
                                                          "compare_energy_samples": any(e["wh_per_1k_samples"] is not None for e in energy),
+                                                         "compare_energy_tokens": any(e["wh_per_1k_tokens"] is not None for e in energy),
                                                          "compare_metrics": selectors.metric_coverage(run_ids=ids),
                                                          "environment": environment,
                                                          "environment_differs": [f for f in environment["fields"] if f["differs"]],
@@ -328,7 +329,7 @@ def compare_csv(request: HttpRequest) -> HttpResponse:
     writer = csv.writer(response)
     params = [row["name"] for row in data["params"]]
     stats = ("last", "min", "max", "count")
-    energy_columns = ("energy_wh", "wh_per_step", "wh_per_1k_samples", "estimated")
+    energy_columns = ("energy_wh", "wh_per_step", "wh_per_1k_samples", "estimated", "wh_per_1k_tokens")
     writer.writerow(["run", "name", "status", "template", *[f"param:{p}" for p in params],
                      *[f"{k}:{s}" for k in data["keys"] for s in stats], *[f"energy:{c}" for c in energy_columns]])
     for i, r in enumerate(data["runs"]):

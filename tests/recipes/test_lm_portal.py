@@ -58,6 +58,11 @@ def test_tokens_per_s_mfu_label_memory_and_energy_per_1k_tokens_show(cast: Any) 
     energy = {r["id"]: r["energy"] for r in compared}[run.pk]
     assert energy["wh_per_1k_tokens"] == pytest.approx(14_000 / 3600 / 102.4)
     assert energy["j_per_1k_tokens"] == pytest.approx(14_000 / 102.4)
+    html = page_html(cast.alice, f"/compare/?runs={run.pk},{other.pk}")
+    table = html[html.index('id="energy-table"'):html.index("</table>", html.index('id="energy-table"'))]
+    assert "Wh / 1k tokens" in table and re.search(rf'<tr data-run="{run.pk}">.*?<td class="num">0.0380</td></tr>', table, re.S)
+    csv_text = client.get(f"/compare/export.csv?runs={run.pk},{other.pk}").content.decode()
+    assert "energy:wh_per_1k_tokens" in csv_text.splitlines()[0]
     assert client.get(f"/api/v1/runs/{run.pk}/environment/").json()["reported"]["mfu_peak"] == peak_label
     page_html(cast.bob, f"/runs/{run.pk}/", status=404)
 
