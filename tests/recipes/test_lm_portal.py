@@ -68,16 +68,10 @@ def test_tokens_per_s_mfu_label_memory_and_energy_per_1k_tokens_show(cast: Any) 
 
 
 def test_the_lm_pretrain_form_shows_presets_with_parameter_counts_and_memory(cast: Any) -> None:
-    from apps.jobtemplates.recipes import SHIPPED, shipped_template_fields
-    from apps.jobtemplates.services import template_create
     from tests.runs.factories import local_pool
 
     local_pool("2.0")
-    for slug, module, kind, title, description, overrides in SHIPPED:
-        if slug in ("lm-pretrain", "image-classifier"):
-            fields = shipped_template_fields(slug, module, kind, title, description, overrides)
-            assert fields is not None and fields["total_steps_param"] == "steps"
-            template_create(slug=slug, publish=True, **fields)
+    _ship("lm-pretrain", "image-classifier")
     html = page_html(cast.alice, "/runs/new/?template=lm-pretrain")
     text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
     assert '<option value="124m">' in html and 'name="p_preset"' in html
@@ -86,3 +80,38 @@ def test_the_lm_pretrain_form_shows_presets_with_parameter_counts_and_memory(cas
         assert line in text, text
     html = page_html(cast.alice, "/runs/new/?template=image-classifier")
     assert 'name="p_width"' in html and 'name="p_train_samples"' in html
+
+
+def _ship(*slugs: str) -> None:
+    from apps.jobtemplates.recipes import SHIPPED, shipped_template_fields
+    from apps.jobtemplates.services import template_create
+
+    for slug, module, kind, title, description, overrides in SHIPPED:
+        if slug in slugs:
+            fields = shipped_template_fields(slug, module, kind, title, description, overrides)
+            assert fields is not None
+            template_create(slug=slug, publish=True, **fields)
+
+
+def test_a_sweep_over_lm_pretrain_width_and_lr_makes_children_the_recipe_accepts(cast: Any) -> None:
+    from apps.runs.models import Run
+    from recipes.lm_presets import resolve_config
+    from recipes.lm_pretrain import PARAM_SCHEMA
+    from recipes.schema import resolve_params
+    from tests.runs.factories import body, local_pool
+
+    local_pool("2.0")
+    _ship("lm-pretrain", "sweep")
+    sweep = {"template": "lm-pretrain", "strategy": "grid", "space": {"width": [32, 64], "lr": [0.001, 0.003]},
+             "params": {"preset": "tiny", "steps": 20}, "max_runs": 4}
+    response = cast.client(cast.alice).post("/api/v1/runs/", body(cast, template="sweep", params=sweep), format="json")
+    assert response.status_code == 201, response.json()
+    children = list(Run.objects.get(pk=response.json()["id"]).children.order_by("pk"))
+    assert {(c.params["width"], c.params["lr"]) for c in children} == {(32, 0.001), (32, 0.003), (64, 0.001), (64, 0.003)}
+    for child in children:
+        assert child.template.slug == "lm-pretrain" and child.total_steps == 20
+        config = resolve_config(resolve_params(PARAM_SCHEMA, child.params))
+        assert (config.d_model, config.n_layer, config.context) == (child.params["width"], 2, 64)
+    bad = {**sweep, "space": {"width": [32, 99999]}}
+    refused = cast.client(cast.alice).post("/api/v1/runs/", body(cast, template="sweep", params=bad), format="json")
+    assert refused.status_code == 400 and "width" in str(refused.json())
