@@ -195,6 +195,7 @@ def train(task: LoopTask, *, resume: common.Resume | None, dist_info: common.Dis
         "world_size": dist_info.world_size, "device": device.type, "precision": precision.describe(),
         "mfu_peak": peak_label, "model_flops_per_sample": task.flops_per_sample,
         "peak_memory_source": memory_label(device), "torch_compile": task.compile, "torch_version": torch.__version__,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
     })
     trainyard.set_total_steps(state.steps)
     net: nn.Module = task.model

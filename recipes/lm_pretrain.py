@@ -43,6 +43,9 @@ PARAM_SCHEMA: dict[str, Any] = object_schema("lm_pretrain parameters", {
     "amp": param("amp", default=True, description="CUDA: bfloat16 autocast (float16 with a GradScaler on GPUs without"
                  " bfloat16). CPU: always float32."),
     "compile": {"type": "boolean", "default": False, "description": "Compile the model with torch.compile."},
+    "deterministic": {"type": "boolean", "default": True,
+                      "description": "Deterministic kernels, so a resumed run ends bit-identical on a CPU. Off: faster fused"
+                      " GPU kernels (flash attention's backward among them), results that vary in the low bits."},
     "activation_checkpointing": {"type": "boolean", "default": False,
                                  "description": "Recompute each block's activations in the backward pass: less memory, ~30% more compute."},
 }, divisible=BATCH_DIVISIBLE)
@@ -81,6 +84,11 @@ def run_lm(recipe: str, params: dict[str, Any], model_config: dict[str, Any], co
 
     config = GPTConfig.from_dict(model_config)
     common.seed_everything(params["seed"])
+    if not params.get("deterministic", True):
+        import torch
+
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.benchmark = True
     corpus = lm_data.load_corpus(corpus_name)
     precision = common.choose_precision(device, bool(params["amp"]) and device.type == "cuda", "bfloat16")
     model = lm_model.GPT(config, activation_checkpointing=bool(params.get("activation_checkpointing"))).to(device)
