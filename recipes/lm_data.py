@@ -108,6 +108,6 @@ def window_offsets(seed: int, step_index: int, count: int, n_tokens: int, span: 
 
 def windows(tokens: torch.Tensor, offsets: np.ndarray, context: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets), each (len(offsets), context): targets are inputs shifted by one."""
-    index = torch.from_numpy(offsets).unsqueeze(1) + torch.arange(context + 1)
+    index = (torch.from_numpy(offsets).unsqueeze(1) + torch.arange(context + 1)).to(tokens.device)
     rows = tokens[index]
     return rows[:, :-1], rows[:, 1:]
