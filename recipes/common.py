@@ -53,7 +53,7 @@ import trainyard
 from torch import nn
 
 from recipes.digits import NUM_CLASSES, BatchPlan, ModelConfig, Split, build_model, freeze_leading_layers, load_digits_data
-from recipes.schema import ParamError, check_batch_layout
+from recipes.schema import ParamError, check_batch_layout, check_divisible, resolve_params
 
 EVAL_BATCH = 512
 CHECKPOINT_FORMAT = "trainyard-recipe-checkpoint/1"
@@ -520,6 +520,22 @@ def run_main(body: Callable[[], int], name: str) -> int:
         return 2
     finally:
         trainyard.close()
+
+
+def distributed_main(recipe: str, param_schema: Mapping[str, Any],
+                     train_fn: Callable[[dict[str, Any], torch.device, Dist, Resume | None], object]) -> int:
+    """A recipe's main under the one-process-per-device launcher: resolve and check its
+    parameters, join the process group, find the checkpoint to resume from, then ``train_fn``."""
+
+    def body() -> int:
+        params = resolve_params(param_schema, trainyard.params())
+        check_divisible(param_schema, params, world_size=trainyard.world_size())
+        device = choose_device(trainyard.local_rank())
+        with process_group(init_distributed(device)) as dist_info:
+            train_fn(params, device, dist_info, find_resume(recipe, dist_info))
+        return 0
+
+    return run_main(body, recipe)
 
 
 @contextlib.contextmanager

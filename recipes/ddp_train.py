@@ -41,25 +41,14 @@ RECIPE = "ddp_train"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch and scikit-learn.
-    from recipes import common, digits, schema
+    from recipes import common, digits
 
-    def body() -> int:
-        import trainyard
+    def train(params: dict[str, Any], device: Any, dist_info: Any, resume: Any) -> None:
+        config = digits.ModelConfig(arch=params["arch"], hidden=params["hidden"], dropout=params["dropout"])
+        common.train(common.TrainSpec(recipe=RECIPE, params=params, model_config=config), resume=resume,
+                     dist_info=dist_info, device=device)
 
-        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
-        schema.check_divisible(PARAM_SCHEMA, params, world_size=trainyard.world_size())
-        device = common.choose_device(trainyard.local_rank())
-        with common.process_group(common.init_distributed(device)) as dist_info:
-            spec = common.TrainSpec(
-                recipe=RECIPE,
-                params=params,
-                model_config=digits.ModelConfig(arch=params["arch"], hidden=params["hidden"], dropout=params["dropout"]),
-            )
-            resume = common.find_resume(RECIPE, dist_info)
-            common.train(spec, resume=resume, dist_info=dist_info, device=device)
-        return 0
-
-    return common.run_main(body, RECIPE)
+    return common.distributed_main(RECIPE, PARAM_SCHEMA, train)
 
 
 if __name__ == "__main__":

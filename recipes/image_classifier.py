@@ -38,20 +38,9 @@ RECIPE = "image_classifier"
 
 def main() -> int:
     # Deferred so that reading PARAM_SCHEMA does not load torch.
-    from recipes import common, schema
+    from recipes import common
 
-    def body() -> int:
-        import trainyard
-
-        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
-        schema.check_divisible(PARAM_SCHEMA, params, world_size=trainyard.world_size())
-        device = common.choose_device(trainyard.local_rank())
-        with common.process_group(common.init_distributed(device)) as dist_info:
-            resume = common.find_resume(RECIPE, dist_info)
-            _train(params, device, dist_info, resume)
-        return 0
-
-    return common.run_main(body, RECIPE)
+    return common.distributed_main(RECIPE, PARAM_SCHEMA, _train)
 
 
 def _train(params: dict[str, Any], device: Any, dist_info: Any, resume: Any) -> str:

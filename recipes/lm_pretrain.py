@@ -55,23 +55,13 @@ MODEL_KIND = "gpt"
 
 
 def main() -> int:
-    from recipes import common, schema
+    from recipes import common
+    from recipes.lm_presets import resolve_config
 
-    def body() -> int:
-        import trainyard
+    def train(params: dict[str, Any], device: Any, dist_info: Any, resume: Any) -> None:
+        run_lm(RECIPE, params, resolve_config(params).to_dict(), params["corpus"], device, dist_info, resume)
 
-        params = schema.resolve_params(PARAM_SCHEMA, trainyard.params())
-        schema.check_divisible(PARAM_SCHEMA, params, world_size=trainyard.world_size())
-        from recipes.lm_presets import resolve_config
-
-        config = resolve_config(params)
-        device = common.choose_device(trainyard.local_rank())
-        with common.process_group(common.init_distributed(device)) as dist_info:
-            resume = common.find_resume(RECIPE, dist_info)
-            run_lm(RECIPE, params, config.to_dict(), params["corpus"], device, dist_info, resume)
-        return 0
-
-    return common.run_main(body, RECIPE)
+    return common.distributed_main(RECIPE, PARAM_SCHEMA, train)
 
 
 def run_lm(recipe: str, params: dict[str, Any], model_config: dict[str, Any], corpus_name: str, device: Any, dist_info: Any,

@@ -3,24 +3,17 @@ preemption, two gloo ranks matching one on the same global batch, efficiency met
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.recipes.test_lm_pretrain import POLICY, lm_series
+from tests.recipes.test_lm_pretrain import POLICY, assert_resumes_bit_for_bit, lm_series, two_gloo_ranks
 from tests.recipes.test_recipes import (
     Run,
     assert_checkpoints_valid,
-    assert_same,
-    finish,
-    free_port,
-    job_env,
     new_run,
     run_recipe,
-    start,
-    wait_for_steps,
 )
 
 PARAMS = {"steps": 50, "eval_every": 25, "batch_size": 32, "grad_accum": 2, "width": 8, "train_samples": 512, "lr": 0.01}
@@ -69,37 +62,13 @@ def test_tiny_image_classifier_trains_with_efficiency_metrics(image_reference: R
 @pytest.mark.slow
 @pytest.mark.process
 def test_preempted_image_classifier_resumes_bit_for_bit(image_reference: Run, image_dir: Path) -> None:
-    checkpoints = image_dir / "preempted-checkpoints"
-    first = new_run(image_dir, "preempted-1", checkpoints)
-    proc = start("image_classifier", job_env(first, PARAMS, run_id="8", **POLICY))
-    wait_for_steps(first, proc, 3)
-    proc.send_signal(signal.SIGTERM)
-    finish(proc, first)
-    assert first.returncode == 0, first.output
-    stopped_at = first.metrics()[-1]["step"]
-    assert 3 <= stopped_at < 50, "the SIGTERM arrived after the run had finished"
-    second = run_recipe("image_classifier", new_run(image_dir, "preempted-2", checkpoints), PARAMS, run_id="8", attempt=2,
-                        **POLICY)
-    assert second.metrics()[0]["step"] == stopped_at + 1
-    assert lm_series(first, second) == lm_series(image_reference)
-    torch = pytest.importorskip("torch")
-    resumed = torch.load(second.final_checkpoint(), weights_only=True)
-    straight = torch.load(image_reference.final_checkpoint(), weights_only=True)
-    for part in ("model", "optimizer", "scheduler", "rng", "step"):
-        assert_same(resumed[part], straight[part])
+    assert_resumes_bit_for_bit("image_classifier", PARAMS, image_reference, image_dir)
 
 
 @pytest.mark.slow
 @pytest.mark.process
 def test_two_gloo_ranks_match_one_rank(image_reference: Run, image_dir: Path) -> None:
-    port = free_port()
-    shared = new_run(image_dir, "ddp", image_dir / "ddp-checkpoints")
-    ranks = [new_run(image_dir, "ddp") for _ in range(2)]
-    procs = [start("image_classifier", job_env(shared, PARAMS, run_id="9", rank=r, world_size=2, master_port=port, **POLICY))
-             for r in range(2)]
-    for proc, run in zip(procs, ranks, strict=True):
-        finish(proc, run)
-        assert run.returncode == 0, run.output
+    shared = two_gloo_ranks("image_classifier", PARAMS, image_dir)
     one, two = lm_series(image_reference), lm_series(shared)
     assert one.keys() == two.keys()
     for step in one:

@@ -102,36 +102,48 @@ def test_tiny_lm_trains_with_falling_loss_and_efficiency_metrics(lm_reference: R
 @pytest.mark.slow
 @pytest.mark.process
 def test_preempted_lm_resumes_bit_for_bit(lm_reference: Run, lm_dir: Path) -> None:
-    checkpoints = lm_dir / "preempted-checkpoints"
-    first = new_run(lm_dir, "preempted-1", checkpoints)
-    proc = start("lm_pretrain", job_env(first, LM_PARAMS, run_id="8", **POLICY))
+    assert_resumes_bit_for_bit("lm_pretrain", LM_PARAMS, lm_reference, lm_dir)
+
+
+def assert_resumes_bit_for_bit(recipe: str, params: dict[str, Any], reference: Run, work: Path) -> None:
+    """SIGTERM after a few steps, resume as attempt 2: the same metrics, and a final checkpoint
+    equal to the uninterrupted ``reference``'s in every part."""
+    checkpoints = work / "preempted-checkpoints"
+    first = new_run(work, "preempted-1", checkpoints)
+    proc = start(recipe, job_env(first, params, run_id="8", **POLICY))
     wait_for_steps(first, proc, 3)
     proc.send_signal(signal.SIGTERM)
     finish(proc, first)
     assert first.returncode == 0, first.output
     stopped_at = first.metrics()[-1]["step"]
     assert 3 <= stopped_at < 50, "the SIGTERM arrived after the run had finished"
-    second = run_recipe("lm_pretrain", new_run(lm_dir, "preempted-2", checkpoints), LM_PARAMS, run_id="8", attempt=2, **POLICY)
+    second = run_recipe(recipe, new_run(work, "preempted-2", checkpoints), params, run_id="8", attempt=2, **POLICY)
     assert second.metrics()[0]["step"] == stopped_at + 1
-    assert lm_series(first, second) == lm_series(lm_reference)
+    assert lm_series(first, second) == lm_series(reference)
     torch = pytest.importorskip("torch")
     resumed = torch.load(second.final_checkpoint(), weights_only=True)
-    straight = torch.load(lm_reference.final_checkpoint(), weights_only=True)
+    straight = torch.load(reference.final_checkpoint(), weights_only=True)
     for part in ("model", "optimizer", "scheduler", "rng", "step"):
         assert_same(resumed[part], straight[part])
+
+
+def two_gloo_ranks(recipe: str, params: dict[str, Any], work: Path) -> Run:
+    """The recipe as ranks 0 and 1 of one gloo group: the shared run's records."""
+    port = free_port()
+    shared = new_run(work, "ddp", work / "ddp-checkpoints")
+    ranks = [new_run(work, "ddp") for _ in range(2)]
+    procs = [start(recipe, job_env(shared, params, run_id="9", rank=r, world_size=2, master_port=port, **POLICY))
+             for r in range(2)]
+    for proc, run in zip(procs, ranks, strict=True):
+        finish(proc, run)
+        assert run.returncode == 0, run.output
+    return shared
 
 
 @pytest.mark.slow
 @pytest.mark.process
 def test_two_gloo_ranks_match_one_rank_on_the_same_global_batch(lm_reference: Run, lm_dir: Path) -> None:
-    port = free_port()
-    shared = new_run(lm_dir, "ddp", lm_dir / "ddp-checkpoints")
-    ranks = [new_run(lm_dir, "ddp") for _ in range(2)]
-    procs = [start("lm_pretrain", job_env(shared, LM_PARAMS, run_id="9", rank=r, world_size=2, master_port=port, **POLICY))
-             for r in range(2)]
-    for proc, run in zip(procs, ranks, strict=True):
-        finish(proc, run)
-        assert run.returncode == 0, run.output
+    shared = two_gloo_ranks("lm_pretrain", LM_PARAMS, lm_dir)
     one, two = lm_series(lm_reference), lm_series(shared)
     assert one.keys() == two.keys()
     for step in one:
