@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._redis import bench_redis  # noqa: E402
 from bench._results import write_result  # noqa: E402
 
 SCRIPT = """
@@ -63,37 +64,29 @@ def main() -> None:
     args = parser.parse_args()
     from tests.agents.helpers import start_agent, submit, wait_status
     from tests.fixtures.live import LiveStack
-    from tests.fixtures.services import free_port, redis_server_binary, wait_for_port
 
     work = Path(tempfile.mkdtemp(prefix="ty-bench-"))
-    redis = None
-    redis_url = os.environ.get("REDIS_URL", "")
-    if not redis_url:
-        port = free_port()
-        redis = subprocess.Popen([redis_server_binary(), "--port", str(port), "--save", ""], stdout=subprocess.DEVNULL)
-        wait_for_port(port)
-        redis_url = f"redis://127.0.0.1:{port}/0"
     script = work / "train.py"
     script.write_text(SCRIPT)
-    stack = LiveStack(work, redis_url)
     results: dict[str, list[float]] = {"bare": [], "agent": []}
-    try:
-        stack.start_web()
-        stack.start_worker()
-        start_agent(stack, "bench", extra=["--heartbeat", "5"])
-        for i in range(args.repeats):
-            results["bare"].append(bare(script, args.steps, work / f"bare-{i}.json"))
-            out = work / f"agent-{i}.json"
-            run = submit(stack, f"python {script} {args.steps} {out}")
-            row = wait_status(stack, run, {"succeeded", "failed"}, 600)
-            if row["status"] != "succeeded":
-                raise SystemExit(f"run {run} {row['status']}: {row['status_reason']}")
-            results["agent"].append(float(json.loads(out.read_text())["steps_per_s"]))
-            print(f"repeat {i + 1}: bare {results['bare'][-1]:.1f} steps/s, agent {results['agent'][-1]:.1f} steps/s", flush=True)
-    finally:
-        stack.close()
-        if redis is not None:
-            redis.terminate()
+    with bench_redis() as redis_url:
+        stack = LiveStack(work, redis_url)
+        try:
+            stack.start_web()
+            stack.start_worker()
+            start_agent(stack, "bench", extra=["--heartbeat", "5"])
+            for i in range(args.repeats):
+                results["bare"].append(bare(script, args.steps, work / f"bare-{i}.json"))
+                out = work / f"agent-{i}.json"
+                run = submit(stack, f"python {script} {args.steps} {out}")
+                row = wait_status(stack, run, {"succeeded", "failed"}, 600)
+                if row["status"] != "succeeded":
+                    raise SystemExit(f"run {run} {row['status']}: {row['status_reason']}")
+                results["agent"].append(float(json.loads(out.read_text())["steps_per_s"]))
+                print(f"repeat {i + 1}: bare {results['bare'][-1]:.1f} steps/s, agent {results['agent'][-1]:.1f} steps/s",
+                      flush=True)
+        finally:
+            stack.close()
     bare_med, agent_med = statistics.median(results["bare"]), statistics.median(results["agent"])
     summary = {"steps": args.steps, "repeats": args.repeats, "bare_steps_per_s": results["bare"],
                "agent_steps_per_s": results["agent"], "bare_median": bare_med, "agent_median": agent_med,

@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._redis import bench_redis  # noqa: E402
 from bench._results import write_result  # noqa: E402
 
 MiB = 1024 * 1024
@@ -151,37 +152,26 @@ def main() -> None:
     args = parser.parse_args()
     from tests.agents.helpers import join_token, submit
     from tests.fixtures.live import PYTHON, LiveStack
-    from tests.fixtures.services import free_port, redis_server_binary, wait_for_port
+    from tests.fixtures.services import wait_for_port
     from tests.storage.conftest import running_s3_server
 
     work = Path(tempfile.mkdtemp(prefix="ty-bench-storage-"))
-    redis = None
-    redis_url = os.environ.get("REDIS_URL", "")
-    if not redis_url:
-        port = free_port()
-        redis = subprocess.Popen([redis_server_binary(), "--port", str(port), "--save", ""], stdout=subprocess.DEVNULL)
-        wait_for_port(port)
-        redis_url = f"redis://127.0.0.1:{port}/0"
-    try:
-        with running_s3_server() as s3:
-            stack = LiveStack(work, redis_url)
-            stack.env.update(s3.env(s3.bucket()))
-            node = None
-            try:
-                stack.spawn("web", [PYTHON, "-m", "gunicorn", "portal.wsgi:application", "-b", f"127.0.0.1:{stack.port}",
-                                    "-w", "2", "--threads", "4", "--timeout", "120", "--access-logfile", "-"])
-                wait_for_port(stack.port, 60)
-                stack.start_worker()
-                node = Node(stack, join_token(stack))
-                submit(stack, "python -c 'import time; time.sleep(600)'")
-                figures = measure(stack, node, work, args.mb, args.idle)
-            finally:
-                if node is not None:
-                    node.stop.set()
-                stack.close()
-    finally:
-        if redis is not None:
-            redis.terminate()
+    with bench_redis() as redis_url, running_s3_server() as s3:
+        stack = LiveStack(work, redis_url)
+        stack.env.update(s3.env(s3.bucket()))
+        node = None
+        try:
+            stack.spawn("web", [PYTHON, "-m", "gunicorn", "portal.wsgi:application", "-b", f"127.0.0.1:{stack.port}",
+                                "-w", "2", "--threads", "4", "--timeout", "120", "--access-logfile", "-"])
+            wait_for_port(stack.port, 60)
+            stack.start_worker()
+            node = Node(stack, join_token(stack))
+            submit(stack, "python -c 'import time; time.sleep(600)'")
+            figures = measure(stack, node, work, args.mb, args.idle)
+        finally:
+            if node is not None:
+                node.stop.set()
+            stack.close()
     figures["goal"] = "upload p99 <= 2x idle p99"
     figures["met"] = figures["upload_p99_ms"] <= 2 * figures["idle_p99_ms"]
     write_result("storage_upload", figures)
