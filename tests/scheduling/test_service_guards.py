@@ -12,6 +12,7 @@ from tests.scheduling.test_core import POOL, entry, job, node, run, state
 N, U = PriorityClass.NORMAL, PriorityClass.URGENT
 HOUR = 3600.0
 NOW = 100 * HOUR
+GUARD = Policy(starve_factor=4.0)  # off by default (README: it broke Jain on the replays)
 QUOTAS = (TeamQuota(team="vision", pool=POOL, guaranteed_devices=0), TeamQuota(team="nlp", pool=POOL, guaranteed_devices=0))
 
 
@@ -60,30 +61,30 @@ def test_a_long_job_among_a_stream_of_short_ones_is_preempted_at_most_the_cap() 
 
 
 def test_a_waiting_demoted_job_regains_its_place_with_time_waited() -> None:
-    policy = Policy()  # starve_factor 4: promoted after waiting 4 x its last turn (at least 4 x 15 min)
+    policy = GUARD  # promoted after waiting 4 x its last turn (at least 4 x 15 min)
     back = replace(job("back", submitted=0.0), attained_s=3 * HOUR, requeued_at=NOW - 5 * HOUR, last_run_s=HOUR)
     assert starved(back, NOW, policy) and not starved(back, NOW - 1.5 * HOUR, policy)
     assert starved(replace(back, last_run_s=60.0), back.requeued_at + HOUR, policy)
     assert not starved(replace(back, last_run_s=60.0), back.requeued_at + HOUR - 1, policy)
     assert not starved(back, 1e9, Policy(starve_factor=0)) and not starved(replace(back, requeued_at=None), 1e9, policy)
     fresh = job("fresh", submitted=NOW - 60, runtime=600.0)
-    order = [j.id for j in queue_order(state([node("n1", 0)], [fresh, back], now=NOW, quotas=QUOTAS))[POOL]]
+    order = [j.id for j in queue_order(state([node("n1", 0)], [fresh, back], now=NOW, quotas=QUOTAS, policy=GUARD))[POOL]]
     assert order == ["back", "fresh"]  # submitted long ago, its fixed deadline puts it first again
     recent = replace(back, requeued_at=NOW - 2 * HOUR)
-    order = [j.id for j in queue_order(state([node("n1", 0)], [fresh, recent], now=NOW, quotas=QUOTAS))[POOL]]
+    order = [j.id for j in queue_order(state([node("n1", 0)], [fresh, recent], now=NOW, quotas=QUOTAS, policy=GUARD))[POOL]]
     assert order == ["fresh", "back"]
-    assert entry(schedule(state([node("n1", 0)], [fresh, recent], now=NOW, quotas=QUOTAS)), "back").code == WaitCode.DEMOTED
-    assert entry(schedule(state([node("n1", 0)], [fresh, back], now=NOW, quotas=QUOTAS)), "back").code != WaitCode.DEMOTED
+    assert entry(schedule(state([node("n1", 0)], [fresh, recent], now=NOW, quotas=QUOTAS, policy=GUARD)), "back").code == WaitCode.DEMOTED
+    assert entry(schedule(state([node("n1", 0)], [fresh, back], now=NOW, quotas=QUOTAS, policy=GUARD)), "back").code != WaitCode.DEMOTED
     # Promoted, it may stop a demoted run as a new job may; still demoted, it may not (same level).
     victim = run("v", (("n1", 1),), team="nlp", started=NOW - 3 * HOUR, end=NOW + 50 * HOUR)
     assert [p.victim_id for p in schedule(state([node("n1", 0, total=1)], [back], [victim], now=NOW,
-                                                quotas=QUOTAS)).preemptions] == ["v"]
-    assert schedule(state([node("n1", 0, total=1)], [recent], [victim], now=NOW, quotas=QUOTAS)).preemptions == ()
+                                                quotas=QUOTAS, policy=GUARD)).preemptions] == ["v"]
+    assert schedule(state([node("n1", 0, total=1)], [recent], [victim], now=NOW, quotas=QUOTAS, policy=GUARD)).preemptions == ()
 
 
 def test_a_long_job_among_a_stream_of_short_ones_finishes_within_a_bound() -> None:
     # A steady week of short jobs: without the guard the long one waits out the whole stream.
-    guarded = long_among_short(Policy())
+    guarded = long_among_short(GUARD)
     assert guarded.preempted <= 10
     assert guarded.jct <= 4 * 24 * HOUR, guarded.jct / HOUR
     unguarded = long_among_short(Policy(starve_factor=0))
