@@ -9,6 +9,11 @@ from rest_framework import serializers
 from apps.jobtemplates.models import ApprovedImage, JobTemplate
 
 
+class ImageRefSerializer(serializers.Serializer[ApprovedImage]):
+    name = serializers.CharField(read_only=True)
+    digest = serializers.CharField(read_only=True)
+
+
 class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
     param_schema = serializers.JSONField(help_text="JSON Schema (draft 2020-12) of the parameters, with help text and bounds.")
     defaults = serializers.SerializerMethodField(help_text="Each parameter's default value.")
@@ -20,7 +25,8 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
     )
     checkpoint_policy = serializers.JSONField(help_text="every_steps, every_seconds, keep_last, keep_best (metric:min|max).")
     environment = serializers.JSONField(help_text="The approved environment the job runs in.")
-    image = serializers.SerializerMethodField(help_text="The approved container image (name, digest) for container pools, or null.")
+    image = ImageRefSerializer(read_only=True, allow_null=True,
+                               help_text="The approved container image (name, digest) for container pools, or null.")
 
     class Meta:
         model = JobTemplate
@@ -30,11 +36,6 @@ class JobTemplateSerializer(serializers.ModelSerializer[JobTemplate]):
             "published_at", "created_at",
         ]
         read_only_fields = fields
-
-    @extend_schema_field(OpenApiTypes.OBJECT)
-    def get_image(self, template: JobTemplate) -> dict[str, str] | None:
-        image = template.image
-        return {"name": image.name, "digest": image.digest} if image is not None else None
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_defaults(self, template: JobTemplate) -> dict[str, Any]:
