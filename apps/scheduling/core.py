@@ -299,7 +299,7 @@ class _PoolPass:
         """Whether some waiting job could stop the run (guarantees aside): preemptible, not already
         stopping, and stopped fewer than `Policy.max_preemptions` times unless an urgent job waits."""
         return run.preemptible and not run.stopping and (
-            run.preemptions < self.policy.max_preemptions or self.urgent_waiting)
+            not self.policy.max_preemptions or run.preemptions < self.policy.max_preemptions or self.urgent_waiting)
 
     def _survey(self) -> dict[Shape, float]:
         """Shortest predicted runtime per gang shape (if not even that fits anywhere now, no job of
@@ -498,7 +498,7 @@ class _PoolPass:
 
         def eligible(run: RunningJob) -> bool:
             # (The index holds only preemptible runs beyond their guarantee, none stopping.)
-            if run.preemptions >= self.policy.max_preemptions and klass < PriorityClass.URGENT:
+            if 0 < self.policy.max_preemptions <= run.preemptions and klass < PriorityClass.URGENT:
                 return False  # stopped often enough: only an urgent job may stop it again
             if run.priority_class < klass:
                 return True

@@ -650,7 +650,7 @@ class Replay:
         self.ends[job_id] = end
         heapq.heappush(self.completions, (end, job_id))
         heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
-        if self.policy.preemption and queued.preemptions < self.policy.max_preemptions:
+        if self.policy.preemption and not 0 < self.policy.max_preemptions <= queued.preemptions:
             threshold = demotion_threshold(self.policy)
             if threshold < math.inf:
                 ready = now + max(threshold - queued.attained_s, self.policy.demoted_min_attempt_s, 0.0)

@@ -12,7 +12,8 @@ from tests.scheduling.test_core import POOL, entry, job, node, run, state
 N, U = PriorityClass.NORMAL, PriorityClass.URGENT
 HOUR = 3600.0
 NOW = 100 * HOUR
-GUARD = Policy(starve_factor=4.0)  # off by default (README: it broke Jain on the replays)
+GUARD = Policy(starve_factor=4.0, max_preemptions=10)  # off by default (README: they broke Jain on the replays)
+CAPPED = Policy(max_preemptions=10)  # off by default too, for the same reason
 QUOTAS = (TeamQuota(team="vision", pool=POOL, guaranteed_devices=0), TeamQuota(team="nlp", pool=POOL, guaranteed_devices=0))
 
 
@@ -22,14 +23,15 @@ def test_a_run_preempted_max_times_is_stopped_again_only_for_an_urgent_job() -> 
     capped = replace(old, preemptions=10)
     new = job("new", devices=8, team="vision", submitted=NOW - 30)
     assert [p.victim_id for p in schedule(state([node("n1", 0)], [new], [replace(old, preemptions=9)], now=NOW,
-                                                quotas=QUOTAS)).preemptions] == ["old"]
-    decision = schedule(state([node("n1", 0)], [new], [capped], now=NOW, quotas=QUOTAS))
+                                                quotas=QUOTAS, policy=CAPPED)).preemptions] == ["old"]
+    decision = schedule(state([node("n1", 0)], [new], [capped], now=NOW, quotas=QUOTAS, policy=CAPPED))
     assert decision.preemptions == () and entry(decision, "new").code != WaitCode.PREEMPTING
-    urgent = schedule(state([node("n1", 0)], [replace(new, priority_class=U)], [capped], now=NOW, quotas=QUOTAS))
+    urgent = schedule(state([node("n1", 0)], [replace(new, priority_class=U)], [capped], now=NOW, quotas=QUOTAS,
+                            policy=CAPPED))
     assert [p.victim_id for p in urgent.preemptions] == ["old"]
-    # A pool may set another cap.
-    looser = Policy(max_preemptions=20)
-    assert schedule(state([node("n1", 0)], [new], [capped], now=NOW, quotas=QUOTAS, policy=looser)).preemptions
+    # A pool may set another cap, or none (the default).
+    for looser in (Policy(max_preemptions=20), Policy()):
+        assert schedule(state([node("n1", 0)], [new], [capped], now=NOW, quotas=QUOTAS, policy=looser)).preemptions
 
 
 def long_among_short(policy: Policy, *, days: float = 7.0, quiet_h: float = 0.0) -> JobOutcome:
@@ -54,7 +56,7 @@ def long_among_short(policy: Policy, *, days: float = 7.0, quiet_h: float = 0.0)
 def test_a_long_job_among_a_stream_of_short_ones_is_preempted_at_most_the_cap() -> None:
     # Bursts of short jobs with quiet hours between: the long one resumes in each lull and is
     # stopped again by the next burst, until it has been stopped 10 times.
-    capped = long_among_short(Policy(), days=5.0, quiet_h=1.0)
+    capped = long_among_short(CAPPED, days=5.0, quiet_h=1.0)
     uncapped = long_among_short(Policy(max_preemptions=1_000_000), days=5.0, quiet_h=1.0)
     assert capped.preempted == 10 < uncapped.preempted, (capped.preempted, uncapped.preempted)
     assert capped.jct < uncapped.jct, (capped.jct / HOUR, uncapped.jct / HOUR)
