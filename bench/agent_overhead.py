@@ -23,7 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._redis import bench_redis  # noqa: E402
 from bench._results import write_result  # noqa: E402
 
 SCRIPT = """
@@ -64,12 +63,13 @@ def main() -> None:
     args = parser.parse_args()
     from tests.agents.helpers import start_agent, submit, wait_status
     from tests.fixtures.live import LiveStack
+    from tests.fixtures.services import running_redis
 
     work = Path(tempfile.mkdtemp(prefix="ty-bench-"))
     script = work / "train.py"
     script.write_text(SCRIPT)
     results: dict[str, list[float]] = {"bare": [], "agent": []}
-    with bench_redis() as redis_url:
+    with running_redis() as redis_url:
         stack = LiveStack(work, redis_url)
         try:
             stack.start_web()

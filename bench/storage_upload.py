@@ -30,7 +30,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._redis import bench_redis  # noqa: E402
 from bench._results import write_result  # noqa: E402
 
 MiB = 1024 * 1024
@@ -152,11 +151,11 @@ def main() -> None:
     args = parser.parse_args()
     from tests.agents.helpers import join_token, submit
     from tests.fixtures.live import PYTHON, LiveStack
-    from tests.fixtures.services import wait_for_port
+    from tests.fixtures.services import running_redis, wait_for_port
     from tests.storage.conftest import running_s3_server
 
     work = Path(tempfile.mkdtemp(prefix="ty-bench-storage-"))
-    with bench_redis() as redis_url, running_s3_server() as s3:
+    with running_redis() as redis_url, running_s3_server() as s3:
         stack = LiveStack(work, redis_url)
         stack.env.update(s3.env(s3.bucket()))
         node = None
