@@ -15,7 +15,7 @@ import pytest
 from tests.agents.helpers import requeue_reasons, start_agent, submit, wait_status, write
 from tests.fixtures.live import LiveStack
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 JOB = """
 import sys, time, trainyard

@@ -17,7 +17,7 @@ import pytest
 from tests.agents.helpers import start_agent, submit, wait_status, write
 from tests.fixtures.live import LiveStack
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 OUTAGE_S = float(os.environ.get("TRAINYARD_TEST_OUTAGE_S", "15"))
 
 JOB = """

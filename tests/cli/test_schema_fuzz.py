@@ -29,7 +29,7 @@ import pytest
 from apps.core.jsonlimits import JSON_MAX_DEPTH
 from tests.fixtures.live import LiveStack
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 MAX_EXAMPLES = int(os.environ.get("TRAINYARD_FUZZ_EXAMPLES", "5"))

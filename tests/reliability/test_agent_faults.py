@@ -31,7 +31,7 @@ from tests.reliability.helpers import (
     wait_status,
 )
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 TIMEOUT_S = 4  # node timeout; the beat sweeps every 5 s, so a silent node is lost 4-9 s later
 
 

@@ -12,7 +12,7 @@ from tests.agents.helpers import start_agent
 from tests.fixtures.live import LiveStack
 from tests.reliability.helpers import assert_invariants, attempts, make_stack, submit, wait_status
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 BAD_CONFIG = "python -c \"import sys; print('config error: lr must be > 0', flush=True); sys.exit(3)\""
 OOM_SIGKILL = "python -c \"import os, signal; print('allocating', flush=True); os.kill(os.getpid(), signal.SIGKILL)\""

@@ -28,7 +28,7 @@ from tests.reliability.helpers import (
     wait_status,
 )
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 
 def _snapshot(stack: LiveStack, token: str) -> dict[str, Any]:

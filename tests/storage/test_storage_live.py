@@ -21,7 +21,7 @@ from tests.fixtures.live import PYTHON, LiveStack
 from tests.fixtures.services import free_port, wait_for_port
 from tests.storage.conftest import S3Server
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 MiB = 1024 * 1024
 A = "/api/v1/agent/"
