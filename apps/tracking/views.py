@@ -27,6 +27,7 @@ from apps.core.users import signed_in_user
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.runs.detail_selectors import run_energy
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
+from apps.runs.panels import run_panels
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
@@ -187,6 +188,7 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "attempt_rows": attempt_rows, "sweep": sweep, "summary": _run_summary(run, sweep),
         "checkpoints": None if sweep is not None else _checkpoint_card(run),
         "log_notes": [] if sweep is not None else selectors.log_notes(run=run),
+        "run_panels": run_panels(request, run),
         "page_data": {"run": run.pk, "finished": run.is_finished, "sweep": sweep is not None,
                       "attempts": selectors.attempt_timeline(run=run, rows=attempt_rows)},
     })

@@ -46,6 +46,10 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.webhooks",
     "apps.vault",
+    "apps.artifacts",
+    "apps.registry",
+    "apps.notifications",
+    "apps.mlflow_api",
     "apps.setup",
     "apps.slurm",
 ]

@@ -1,0 +1,1 @@
+"""In-app notifications (the bell) for events that otherwise go only by email or webhook."""

@@ -1,0 +1,1 @@
+"""Registered models per project, their versions, aliases and evidence-based promotion."""
