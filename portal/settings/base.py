@@ -272,6 +272,8 @@ TRAINYARD_STORAGE_PREFIX = env_str("TRAINYARD_STORAGE_PREFIX", "")  # e.g. "trai
 # than one part go in parts; S3 takes at least 5 MiB a part and at most 10,000 parts).
 TRAINYARD_STORAGE_URL_TTL_S = env_int("TRAINYARD_STORAGE_URL_TTL_S", 3600)
 TRAINYARD_STORAGE_PART_BYTES = env_int("TRAINYARD_STORAGE_PART_BYTES", 64 * 1024 * 1024)
+# Run artifacts (apps.artifacts): the largest single file a run may keep.
+TRAINYARD_ARTIFACT_MAX_BYTES = env_int("TRAINYARD_ARTIFACT_MAX_BYTES", 2 * 1024 * 1024 * 1024)
 
 LOGGING = {
     "version": 1,
