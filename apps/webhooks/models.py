@@ -20,6 +20,8 @@ class EventType(models.TextChoices):
     RUN_PREEMPTED = "run.preempted", "Run preempted"
     BUDGET_THRESHOLD = "budget.threshold", "Budget threshold crossed"
     NODE_LOST = "node.lost", "Node lost"
+    MODEL_PROMOTED = "model.promoted", "Model version promoted"
+    MODEL_ROLLED_BACK = "model.rolled_back", "Model rolled back"
     PING = "ping", "Test ping"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from apps.audit.models import AuditEvent
 from apps.billing.models import Budget, BudgetAlert
 from apps.nodes.models import Node
+from apps.registry.models import ModelVersion
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Run
 from apps.tenants.models import Project
 from apps.webhooks.models import EventType
@@ -21,6 +22,7 @@ from apps.webhooks.services import webhook_emit
 
 RUN_ACTIONS = {"run.succeeded": EventType.RUN_SUCCEEDED, "run.failed": EventType.RUN_FAILED,
                "run.cancelled": EventType.RUN_CANCELLED}
+MODEL_ACTIONS = {"model.promoted": EventType.MODEL_PROMOTED, "model.rolled_back": EventType.MODEL_ROLLED_BACK}
 
 
 def run_payload(run: Run) -> dict[str, Any]:
@@ -29,6 +31,17 @@ def run_payload(run: Run) -> dict[str, Any]:
                     "tags": run.tags, "family": run.family, "steps_done": run.steps_done, "total_steps": run.total_steps,
                     "restarts": run.restarts, "started_at": run.started_at, "finished_at": run.finished_at,
                     "url": f"/runs/{run.pk}/"}}
+
+
+def model_payload(version: ModelVersion, event: AuditEvent) -> dict[str, Any]:
+    """The version now in production, who moved it there, and on what evidence (the audit record's figures)."""
+    after = event.after or {}
+    model = version.model
+    return {"model": {"id": model.pk, "name": model.name, "project": model.project.full_slug, "url": f"/models/{model.pk}/"},
+            "version": {"number": version.number, "stage": version.stage, "source_run": version.source_run_id,
+                        "checkpoint": version.checkpoint_id},
+            "previous_version": after.get("replaced", after.get("from_version")), "evidence_run": after.get("evidence_run"),
+            "figures": after.get("figures"), "by": event.actor_label, "at": event.at}
 
 
 def on_audit_event(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
@@ -45,6 +58,11 @@ def on_audit_event(sender: Any, instance: AuditEvent, created: bool, **kwargs: A
             webhook_emit(project_id=run.project_id, event=EventType.RUN_PREEMPTED, payload=run_payload(run), key=key)
             return
         webhook_emit(project_id=run.project_id, event=RUN_ACTIONS[action], payload=run_payload(run), key=key)
+    elif action in MODEL_ACTIONS:
+        version = ModelVersion.objects.select_related("model__project__team").filter(pk=instance.object_id).first()
+        if version is not None:
+            webhook_emit(project_id=version.model.project_id, event=MODEL_ACTIONS[action], key=key,
+                         payload=model_payload(version, instance))
     elif action == "node.lost":
         node = Node.objects.select_related("pool").filter(pk=instance.object_id).first()
         if node is None:
