@@ -148,6 +148,7 @@ def budgets_reserved(*, budgets: Sequence[Budget], exclude_run_id: int | None = 
     if not budgets:
         return out
     runs = Run.objects.exclude(status__in=FINISHED_STATUSES).filter(Q(project_id__in=projects) | Q(project__team_id__in=teams))
+    runs = runs.filter(tracked_only=False)  # logged by an outside client (MLflow): it costs nothing
     if exclude_run_id is not None:
         runs = runs.exclude(pk=exclude_run_id)
     # Prefetched, not joined: the queue may hold hundreds of runs of a few templates, and a

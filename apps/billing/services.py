@@ -527,7 +527,7 @@ def budget_stop_running(*, budget_id: int, cancel: Any = None) -> list[int]:
     that finished meanwhile are skipped.
     """
     budget = Budget.objects.get(pk=budget_id)
-    runs = Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.SCHEDULED, RunStatus.RUNNING])
+    runs = Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.SCHEDULED, RunStatus.RUNNING], tracked_only=False)
     runs = runs.filter(project_id=budget.project_id) if budget.project_id else runs.filter(project__team_id=budget.team_id)
     stopped: list[int] = []
     if cancel is None:

@@ -65,6 +65,9 @@ class Run(models.Model):
     checkpoint_policy = models.JSONField(default=dict)
     # Names (never values) of project secrets (apps.vault) the job gets in its environment.
     secrets = models.JSONField(default=list, blank=True)
+    # Logged by an outside client (the MLflow API, apps.mlflow_api): never queued, placed, billed
+    # or swept; only its metrics, params, tags and artifacts are Trainyard's.
+    tracked_only = models.BooleanField(default=False)
 
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     reason_code = models.CharField(max_length=32, blank=True, help_text="Why the run is in its status: quota, budget, ...")

@@ -142,7 +142,7 @@ def predictor_load(*, now: datetime) -> RuntimePredictor:
     predictor = RuntimePredictor()
     rows = (
         Run.objects.filter(status=RunStatus.SUCCEEDED, finished_at__gte=now - timedelta(days=HISTORY_DAYS),
-                           started_at__isnull=False)
+                           started_at__isnull=False, tracked_only=False)
         .order_by("-finished_at")
         .values_list("project__team__slug", "template__slug", "nodes", "devices_per_node", "started_at", "finished_at",
                      "params", "template__total_steps_param", "pool__name")[:HISTORY_RUNS]
@@ -260,7 +260,7 @@ def _usage(now: datetime, half_lives: dict[str, float]) -> tuple[core.TeamUsage,
 def queued_runs(*, lock: bool) -> QuerySet[Run]:
     """Queued runs that need devices (sweep parents hold none) in agent pools, row-locked in pk order if asked."""
     qs = (
-        Run.objects.filter(status=RunStatus.QUEUED, devices_per_node__gt=0, nodes__gt=0)
+        Run.objects.filter(status=RunStatus.QUEUED, devices_per_node__gt=0, nodes__gt=0, tracked_only=False)
         .exclude(pool__backend="slurm")  # Slurm places those (apps.slurm)
         .select_related("project__team", "pool", "template")
         .order_by("pk")

@@ -1,0 +1,236 @@
+"""Writes for the MLflow API: experiments, tracked-only runs, and what they log.
+
+A run created here is tracked only (``Run.tracked_only``): born running, holding no devices, in
+the ``tracked`` pool at no price, of the unpublished template ``mlflow-tracked``; the scheduler,
+billing and the node sweeps never act on it. Params and tags go to the run's ``params`` and
+``tags``, metrics through apps.tracking's ingest (one row per key and step: a step logged twice
+keeps the last value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.audit.services import audit_record
+from apps.jobtemplates.models import JobTemplate
+from apps.mlflow_api.errors import MlflowError, invalid
+from apps.nodes.models import NodePool
+from apps.runs.models import Run, RunStatus
+from apps.runs.services.transitions import run_new, run_transition
+from apps.tenants.models import Project, Role, Team
+from apps.tenants.selectors import AnyUser, has_role, project_list
+from apps.tenants.services import project_create
+from apps.tracking.services import KEY_PATTERN, MAX_KEY_LENGTH, MAX_STEP, PointRow, metric_points_store
+
+TRACKED_TEMPLATE = "mlflow-tracked"
+TRACKED_POOL = "tracked"
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+MAX_BATCH_METRICS = 1000
+MAX_BATCH_PARAMS = 100
+MAX_BATCH_TAGS = 100
+# MLflow RunStatus name -> Trainyard status, for runs/update.
+END_STATUS = {"FINISHED": RunStatus.SUCCEEDED, "FAILED": RunStatus.FAILED, "KILLED": RunStatus.CANCELLED}
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_FLAG_OF = {"NaN": 1, "Infinity": 2, "-Infinity": 3}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one log call carries, checked: metric rows, params and tags as strings."""
+
+    metrics: Sequence[PointRow] = ()
+    params: Sequence[tuple[str, str]] = ()
+    tags: Sequence[tuple[str, str]] = ()
+
+
+def experiment_create(*, user: AnyUser, name: Any) -> Project:
+    """An experiment is a project. A team admin may create `team/project` in their team; anyone
+    else gets PERMISSION_DENIED naming the rule (a project of another team reads as absent)."""
+    text = str(name if name is not None else "").strip()
+    team_slug, _, slug = text.partition("/")
+    if not team_slug or not slug or "/" in slug:
+        raise invalid("name", f"{text[:200]!r} is not team/project: an experiment is a Trainyard project, such as vision/digits")
+    if project_list(user=user).filter(team__slug=team_slug, slug=slug).exists():
+        raise MlflowError("RESOURCE_ALREADY_EXISTS", f"Experiment(name={text}) already exists.")
+    team = Team.objects.filter(slug=team_slug).first()
+    if team is None or not has_role(user=user, team_id=team.pk, at_least=Role.ADMIN):
+        raise MlflowError("PERMISSION_DENIED", f"Cannot create experiment {text[:200]!r}: an experiment is a Trainyard project; "
+                          "log to a project of your team, or ask a team admin to create it.")
+    try:
+        return project_create(team=team, slug=slug, name=slug)
+    except ValidationError as exc:
+        raise invalid("name", " ".join(exc.messages)) from None
+
+
+def _tracked_template() -> JobTemplate:
+    template, _ = JobTemplate.objects.get_or_create(slug=TRACKED_TEMPLATE, version=1, defaults={
+        "title": "Tracked by MLflow", "kind": "custom", "entrypoint": "(logged by an MLflow client; not run by Trainyard)",
+        "description": "Runs an MLflow client logged through /mlflow/: tracked only, never scheduled.", "published": False})
+    return template
+
+
+def _tracked_pool() -> NodePool:
+    try:
+        pool, _ = NodePool.objects.get_or_create(name=TRACKED_POOL, defaults={
+            "description": "Runs logged by MLflow clients: no nodes, no price, never scheduled.",
+            "price_per_device_hour": Decimal("0")})
+    except IntegrityError:  # created by a concurrent first request
+        pool = NodePool.objects.get(name=TRACKED_POOL)
+    return pool
+
+
+def _time(ms_value: Any, field: str) -> datetime | None:
+    if ms_value in (None, "", 0, "0"):
+        return None
+    number = _int(ms_value, field)
+    try:
+        return datetime.fromtimestamp(number / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        raise invalid(field, f"{number} is not a time in milliseconds since 1970") from None
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        raise invalid(field, "must be an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise invalid(field, "must be an integer")
+
+
+def require_writer(*, user: AnyUser, run: Run) -> None:
+    if not has_role(user=user, team_id=run.project.team_id, at_least=Role.ENGINEER):
+        raise MlflowError("PERMISSION_DENIED", "Only engineers of the project's team may log to its runs.")
+    if not run.tracked_only:
+        raise MlflowError("INVALID_STATE", f"Run {run.pk} was submitted to Trainyard; only runs created through MLflow accept writes here.")
+
+
+def tracked_run_create(*, user: AnyUser, project: Project, start_time: Any = None, run_name: Any = "",
+                       tags: Sequence[tuple[str, str]] = ()) -> Run:
+    if not has_role(user=user, team_id=project.team_id, at_least=Role.ENGINEER):
+        raise MlflowError("PERMISSION_DENIED", "Only engineers of the project's team may create runs in it.")
+    started = _time(start_time, "start_time") or timezone.now()
+    tag_map = dict(tags)
+    name = str(run_name or tag_map.get("mlflow.runName") or "")[:200]
+    with transaction.atomic():
+        run = run_new(status=RunStatus.RUNNING, project=project, template=_tracked_template(), pool=_tracked_pool(),
+                      submitted_by=user if user.is_authenticated else None, name=name, tags=tag_map, tracked_only=True,
+                      nodes=0, devices_per_node=0, max_restarts=0, preemptible=False, entrypoint="mlflow",
+                      started_at=started)
+        run.save()
+        audit_record(action="run.tracked", target=run, team_id=project.team_id, actor=user,
+                     after={"status": run.status, "name": name, "tracked_only": True, "via": "mlflow"})
+    return run
+
+
+def tracked_run_update(*, user: AnyUser, run: Run, status: Any = None, end_time: Any = None, run_name: Any = None) -> Run:
+    """MLflow's runs/update: a new name, and/or an end (FINISHED, FAILED, KILLED) through the transition table."""
+    require_writer(user=user, run=run)
+    with transaction.atomic():
+        run = Run.objects.select_for_update(of=("self",)).select_related("project").get(pk=run.pk)
+        if run_name not in (None, "") and str(run_name) != run.name:
+            run.name = str(run_name)[:200]
+            run.save(update_fields=["name", "updated_at"])
+        if status in (None, "", "RUNNING", "SCHEDULED"):
+            return run
+        to = END_STATUS.get(str(status))
+        if to is None:
+            raise invalid("status", f"{str(status)[:40]!r} is not one of RUNNING, SCHEDULED, FINISHED, FAILED, KILLED")
+        if run.status == to:
+            return run
+        if run.is_finished:
+            raise MlflowError("INVALID_STATE", f"Run {run.pk} already ended as {run.status}.")
+        ended = _time(end_time, "end_time") or timezone.now()
+        run_transition(run, to=to, action=f"run.{to}", reason="ended by its MLflow client", actor=user, finished_at=ended)
+    return run
+
+
+def batch_parse(*, metrics: Any = (), params: Any = (), tags: Any = ()) -> Batch:
+    """Check a log call's metrics, params and tags (MLflow's JSON shapes) against MLflow's limits."""
+    for field, items, limit in (("metrics", metrics, MAX_BATCH_METRICS), ("params", params, MAX_BATCH_PARAMS),
+                                ("tags", tags, MAX_BATCH_TAGS)):
+        if not isinstance(items, (list, tuple)):
+            raise invalid(field, "must be a list")
+        if len(items) > limit:
+            raise invalid(field, f"{len(items)} given; the limit is {limit} per request")
+    return Batch(metrics=[_metric_row(m, i) for i, m in enumerate(metrics)],
+                 params=[_key_value(p, f"params[{i}]", MAX_PARAM_VALUE) for i, p in enumerate(params)],
+                 tags=[_key_value(t, f"tags[{i}]", MAX_TAG_VALUE) for i, t in enumerate(tags)])
+
+
+def _key(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{where}.key", "must be a non-empty string")
+    if len(value) > MAX_KEY_LENGTH:
+        raise invalid(f"{where}.key", f"is {len(value)} characters; the limit is {MAX_KEY_LENGTH}")
+    return value
+
+
+def _key_value(item: Any, where: str, max_value: int) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise invalid(where, "must be an object with key and value")
+    key = _key(item.get("key"), where)
+    value = item.get("value", "")
+    text = "" if value is None else value if isinstance(value, str) else str(value)
+    if len(text) > max_value:
+        raise invalid(f"{where}.value", f"is {len(text)} characters; the limit is {max_value}")
+    return key, text
+
+
+def _metric_row(item: Any, index: int) -> PointRow:
+    where = f"metrics[{index}]"
+    if not isinstance(item, dict):
+        raise invalid(where, "must be an object with key, value, timestamp and step")
+    key = _key(item.get("key"), where)
+    if not KEY_PATTERN.match(key):
+        raise invalid(f"{where}.key", f"{key[:60]!r}: metric names may contain only letters, digits and _ . - /")
+    step = _int(item.get("step", 0) or 0, f"{where}.step")
+    if step < 0 or step > MAX_STEP:
+        raise invalid(f"{where}.step", "must be between 0 and 2**62")
+    timestamp = _int(item.get("timestamp", 0) or 0, f"{where}.timestamp")
+    raw = item.get("value")
+    if isinstance(raw, str) and raw in _FLAG_OF:
+        return key, step, None, _FLAG_OF[raw], timestamp / 1000
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise invalid(f"{where}.value", "must be a number (or \"NaN\", \"Infinity\", \"-Infinity\")")
+    number = float(raw)
+    if not math.isfinite(number):
+        return key, step, None, _FLAG_OF["NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"], timestamp / 1000
+    return key, step, number, 0, timestamp / 1000
+
+
+def run_log(*, user: AnyUser, run: Run, batch: Batch) -> None:
+    """Store a checked batch in one transaction: params (immutable once set, as in MLflow), tags, metric points."""
+    require_writer(user=user, run=run)
+    with transaction.atomic():
+        if batch.params or batch.tags:
+            locked = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
+            params, tags = dict(locked.params), dict(locked.tags)
+            for key, value in batch.params:
+                if key in params and str(params[key]) != value:
+                    raise invalid("params", f"param {key!r} was already logged as {str(params[key])[:100]!r}; "
+                                  f"params cannot change (tried {value[:100]!r})")
+                params[key] = value
+            tags.update(batch.tags)
+            fields = ["updated_at"]
+            if params != locked.params:
+                locked.params, fields = params, [*fields, "params"]
+            if tags != locked.tags:
+                locked.tags, fields = tags, [*fields, "tags"]
+            if "mlflow.runName" in dict(batch.tags) and not locked.name:
+                locked.name, fields = dict(batch.tags)["mlflow.runName"][:200], [*fields, "name"]
+            locked.save(update_fields=fields)
+            run.params, run.tags, run.name = locked.params, locked.tags, locked.name
+        if batch.metrics:
+            metric_points_store(run_id=run.pk, attempt=0, rows=batch.metrics)

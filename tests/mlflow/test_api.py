@@ -1,0 +1,216 @@
+"""The MLflow tracking API in process: MLflow's error shapes, tenancy, tracked-only runs, and that
+the scheduler and billing leave tracked runs alone. (tests/mlflow/test_client.py drives it with
+the real MLflow client.)"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from apps.accounts.services import api_token_create
+from apps.audit.models import AuditEvent
+from apps.billing.models import Budget
+from apps.billing.selectors import budgets_reserved
+from apps.mlflow_api.services import TRACKED_POOL, TRACKED_TEMPLATE
+from apps.runs.models import Run, RunStatus
+from apps.scheduling import snapshot
+from apps.tracking.models import MetricPoint
+
+API = "/mlflow/api/2.0/mlflow/"
+
+
+class Mlflow:
+    """MLflow's REST calls as its client makes them, with one user's token."""
+
+    def __init__(self, user: Any) -> None:
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {api_token_create(user=user, name='mlflow')[1]}"} if user else {}
+
+    def get(self, endpoint: str, **params: Any) -> Any:
+        return self.client.get(API + endpoint, params, headers=self.headers)
+
+    def post(self, endpoint: str, body: dict[str, Any]) -> Any:
+        return self.client.post(API + endpoint, json.dumps(body), content_type="application/json", headers=self.headers)
+
+
+def error(response: Any, status: int, code: str) -> str:
+    assert response.status_code == status, response.content
+    data = response.json()
+    assert data["error_code"] == code, data
+    return str(data["message"])
+
+
+@pytest.fixture
+def alice(cast: Any) -> Mlflow:
+    return Mlflow(cast.alice)
+
+
+@pytest.fixture
+def tracked(alice: Mlflow, cast: Any) -> dict[str, Any]:
+    response = alice.post("runs/create", {"experiment_id": str(cast.digits.pk), "start_time": 1_700_000_000_123,
+                                          "run_name": "mlp", "tags": [{"key": "mlflow.user", "value": "alice"}]})
+    assert response.status_code == 200, response.content
+    return dict(response.json()["run"])
+
+
+def test_no_or_bad_token_is_unauthenticated(cast: Any) -> None:
+    error(Mlflow(None).get("experiments/get-by-name", experiment_name="vision/digits"), 401, "UNAUTHENTICATED")
+    bad = Mlflow(None)
+    bad.headers = {"Authorization": "Bearer tyu_nope"}
+    error(bad.get("experiments/get-by-name", experiment_name="vision/digits"), 401, "UNAUTHENTICATED")
+
+
+def test_experiment_is_a_project_of_your_team(cast: Any, alice: Mlflow) -> None:
+    got = alice.get("experiments/get-by-name", experiment_name="vision/digits").json()["experiment"]
+    assert got == alice.get("experiments/get", experiment_id=str(cast.digits.pk)).json()["experiment"]
+    assert got["name"] == "vision/digits" and got["experiment_id"] == str(cast.digits.pk) and got["lifecycle_stage"] == "active"
+    names = [e["name"] for e in alice.post("experiments/search", {}).json()["experiments"]]
+    assert names == ["vision/digits"]
+    bob = Mlflow(cast.bob)
+    # Another team's experiment reads exactly like one that does not exist.
+    hidden = error(bob.get("experiments/get-by-name", experiment_name="vision/digits"), 404, "RESOURCE_DOES_NOT_EXIST")
+    absent = error(bob.get("experiments/get-by-name", experiment_name="vision/digitz"), 404, "RESOURCE_DOES_NOT_EXIST")
+    assert hidden == absent.replace("digitz", "digits")
+    error(bob.get("experiments/get", experiment_id=str(cast.digits.pk)), 404, "RESOURCE_DOES_NOT_EXIST")
+    message = error(bob.post("experiments/create", {"name": "vision/digits"}), 403, "PERMISSION_DENIED")
+    assert "Trainyard project" in message
+    error(bob.post("experiments/create", {"name": "vision/new"}), 403, "PERMISSION_DENIED")
+    error(alice.post("experiments/create", {"name": "Default"}), 400, "INVALID_PARAMETER_VALUE")
+    error(alice.post("experiments/create", {"name": "vision/digits"}), 400, "RESOURCE_ALREADY_EXISTS")
+    # A team admin may create a project of their team this way.
+    created = alice.post("experiments/create", {"name": "vision/new-exp"}).json()["experiment_id"]
+    assert alice.get("experiments/get-by-name", experiment_name="vision/new-exp").json()["experiment"]["experiment_id"] == created
+    error(Mlflow(cast.victor).post("experiments/create", {"name": "vision/other"}), 403, "PERMISSION_DENIED")
+
+
+def test_tracked_run_logs_params_tags_metrics(cast: Any, alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    assert tracked["info"]["status"] == "RUNNING" and tracked["info"]["start_time"] == 1_700_000_000_123
+    assert tracked["info"]["artifact_uri"] == f"mlflow-artifacts:/{cast.digits.pk}/{run_id}/artifacts"
+    run = Run.objects.get(pk=run_id)
+    assert run.tracked_only and run.status == RunStatus.RUNNING and run.name == "mlp"
+    assert run.template.slug == TRACKED_TEMPLATE and not run.template.published and run.pool.name == TRACKED_POOL
+    assert run.nodes == 0 and run.devices_per_node == 0
+    assert AuditEvent.objects.filter(action="run.tracked", object_id=str(run.pk)).exists()
+
+    assert alice.post("runs/log-parameter", {"run_id": run_id, "key": "lr", "value": "0.01"}).status_code == 200
+    assert alice.post("runs/set-tag", {"run_id": run_id, "key": "stage", "value": "dev"}).status_code == 200
+    assert alice.post("runs/log-metric", {"run_id": run_id, "key": "loss", "value": "NaN", "timestamp": 5, "step": 0}).status_code == 200
+    metrics = [{"key": "loss", "value": 1.0 / (i + 1), "timestamp": 1_700_000_000_000 + i, "step": i + 1} for i in range(1000)]
+    body = {"run_id": run_id, "metrics": metrics, "params": [{"key": "batch", "value": "64"}], "tags": [{"key": "k", "value": "v"}]}
+    assert alice.post("runs/log-batch", body).status_code == 200
+
+    got = alice.get("runs/get", run_id=run_id).json()["run"]
+    assert {p["key"]: p["value"] for p in got["data"]["params"]} == {"lr": "0.01", "batch": "64"}
+    assert {t["key"]: t["value"] for t in got["data"]["tags"]} == {"mlflow.user": "alice", "stage": "dev", "k": "v"}
+    assert got["data"]["metrics"] == [{"key": "loss", "value": 1.0 / 1000, "timestamp": 1_700_000_000_999, "step": 1000}]
+    history = alice.get("metrics/get-history", run_id=run_id, metric_key="loss").json()["metrics"]
+    assert len(history) == 1001 and history[0]["value"] == "NaN" and history[0]["timestamp"] == 5
+    assert [(m["step"], m["value"], m["timestamp"]) for m in history[1:]] == [(m["step"], m["value"], m["timestamp"]) for m in metrics]
+    assert MetricPoint.objects.filter(run_id=run_id, key="loss").count() == 1001
+    # The Trainyard API shows it like any run.
+    api = cast.client(cast.alice)
+    detail = api.get(f"/api/v1/runs/{run_id}/").json()
+    assert detail["params"] == {"lr": "0.01", "batch": "64"} and detail["status"] == "running"
+    assert api.get(f"/api/v1/runs/{run_id}/metrics/", {"key": "loss"}).status_code == 200
+
+
+def test_bad_input_is_invalid_parameter_value(alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    assert alice.post("runs/log-parameter", {"run_id": run_id, "key": "lr", "value": "0.01"}).status_code == 200
+    assert "already logged" in error(alice.post("runs/log-parameter", {"run_id": run_id, "key": "lr", "value": "0.1"}),
+                                     400, "INVALID_PARAMETER_VALUE")
+    too_many = [{"key": "x", "value": 1, "timestamp": 0, "step": i} for i in range(1001)]
+    assert "limit is 1000" in error(alice.post("runs/log-batch", {"run_id": run_id, "metrics": too_many}), 400, "INVALID_PARAMETER_VALUE")
+    assert "metrics[0].key" in error(alice.post("runs/log-metric", {"run_id": run_id, "key": "a b", "value": 1, "step": 0}),
+                                     400, "INVALID_PARAMETER_VALUE")
+    assert "metrics[0].value" in error(alice.post("runs/log-metric", {"run_id": run_id, "key": "a", "value": "x", "step": 0}),
+                                       400, "INVALID_PARAMETER_VALUE")
+    assert "step" in error(alice.post("runs/log-metric", {"run_id": run_id, "key": "a", "value": 1, "step": -1}),
+                           400, "INVALID_PARAMETER_VALUE")
+    assert "6000" in error(alice.post("runs/log-parameter", {"run_id": run_id, "key": "big", "value": "x" * 6001}),
+                           400, "INVALID_PARAMETER_VALUE")
+    error(alice.post("runs/update", {"run_id": run_id, "status": "DONE"}), 400, "INVALID_PARAMETER_VALUE")
+    error(alice.post("runs/search", {"experiment_ids": [tracked["info"]["experiment_id"]], "filter": "metrics.loss < 1"}),
+          400, "INVALID_PARAMETER_VALUE")
+    error(alice.get("runs/get", run_id="nope"), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(alice.get("experiments/list"), 404, "ENDPOINT_NOT_FOUND")
+    error(alice.client.get("/mlflow/api/2.0/mlflow/runs/log-metric", headers=alice.headers), 405, "BAD_REQUEST")
+
+
+def test_other_team_and_viewer_cannot_touch_the_run(cast: Any, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    bob = Mlflow(cast.bob)
+    error(bob.get("runs/get", run_id=run_id), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(bob.post("runs/log-metric", {"run_id": run_id, "key": "loss", "value": 1, "step": 1}), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(bob.post("runs/update", {"run_id": run_id, "status": "KILLED"}), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(bob.get("metrics/get-history", run_id=run_id, metric_key="loss"), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(bob.post("runs/create", {"experiment_id": str(cast.digits.pk)}), 404, "RESOURCE_DOES_NOT_EXIST")
+    assert bob.post("runs/search", {"experiment_ids": [str(cast.tinylm.pk)]}).json() == {"runs": []}
+    error(bob.post("runs/search", {"experiment_ids": [str(cast.digits.pk)]}), 404, "RESOURCE_DOES_NOT_EXIST")
+    victor = Mlflow(cast.victor)  # a viewer of vision: reads, never writes
+    assert victor.get("runs/get", run_id=run_id).status_code == 200
+    error(victor.post("runs/log-metric", {"run_id": run_id, "key": "loss", "value": 1, "step": 1}), 403, "PERMISSION_DENIED")
+    error(victor.post("runs/create", {"experiment_id": str(cast.digits.pk)}), 403, "PERMISSION_DENIED")
+    assert MetricPoint.objects.filter(run_id=run_id).count() == 0
+
+
+def test_end_goes_through_the_transition_table(cast: Any, alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    info = alice.post("runs/update", {"run_id": run_id, "status": "FINISHED", "end_time": 1_700_000_100_000}).json()["run_info"]
+    assert info["status"] == "FINISHED" and info["end_time"] == 1_700_000_100_000
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.SUCCEEDED and run.finished_at is not None
+    assert AuditEvent.objects.filter(action="run.succeeded", object_id=str(run.pk)).exists()
+    error(alice.post("runs/update", {"run_id": run_id, "status": "FAILED"}), 400, "INVALID_STATE")
+    found = alice.post("runs/search", {"experiment_ids": [str(cast.digits.pk)]}).json()["runs"]
+    assert [r["info"]["run_id"] for r in found] == [run_id]
+
+
+def test_scheduler_and_billing_skip_tracked_runs(cast: Any, alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run = Run.objects.get(pk=tracked["info"]["run_id"])
+    budget = Budget.objects.create(team=cast.vision, project=cast.digits, amount=Decimal("100"))
+    # Running: it reserves nothing of the budget, and no pass ever sees it queued.
+    assert budgets_reserved(budgets=[budget])[budget.pk] == Decimal("0")
+    assert not snapshot.queued_runs(lock=False).filter(pk=run.pk).exists()
+    # Finished: its runtime never feeds the scheduler's predictions.
+    alice.post("runs/update", {"run_id": str(run.pk), "status": "FINISHED"})
+    observed: list[Any] = []
+    original = snapshot.RuntimePredictor.observe
+
+    def spy(self: Any, finished: Any) -> None:
+        observed.append(finished)
+        original(self, finished)
+
+    snapshot.RuntimePredictor.observe = spy  # type: ignore[method-assign]
+    try:
+        snapshot.predictor_load(now=timezone.now() + timedelta(seconds=1))
+    finally:
+        snapshot.RuntimePredictor.observe = original  # type: ignore[method-assign]
+    assert all(f.job_type != TRACKED_TEMPLATE for f in observed)
+
+
+def test_non_finite_metric_values_round_trip(alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    metrics = [{"key": "g", "value": v, "timestamp": 1, "step": i} for i, v in enumerate(["Infinity", "-Infinity", 2.5])]
+    assert alice.post("runs/log-batch", {"run_id": run_id, "metrics": metrics}).status_code == 200
+    values = [m["value"] for m in alice.get("metrics/get-history", run_id=run_id, metric_key="g").json()["metrics"]]
+    assert values == ["Infinity", "-Infinity", 2.5] and not math.isnan(2.5)
+
+
+def test_scheduled_runs_are_read_only_here(cast: Any, alice: Mlflow) -> None:
+    from apps.runs.services.submit import run_submit
+    from tests.runs.factories import GOOD_TAGS, local_pool, make_template
+
+    local_pool()
+    make_template()
+    run = run_submit(user=cast.alice, project=cast.digits, template="digits-classifier", params={"steps": 20}, tags=dict(GOOD_TAGS))
+    assert alice.get("runs/get", run_id=str(run.pk)).json()["run"]["info"]["status"] == "SCHEDULED"
+    error(alice.post("runs/log-metric", {"run_id": str(run.pk), "key": "loss", "value": 1, "step": 1}), 400, "INVALID_STATE")
