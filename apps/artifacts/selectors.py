@@ -29,3 +29,11 @@ def artifact_get(*, run: Run, name: str) -> Artifact:
 def artifact_open(*, artifact: Artifact) -> IO[bytes]:
     """The stored bytes (apps.core.storage.ObjectMissing if the store lost them)."""
     return store().get(artifact.storage_key)
+
+
+# Shown in the page and served inline; every other type is a download (attachment).
+INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/svg+xml", "image/webp"})
+
+
+def artifact_served_inline(*, artifact: Artifact) -> bool:
+    return artifact.content_type.split(";", 1)[0].strip().lower() in INLINE_IMAGE_TYPES
