@@ -31,7 +31,7 @@ from apps.runs.panels import run_panels
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
-from apps.tracking import environment_selectors, selectors
+from apps.tracking import environment_selectors, selectors, startup_selectors
 from apps.tracking.display import (
     deleted_checkpoints_text,
     energy_text,
@@ -189,8 +189,11 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "checkpoints": None if sweep is not None else _checkpoint_card(run),
         "log_notes": [] if sweep is not None else selectors.log_notes(run=run),
         "run_panels": run_panels(request, run),
+        "starting": startup_selectors.run_starting(run=run, attempt=history[-1]) if history and sweep is None else None,
         "page_data": {"run": run.pk, "finished": run.is_finished, "sweep": sweep is not None,
-                      "attempts": selectors.attempt_timeline(run=run, rows=attempt_rows)},
+                      "attempts": selectors.attempt_timeline(run=run, rows=attempt_rows),
+                      # What the Lineage and Environment cards hold: run.js reads them again when it grows.
+                      "lineage_seen": f"{len(lineage['reported'])}|{len(environments)}"},
     })
 
 

@@ -1,5 +1,6 @@
-// The run page: live metric charts (min/max bands), devices and energy, log tail with follow,
-// checkpoints, attempts timeline, progress and ETA. Polls every 2 s while the run is active.
+// The run page: live metric charts (min/max bands; smoothing, log scale and one zoom for all,
+// kept in the URL), devices and energy, log tail with follow, search and download, checkpoints,
+// attempts timeline, start-up steps, progress and ETA. Polls every 2 s while the run is active.
 (function () {
   const T = window.Trainyard;
   const root = document.getElementById("run-page");
@@ -9,7 +10,18 @@
   const POLL_MS = 2000;
   let finished = data.finished;
   let logCursor = 0;
-  let xAxis = "step";
+  // The charts' view, from the URL (shareable) or else the viewer's last choice on any run.
+  const query = new URLSearchParams(window.location.search);
+  const STORE_KEY = "trainyard.runCharts";
+  const stored = (() => { try { return JSON.parse(window.localStorage.getItem(STORE_KEY) || "{}"); } catch (err) { return {}; } })();
+  const clampSmooth = (v) => (Number.isFinite(v) ? Math.min(0.99, Math.max(0, v)) : 0);
+  const view = {
+    smooth: clampSmooth(parseFloat(query.get("smooth") ?? stored.smooth ?? "0")),
+    logY: (query.get("logy") ?? (stored.logY ? "1" : "0")) === "1",
+    range: (query.get("zoom") || "").includes("~") ? query.get("zoom").split("~") : null,
+  };
+  let xAxis = query.get("x") === "time" ? "time" : "step";
+  let lastMetrics = null;  // the last series read, to redraw when a control changes
   const chartDivs = {};
   // The history is read again when the status line changes, and every HISTORY_EVERY polls for
   // events that change no status (a stop or cancel requested).
@@ -36,13 +48,41 @@
   const HOUR12 = new Intl.DateTimeFormat([], { hour: "numeric" }).resolvedOptions().hour12;
   // A new object per chart: Plotly writes each chart's range into its layout.
   const timeAxis = () => ({ type: "date", tickformatstops: [
-    { dtickrange: [null, 1000], value: HOUR12 ? "%-I:%M:%S.%L %p" : "%H:%M:%S.%L" },
-    { dtickrange: [1000, 60000], value: HOUR12 ? "%-I:%M:%S %p" : "%H:%M:%S" },
+    // Seconds at the finest: a tick or a hover label in milliseconds is noise on these pages.
+    { dtickrange: [null, 60000], value: HOUR12 ? "%-I:%M:%S %p" : "%H:%M:%S" },
     { dtickrange: [60000, 86400000], value: HOUR12 ? "%-I:%M %p" : "%H:%M" },
     { dtickrange: [86400000, null], value: "%b %-d, %Y" },
-  ] });
+  ], hoverformat: HOUR12 ? "%-I:%M:%S %p" : "%H:%M:%S", automargin: true });
+  const CLOCK = { hour: "numeric", minute: "2-digit", second: "2-digit" };
+  const clock = (at) => new Date(at).toLocaleTimeString([], CLOCK);
   function localizeTimes(scope) {
-    scope.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = when(t.getAttribute("datetime")); });
+    // The start-up steps are seconds apart: their clock alone says it.
+    scope.querySelectorAll("time[datetime]").forEach((t) => {
+      t.textContent = t.closest("#start-steps") ? clock(t.getAttribute("datetime")) : when(t.getAttribute("datetime"));
+    });
+  }
+
+  // The current attempt's start-up (apps/tracking/startup_selectors.py): where it is while it
+  // starts, and how long each step took once it has reported.
+  function showStarting(s) {
+    const box = document.getElementById("run-starting");
+    if (!box) return;
+    box.hidden = !s;
+    if (!s) return;
+    box.classList.toggle("is-starting", s.starting);
+    document.getElementById("starting-text").textContent = s.text;
+    const list = document.getElementById("start-steps");
+    list.setAttribute("aria-label", `Start-up of attempt ${s.attempt}`);
+    list.replaceChildren(...s.steps.map((step) => {
+      const state = step.at ? "done" : s.waiting_for === step.key ? "waiting" : "todo";
+      const li = T.el("li", { class: `start-step ${state}`, "data-step": step.key });
+      li.appendChild(T.el("span", { class: "step-label" }, step.detail ? `${step.title} ${step.detail}` : step.title));
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(T.el("span", { class: "step-at" })).appendChild(
+        step.at ? T.el("time", { datetime: step.at, title: step.at }, clock(step.at)) : document.createTextNode("–"));
+      if (step.after_s !== null) li.appendChild(T.el("span", { class: "step-after muted" }, ` +${step.after_s.toFixed(1)} s`));
+      return li;
+    }));
   }
 
   // Mirrors apps/tracking/display.py: a dash when the run never reported steps, "done" only
@@ -85,6 +125,7 @@
       document.getElementById("run-cost-label").textContent = run.is_finished ? "Cost" : "Cost so far";
     }
     showQueue(run.queue);
+    if (!sweep) showStarting(run.starting);
     if (run.is_finished) {
       const form = document.getElementById("cancel-form");
       if (form) form.remove();
@@ -130,23 +171,106 @@
     if (!keys.length) return;
     const q = new URLSearchParams({ key: keys.join(","), max_points: "500", x: xAxis });
     const resp = await T.getJSON(`${api}/metrics/?${q}`);
+    lastMetrics = { info, resp };
+    drawMetrics();
+    document.getElementById("metrics-updated").textContent = `updated ${when(new Date())}`;
+  }
+
+  // Exponential moving average with TensorBoard's debiasing (the first points are not pulled
+  // towards zero); gaps (NaN, infinities) stay gaps and do not reset it.
+  function smoothed(ys, weight) {
+    let last = 0, n = 0;
+    return ys.map((y) => {
+      if (y === null || y === undefined) return null;
+      n += 1;
+      last = last * weight + (1 - weight) * y;
+      return last / (1 - Math.pow(weight, n));
+    });
+  }
+
+  function metricTraces(s, i) {
+    const xs = xAxis === "time" ? s.x.map((t) => new Date(t * 1000)) : s.x;
+    const c = T.color(i), ys = s.mean.map(T.plottable);
+    const traces = T.bandTraces(s, xs, ys, s.key, c, s.level !== "raw");
+    if (!view.smooth) return traces;
+    // The raw line stays, faint, under the smoothed one (as W&B and TensorBoard draw it).
+    const raw = traces[traces.length - 1];
+    raw.name = `${s.key} (raw)`;
+    raw.opacity = 0.3;
+    raw.mode = "lines";
+    traces.forEach((t) => { if (t !== raw && t.fillcolor) t.fillcolor = T.rgba(c, 0.08); });
+    traces.push({ x: xs, y: smoothed(ys, view.smooth), mode: "lines", line: { width: 2, color: c },
+                  name: `${s.key} (smoothed ${view.smooth.toFixed(2)})` });
+    return traces;
+  }
+
+  function xLayout() {
+    const base = xAxis === "time" ? { title: "", ...timeAxis() } : { title: "step", type: "linear", automargin: true };
+    return view.range ? { ...base, range: view.range.slice(), autorange: false } : { ...base, autorange: true };
+  }
+
+  function drawMetrics() {
+    if (!lastMetrics) return;
+    const { info, resp } = lastMetrics;
     const byKey = Object.fromEntries(info.keys.map((k) => [k.key, k]));
     resp.series.forEach((s, i) => {
-      const xs = xAxis === "time" ? s.x.map((t) => new Date(t * 1000)) : s.x;
-      const c = T.color(i);
-      const traces = T.bandTraces(s, xs, s.mean.map(T.plottable), s.key, c, s.level !== "raw");
       const summary = byKey[s.key];
       const title = `${s.key} · last ${T.fmt(summary.last)} · min ${T.fmt(s.true_min)} · max ${T.fmt(s.true_max)}`;
+      const div = chartFor(s.key);
       // What the picture says, in words: the title's figures (the chart itself is a picture).
-      chartFor(s.key).setAttribute("aria-label", `Chart of ${s.key} by ${xAxis}: last ${T.fmt(summary.last)}, `
+      div.setAttribute("aria-label", `Chart of ${s.key} by ${xAxis}${view.logY ? " (log scale)" : ""}: last ${T.fmt(summary.last)}, `
         + `lowest ${T.fmt(s.true_min)}, highest ${T.fmt(s.true_max)}.`);
-      Plotly.react(chartFor(s.key), traces, {
+      Plotly.react(div, metricTraces(s, i), {
         title: { text: title, font: { size: 13 } }, margin: { l: 50, r: 16, t: 36, b: 36 }, showlegend: false,
-        xaxis: xAxis === "time" ? { title: "", ...timeAxis() } : { title: "step", type: "linear" },
-        uirevision: `${s.key}-${xAxis}`,
-      }, T.CONFIG);
+        xaxis: xLayout(), yaxis: { type: view.logY ? "log" : "linear", automargin: true, exponentformat: "power" },
+        uirevision: `${s.key}-${xAxis}-${view.logY}`,
+      }, T.CONFIG).then(() => {
+        if (div.dataset.synced) return;
+        div.dataset.synced = "1";
+        div.on("plotly_relayout", (ev) => zoomed(div, ev));
+      });
     });
-    document.getElementById("metrics-updated").textContent = `updated ${when(new Date())}`;
+  }
+
+  // One zoom for every metric chart: a zoom (or a double-click back to the whole run) on one
+  // applies to the x axes of all, and stays in the URL.
+  let syncing = false;
+  function zoomed(source, ev) {
+    if (syncing) return;
+    let range;
+    if (ev["xaxis.autorange"]) range = null;
+    else if (ev["xaxis.range[0]"] !== undefined) range = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+    else if (Array.isArray(ev["xaxis.range"])) range = ev["xaxis.range"].slice();
+    else return;  // a y-only zoom, a hover mode: this chart's own
+    // The other charts' own echoes of the same zoom end here.
+    if (JSON.stringify(range) === JSON.stringify(view.range)) return;
+    view.range = range;
+    saveView();
+    syncing = true;
+    try {
+      Object.values(chartDivs).forEach((d) => {
+        if (d === source || !d.data) return;
+        Plotly.relayout(d, range ? { "xaxis.range": range.slice(), "xaxis.autorange": false } : { "xaxis.autorange": true });
+      });
+    } finally {
+      syncing = false;
+    }
+  }
+
+  function saveView() {
+    const q = new URLSearchParams(window.location.search);
+    const put = (name, value) => { if (value) q.set(name, value); else q.delete(name); };
+    put("smooth", view.smooth ? String(view.smooth) : "");
+    put("logy", view.logY ? "1" : "");
+    put("x", xAxis === "time" ? "time" : "");
+    put("zoom", view.range ? view.range.join("~") : "");
+    const search = q.toString();
+    window.history.replaceState(null, "", `${window.location.pathname}${search ? "?" + search : ""}${window.location.hash}`);
+    try { window.localStorage.setItem(STORE_KEY, JSON.stringify({ smooth: view.smooth, logY: view.logY })); } catch (err) { /* private mode */ }
+    const reset = document.getElementById("reset-zoom");
+    if (reset) reset.hidden = !view.range;
+    const out = document.getElementById("smoothing-value");
+    if (out) out.textContent = view.smooth.toFixed(2);
   }
 
   // The energy card: the run's recorded total in the unit that fits it (the server picks it, so
@@ -177,8 +301,9 @@
       `Chart of this run's cumulative energy over time: ${e.total_text}${e.estimated ? ", estimated" : ""} in all.`);
     Plotly.react(energy, [{ x: xs, y: ys,
       mode: few ? "lines+markers" : "lines", fill: "tozeroy", name: e.unit, line: { color: "#66a182" } }], {
-      title: { text: `Cumulative energy (${e.unit})`, font: { size: 13 } }, margin: { l: 60, r: 16, t: 36, b: 36 },
-      xaxis: timeAxis(), yaxis: { rangemode: "tozero", exponentformat: "none" },
+      // automargin: the axes take the room their labels need (a long energy figure, a date).
+      title: { text: `Cumulative energy (${e.unit})`, font: { size: 13 } }, margin: { l: 60, r: 24, t: 36, b: 40 },
+      xaxis: timeAxis(), yaxis: { rangemode: "tozero", exponentformat: "none", automargin: true },
     }, T.CONFIG);
   }
 
@@ -210,13 +335,13 @@
     const title = both ? "Utilization and power" : e.utilization_reported ? "Utilization" : "Power";
     const devices = `${e.devices.length} device${e.devices.length === 1 ? "" : "s"}`;
     div.setAttribute("aria-label", `Chart of the ${title.toLowerCase()} of this run's ${devices} over time.`);
-    const layout = { title: { text: title, font: { size: 13 } }, margin: { l: 50, r: 50, t: 36, b: 36 }, legend: { orientation: "h" },
-                     xaxis: timeAxis() };
+    const layout = { title: { text: title, font: { size: 13 } }, margin: { l: 56, r: 56, t: 36, b: 40 },
+                     legend: { orientation: "h", y: -0.25 }, xaxis: timeAxis() };
     if (e.utilization_reported) {
-      layout.yaxis = { title: "util %", range: [0, 100] };
-      if (e.power_reported) layout.yaxis2 = { title: "W", overlaying: "y", side: "right", rangemode: "tozero" };
+      layout.yaxis = { title: "util %", range: [0, 100], automargin: true };
+      if (e.power_reported) layout.yaxis2 = { title: "W", overlaying: "y", side: "right", rangemode: "tozero", automargin: true };
     } else {
-      layout.yaxis = { title: "W", rangemode: "tozero" };
+      layout.yaxis = { title: "W", rangemode: "tozero", automargin: true };
     }
     Plotly.react(div, traces, layout, T.CONFIG);
   }
@@ -290,6 +415,8 @@
     });
   }, true);
 
+  // Re-drawn on every poll while the run is active: a running attempt's bar ends at now, so the
+  // axis moves with it.
   function drawAttempts() {
     const attempts = data.attempts;
     if (!attempts.length || !document.getElementById("attempts-chart")) return;
@@ -302,7 +429,8 @@
       text: attempts.map((a) => `${a.status}${a.reason ? ": " + a.reason : ""}`), textposition: "inside",
       marker: { color: attempts.map((a) => ({ succeeded: "#66a182", failed: "#d1495b", lost: "#d1495b", preempted: "#edae49" })[a.status] || "#2f5d8a") },
       hovertemplate: "%{y}<br>%{text}<extra></extra>",
-    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: timeAxis(), yaxis: { autorange: "reversed", type: "category" }, height: 60 + 34 * attempts.length },
+    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: timeAxis(), yaxis: { autorange: "reversed", type: "category", automargin: true },
+    height: 60 + 34 * attempts.length },
     T.CONFIG);
   }
 
@@ -365,13 +493,38 @@
     }));
   }
 
+  // The Lineage and Environment cards as the server renders them, read again from the page when
+  // what the job and its agents reported grew (both arrive once the job runs, after the page
+  // was loaded for a run that was starting).
+  async function refreshLineage() {
+    const env = await T.getJSON(`${api}/environment/`);
+    const key = `${Object.keys(env.reported || {}).length}|${env.environments.length}`;
+    if (key === data.lineage_seen) return;
+    const resp = await fetch(window.location.pathname, { credentials: "same-origin" });
+    if (!resp.ok) throw new Error(`${window.location.pathname}: ${resp.status}`);
+    const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+    T.keepFocus(root, () => ["lineage", "environment"].forEach((id) => {
+      const now = document.getElementById(id), next = doc.getElementById(id);
+      if (now && next) now.replaceWith(document.importNode(next, true));
+    }));
+    ["lineage", "environment"].forEach((id) => { const card = document.getElementById(id); if (card) localizeTimes(card); });
+    data.lineage_seen = key;
+  }
+
   async function tick() {
+    const wasFinished = finished;
     const jobs = sweep ? [refreshMetrics().then(() => (lastRun ? refreshTrials(lastRun) : null))]
       : [refreshMetrics(), refreshLogs(), refreshEnergy()];
     if (!sweep && !data.finished) jobs.push(refreshCheckpoints());  // a page that came finished has its final card
+    if (!sweep && searchText) jobs.push(searchMore());
     const results = await Promise.allSettled(jobs);
     if (statusKey !== historyKey || polls % HISTORY_EVERY === 0) {
       results.push(...await Promise.allSettled([refreshHistory()]));
+    } else if (!finished) {
+      drawAttempts();
+    }
+    if (!sweep && !data.finished && (polls % HISTORY_EVERY === 0 || finished !== wasFinished)) {
+      results.push(...await Promise.allSettled([refreshLineage()]));
     }
     polls += 1;
     results.filter((r) => r.status === "rejected").forEach((r) => console.warn(r.reason));
@@ -379,8 +532,11 @@
   }
 
   const xSelect = document.getElementById("x-axis");
+  if (xSelect) xSelect.value = xAxis;
   if (xSelect) xSelect.addEventListener("change", (ev) => {
     xAxis = ev.target.value;
+    view.range = null;  // a step range means nothing on a time axis
+    saveView();
     Object.values(chartDivs).forEach((d) => d.remove());
     Object.keys(chartDivs).forEach((k) => delete chartDivs[k]);
     refreshMetrics();
@@ -400,6 +556,120 @@
     });
   }
 
+  const smoothing = document.getElementById("smoothing");
+  if (smoothing) {
+    smoothing.value = String(view.smooth);
+    smoothing.addEventListener("input", () => {
+      view.smooth = clampSmooth(parseFloat(smoothing.value));
+      saveView();
+      drawMetrics();
+    });
+  }
+  const logY = document.getElementById("log-y");
+  if (logY) {
+    logY.checked = view.logY;
+    logY.addEventListener("change", () => {
+      view.logY = logY.checked;
+      saveView();
+      drawMetrics();
+    });
+  }
+  const resetZoom = document.getElementById("reset-zoom");
+  if (resetZoom) resetZoom.addEventListener("click", () => zoomed(null, { "xaxis.autorange": true }));
+
+  // --- log search: the server filters the whole log (it may be far longer than the tail shown);
+  // while the run is active, new matching lines are added as they arrive.
+  let searchText = "";
+  let searchCursor = 0;
+  let searchLines = 0;
+  let searchSeq = 0;
+  const SEARCH_SHOWN = 5000;
+
+  function markMatches(text, needle) {
+    const frag = document.createDocumentFragment();
+    const lower = text.toLowerCase(), n = needle.toLowerCase();
+    let at = 0;
+    for (let i = lower.indexOf(n); i >= 0 && n; i = lower.indexOf(n, at)) {
+      frag.appendChild(document.createTextNode(text.slice(at, i)));
+      frag.appendChild(T.el("mark", {}, text.slice(i, i + n.length)));
+      at = i + n.length;
+    }
+    frag.appendChild(document.createTextNode(text.slice(at)));
+    return frag;
+  }
+
+  async function searchPage(seq) {
+    const q = new URLSearchParams({ q: searchText, after: String(searchCursor) });
+    const resp = await fetch(`${api}/logs/?${q}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    const body = await resp.json().catch(() => ({}));
+    if (seq !== searchSeq) return null;  // the text changed while this was on its way
+    if (!resp.ok) {
+      const fields = (body.error && body.error.fields) || {};
+      throw new Error(fields.q ? `q: ${fields.q.join(" ")}` : (body.error && body.error.message) || `search failed (${resp.status})`);
+    }
+    const pre = document.getElementById("log-matches");
+    body.chunks.forEach((c) => {
+      if (searchLines >= SEARCH_SHOWN) return;
+      const lines = c.text.split("\n").filter((line) => line);
+      searchLines += lines.length;
+      pre.appendChild(markMatches(lines.map((line) => `${data.attempts.length > 1 ? `[${c.attempt}] ` : ""}${line}\n`).join(""), searchText));
+    });
+    searchCursor = body.next;
+    return body.more;
+  }
+
+  function searchStatus() {
+    const status = document.getElementById("log-search-status");
+    const shown = searchLines >= SEARCH_SHOWN ? `the first ${SEARCH_SHOWN} ` : "";
+    status.textContent = searchLines ? `${shown}${searchLines} matching line${searchLines === 1 ? "" : "s"}` : "no matching lines";
+  }
+
+  async function searchMore() {
+    const seq = searchSeq;
+    for (let page = 0; page < 10 && searchText && searchLines < SEARCH_SHOWN; page++) {
+      const more = await searchPage(seq);
+      if (!more) break;
+    }
+    if (seq === searchSeq) searchStatus();
+  }
+
+  async function search(text) {
+    searchSeq += 1;
+    searchText = text;
+    searchCursor = 0;
+    searchLines = 0;
+    const matches = document.getElementById("log-matches"), tail = document.getElementById("log-tail");
+    const status = document.getElementById("log-search-status");
+    matches.replaceChildren();
+    matches.hidden = !text;
+    tail.hidden = Boolean(text);
+    status.textContent = text ? "searching…" : "";
+    status.classList.remove("error");
+    if (!text) return;
+    try {
+      await searchMore();
+    } catch (err) {
+      status.textContent = err.message;
+      status.classList.add("error");
+      searchText = "";  // not followed while the server refuses it
+    }
+  }
+
+  const searchBox = document.getElementById("log-search");
+  if (searchBox) {
+    let typing = null;
+    searchBox.addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => search(searchBox.value), 300);
+    });
+    document.getElementById("log-search-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      clearTimeout(typing);
+      search(searchBox.value);
+    });
+  }
+
+  saveView();
   localizeTimes(root);
   drawAttempts();
   tick();

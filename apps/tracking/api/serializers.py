@@ -77,6 +77,22 @@ class QueueStandingSerializer(serializers.Serializer[Any]):
     estimated_start_high = serializers.DateTimeField(allow_null=True)
 
 
+class StartStepSerializer(serializers.Serializer[Any]):
+    key = serializers.ChoiceField(choices=["placed", "claimed", "started", "first_report"])
+    title = serializers.CharField(help_text="The step in words: 'Process started'.")
+    at = serializers.DateTimeField(allow_null=True, help_text="When the step happened; null while the attempt waits for it.")
+    after_s = serializers.FloatField(allow_null=True, help_text="Seconds after the step before.")
+    detail = serializers.CharField(help_text="The nodes, for the placement.")
+
+
+class RunStartingSerializer(serializers.Serializer[Any]):
+    attempt = serializers.IntegerField(help_text="The current attempt's number.")
+    steps = StartStepSerializer(many=True)
+    starting = serializers.BooleanField(help_text="True while the attempt is active and has not reported its first metric.")
+    waiting_for = serializers.CharField(allow_null=True, help_text="The step it waits for while starting.")
+    text = serializers.CharField(help_text='In words: "Starting: process started 4 s ago, waiting for the first metric."')
+
+
 class KeysRunSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     status = serializers.CharField()
@@ -86,6 +102,7 @@ class KeysRunSerializer(serializers.Serializer[Any]):
     cost = serializers.CharField(help_text="Cost so far in the pool's currency, a decimal number as a string.")
     cost_text = serializers.CharField(help_text="The cost as pages show money, e.g. '$0.42'.")
     queue = QueueStandingSerializer(allow_null=True, help_text="Where a queued run stands in its pool; null otherwise.")
+    starting = RunStartingSerializer(allow_null=True, help_text="The current attempt's start-up steps; null before the first placement.")
 
 
 class MetricKeysResponseSerializer(serializers.Serializer[Any]):
@@ -153,6 +170,8 @@ class LogPageSerializer(serializers.Serializer[Any]):
     chunks = LogChunkSerializer(many=True)
     next = serializers.IntegerField(help_text="The cursor for the next call (the last chunk's id, or `after` when none).")
     more = serializers.BooleanField(help_text="True when this page was full: call again at once with after=next.")
+    q = serializers.CharField(required=False, help_text="With ?q=: the text searched for.")
+    matches = serializers.IntegerField(required=False, help_text="With ?q=: matching lines on this page.")
 
 
 class EnergyDeviceSerializer(serializers.Serializer[Any]):

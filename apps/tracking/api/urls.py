@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<int:run_pk>/checkpoints/<int:pk>/download/", views.CheckpointDownloadView.as_view(),
          name="run-checkpoint-download"),
     path("runs/<int:pk>/logs/", views.RunLogsView.as_view(), name="run-logs"),
+    path("runs/<int:pk>/logs/download/", views.RunLogDownloadView.as_view(), name="run-logs-download"),
     path("runs/<int:pk>/history/", views.RunHistoryView.as_view(), name="run-history"),
     path("runs/<int:pk>/energy/", views.RunEnergyView.as_view(), name="run-energy"),
     path("runs/<int:pk>/environment/", views.RunEnvironmentView.as_view(), name="run-environment"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import FileResponse, Http404, HttpResponseRedirect
+from django.http import FileResponse, Http404, HttpResponseRedirect, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -21,7 +21,7 @@ from apps.runs.models import Attempt, Checkpoint, Run
 from apps.runs.selectors import attempt_for_node_report
 from apps.runs.services.checkpoints import checkpoint_download_url, checkpoint_open
 from apps.tenants.api.scoped import ScopedMixin
-from apps.tracking import environment_selectors, selectors
+from apps.tracking import environment_selectors, log_selectors, selectors, startup_selectors
 from apps.tracking.api.serializers import (
     CheckpointPageSerializer,
     CompareResponseSerializer,
@@ -184,7 +184,7 @@ class RunMetricKeysView(_RunScoped):
         return Response({
             "run": {"id": run.pk, "status": run.status, "status_reason": run.status_reason, "is_finished": run.is_finished,
                     "progress": selectors.run_progress(run=run), "cost": str(cost), "cost_text": money(cost),
-                    "queue": selectors.queue_standing(run=run)},
+                    "queue": selectors.queue_standing(run=run), "starting": startup_selectors.run_starting(run=run)},
             "keys": [selectors.summary_dict(s) for s in summaries.values()],
         })
 
@@ -236,15 +236,33 @@ class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):
 class RunLogsView(_RunScoped):
     @extend_schema(
         parameters=[OpenApiParameter("after", int, description="Cursor: the last chunk id seen (0 to start)."),
-                    OpenApiParameter("limit", int, description="Chunks per page, 1-1000 (default 200).")],
+                    OpenApiParameter("limit", int, description="Chunks per page, 1-1000 (default 200; with q, chunks searched, "
+                                                                "1-5000, default 2000)."),
+                    OpenApiParameter("q", str, description=f"Only the lines holding this text (case-insensitive, at most "
+                                                           f"{log_selectors.LOG_QUERY_MAX_CHARS} characters); each chunk then "
+                                                           "holds its matching lines.")],
         responses={200: LogPageSerializer},
         description="Log chunks in the order they arrived, after a cursor: follow with after=next while more is true.",
     )
     def get(self, request: Request, pk: int) -> Response:
         run = self.get_object()
         after = _int_param(request, "after", 0, 0, 2**62)
+        q = log_selectors.log_query_clean(request.query_params.get("q"))
+        if q:
+            limit = _int_param(request, "limit", log_selectors.LOG_SEARCH_CHUNKS, 1, 5000)
+            return Response(log_selectors.log_search(run=run, q=q, after=after, limit=limit))
         limit = _int_param(request, "limit", 200, 1, 1000)
         return Response(selectors.log_chunks(run=run, after=after, limit=limit))
+
+
+class RunLogDownloadView(_RunScoped):
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR},
+                   description="The run's whole log as a text/plain attachment, streamed in the order it arrived.")
+    def get(self, request: Request, pk: int) -> HttpResponseBase:
+        run = self.get_object()
+        response = StreamingHttpResponse(log_selectors.log_text(run=run), content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-log.txt"'
+        return response
 
 
 class RunHistoryView(_RunScoped):
