@@ -92,6 +92,11 @@ SWEEP_SCHEMA: dict[str, Any] = {
         "params": {"type": "object", "default": {}, "description": "Fixed parameters every trial gets."},
         "max_runs": {"type": "integer", "minimum": 1, "maximum": 50, "default": 4, "description": "Most trials to start."},
         "seed": {"type": "integer", "minimum": 0, "maximum": 2147483647, "default": 0, "description": "Seed of random sampling."},
+        "objective": {"type": "object", "additionalProperties": False,
+                      "description": "The metric the sweep optimises and which way, e.g. {\"metric\": \"val_loss\", \"goal\": \"min\"};"
+                                     " the sweep page marks the best trial by it.",
+                      "properties": {"metric": {"type": "string", "minLength": 1, "maxLength": 250},
+                                     "goal": {"type": "string", "enum": ["min", "max"]}}},
     },
 }
 CUSTOM_SCHEMA: dict[str, Any] = {

@@ -12,6 +12,7 @@ equal a recomputation from the raw points.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 # Bucket sizes, in steps, of rollup levels 0, 1, 2; each level is 16 buckets of the one below.
@@ -128,3 +129,25 @@ class AttemptEnvironment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.attempt} rank {self.node_rank} on {self.hostname}"
+
+
+class SavedComparison(models.Model):
+    """A named comparison in a project: its runs and the page's settings, for a link the team shares
+    (/compare/v/<id>/). Settings left empty take the page's defaults."""
+
+    project = models.ForeignKey("tenants.Project", on_delete=models.CASCADE, related_name="saved_comparisons")
+    name = models.CharField(max_length=100)
+    run_ids = models.JSONField(help_text="Run ids in the comparison's order.")
+    keys = models.JSONField(default=list, blank=True, help_text="Chosen metric keys; empty for the page's default.")
+    metric = models.CharField(max_length=250, blank=True, help_text="The parallel coordinates' final metric.")
+    only_differences = models.BooleanField(null=True, blank=True, help_text="Unset: on above two runs.")
+    x_axis = models.CharField(max_length=8, default="step")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="saved_comparison_name_unique")]
+        ordering = ["name", "pk"]
+
+    def __str__(self) -> str:
+        return self.name

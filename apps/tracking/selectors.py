@@ -25,6 +25,7 @@ from apps.tracking.downsample import Bucket, downsample, encode, extremes, point
 from apps.tracking.energy_selectors import runs_energy
 from apps.tracking.environment_selectors import environment_compare
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
+from apps.tracking.sweeps import sweep_best_trial, sweep_objective
 
 R = TypeVar("R")
 
@@ -564,16 +565,25 @@ def sweep_trials(*, parent: Run, runs: QuerySet[Run]) -> dict[str, Any]:
     summaries = metric_summaries(run_ids=[t.pk for t in trials])
     keys = {key for per in summaries.values() for key in per}
     metric = next((k for k in TRIAL_METRICS if k in keys), min(keys) if keys else None)
+    # The sweep's own objective, where it names one, is the metric shown and ranked by.
+    objective = sweep_objective(params=parent.params, metric=metric)
+    metric = objective["metric"] if objective else metric
     rows = []
     for trial, params in zip(trials, flat, strict=True):
         summary = summaries[trial.pk].get(metric) if metric else None
         rows.append({"id": trial.pk, "label": run_label(pk=trial.pk, name=trial.name), "status": trial.status,
                      "params": [value_text(params[name]) if name in params else "–" for name in varying],
+                     "values": [params.get(name) for name in varying],
                      "metric": summary_dict(summary)["last"] if summary is not None else None})
+    best = sweep_best_trial(rows=rows, goal=objective["goal"]) if objective else None
+    for row in rows:
+        row["best"] = row["id"] == best
     ids = [t.pk for t in trials][:COMPARE_MAX_RUNS]
     first = trials[0] if trials else None
     return {
-        "rows": rows, "param_names": varying, "metric": metric,
+        "rows": rows, "param_names": varying, "metric": metric, "objective": objective, "best": best,
+        "chart": {"param_names": varying, "metric": metric, "goal": objective["goal"] if objective else "",
+                  "trials": [{k: r[k] for k in ("id", "label", "values", "metric", "best")} for r in rows]},
         "compare_url": f"/compare/?runs={','.join(map(str, ids))}" if len(ids) >= COMPARE_MIN_RUNS else None,
         "finished": sum(1 for t in trials if t.is_finished), "count": len(trials),
         "cost": sum((run_cost(run=t) for t in trials), Decimal(0)),

@@ -8,4 +8,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/overview/", views.runs_overview_fragment, name="runs-overview"),
     path("compare/", views.compare_page, name="compare"),
     path("compare/export.csv", views.compare_csv, name="compare-csv"),
+    path("compare/v/<int:pk>/", views.saved_compare_page, name="compare-saved"),
 ]

@@ -32,6 +32,13 @@ from apps.runs.selectors import run_list
 from apps.tenants.models import Project
 from apps.tenants.selectors import project_list
 from apps.tracking import environment_selectors, selectors, startup_selectors
+from apps.tracking.compare_selectors import (
+    compare_costs,
+    compare_default_metric,
+    compare_metric_choices,
+    compare_only_differences_default,
+    saved_comparison_list,
+)
 from apps.tracking.display import (
     deleted_checkpoints_text,
     energy_text,
@@ -45,7 +52,7 @@ from apps.tracking.display import (
 )
 from apps.tracking.energy_selectors import run_energy_figures, runs_energy
 from apps.tracking.history import run_history
-from apps.tracking.models import MetricSummary
+from apps.tracking.models import MetricSummary, SavedComparison
 from apps.tracking.overview import ACTIVE, runs_overview
 
 TAG_FILTERS = ("owner", "task", "dataset", "candidate")
@@ -270,19 +277,37 @@ def _compare_ids(request: HttpRequest) -> list[int] | None:
 
 @login_required
 def compare_page(request: HttpRequest) -> HttpResponse:
+    view_ref = request.GET.get("view", "")
+    if view_ref:
+        # ?view=<id> is the same page as /compare/v/<id>/: a saved comparison's runs and settings.
+        if not is_id(view_ref):
+            raise Http404("No such saved comparison.")
+        return saved_compare_page(request, int(view_ref))
     ids = _compare_ids(request)
     if len(request.GET.getlist("runs")) > 1 and ids is not None:
         # Checkbox forms send runs=1&runs=2: fold them into one shareable parameter.
         query = request.GET.copy()
         query.setlist("runs", [",".join(map(str, ids))])
         return redirect(f"{request.path}?{query.urlencode()}")
+    return _compare_render(request, ids)
+
+
+@login_required
+def saved_compare_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """A saved comparison, at a link anyone in its team can open (another team's is a 404)."""
+    saved = get_object_or_404(saved_comparison_list(user=request.user), pk=pk)
+    return _compare_render(request, list(saved.run_ids), saved=saved)
+
+
+def _compare_render(request: HttpRequest, ids: list[int] | None, *, saved: SavedComparison | None = None) -> HttpResponse:
     problem = None
     if ids is None:
         problem = "runs must be comma-separated run ids."
     elif not selectors.COMPARE_MIN_RUNS <= len(ids) <= selectors.COMPARE_MAX_RUNS:
         problem = f"Pick {selectors.COMPARE_MIN_RUNS} to {selectors.COMPARE_MAX_RUNS} runs to compare (got {len(ids)})."
     else:
-        names = dict(run_list(user=request.user).filter(pk__in=ids).values_list("pk", "name"))
+        runs = {r.pk: r for r in run_list(user=request.user).filter(pk__in=ids).select_related("pool")}
+        names = {pk: r.name for pk, r in runs.items()}
         missing = [i for i in ids if i not in names]
         if missing:
             # Say which: one mistyped id used to turn the whole comparison into a bare 404. Not
@@ -293,18 +318,45 @@ def compare_page(request: HttpRequest) -> HttpResponse:
             return render(request, "tracking/compare.html", context, status=404)
         environment = environment_selectors.environment_compare(run_ids=ids)
         looks = _compare_looks(ids, names)
-        energy = _compare_energy(request, looks)
+        energy = _compare_energy(looks, [runs[i] for i in ids])
+        choices = compare_metric_choices(run_ids=ids)
         return render(request, "tracking/compare.html", {"problem": None, "ids": ids, "runs_param": ",".join(map(str, ids)),
                                                          "compare_runs": looks,
                                                          "compare_energy": energy,
                                                          "compare_energy_samples": any(e["wh_per_1k_samples"] is not None for e in energy),
                                                          "compare_energy_tokens": any(e["wh_per_1k_tokens"] is not None for e in energy),
-                                                         "compare_metrics": selectors.metric_coverage(run_ids=ids),
+                                                         "compare_metrics": choices,
+                                                         "compare_defaults": _compare_defaults(ids, choices, saved),
+                                                         "saved": saved,
+                                                         "saved_views": _saved_views(request, ids),
                                                          "environment": environment,
                                                          "environment_differs": [f for f in environment["fields"] if f["differs"]],
                                                          "environment_same": [f["label"] for f in environment["fields"]
                                                                               if not f["differs"]]})
     return render(request, "tracking/compare.html", {"problem": problem, "ids": ids or [], "runs_param": ",".join(map(str, ids or []))})
+
+
+def _compare_defaults(ids: list[int], choices: list[dict[str, Any]], saved: SavedComparison | None) -> dict[str, Any]:
+    """What the page opens on where its URL says nothing: a saved comparison's settings, else a
+    metric that differs between the runs and "only differences" above two runs."""
+    out: dict[str, Any] = {"metric": compare_default_metric(choices=choices), "keys": [], "x": "step",
+                           "only_differences": compare_only_differences_default(count=len(ids)), "saved": None}
+    if saved is not None:
+        keys = [m["key"] for m in choices]
+        out.update({"keys": saved.keys, "x": saved.x_axis, "saved": {"id": saved.pk, "name": saved.name, "url": f"/compare/v/{saved.pk}/"}})
+        if saved.metric in keys:
+            out["metric"] = saved.metric
+        if saved.only_differences is not None:
+            out["only_differences"] = saved.only_differences
+    return out
+
+
+def _saved_views(request: HttpRequest, ids: list[int]) -> list[dict[str, Any]]:
+    """The saved comparisons of the projects these runs are in, newest first."""
+    projects = run_list(user=request.user).filter(pk__in=ids).values("project_id")
+    qs = saved_comparison_list(user=request.user).filter(project_id__in=projects).order_by("-created_at", "-pk")[:50]
+    return [{"id": s.pk, "name": s.name, "url": f"/compare/v/{s.pk}/", "project": s.project.full_slug, "runs": len(s.run_ids),
+             "by": s.created_by.get_username() if s.created_by else "", "mine": s.created_by_id == request.user.pk} for s in qs]
 
 
 def _compare_looks(ids: list[int], names: dict[int, str]) -> list[dict[str, Any]]:
@@ -313,11 +365,11 @@ def _compare_looks(ids: list[int], names: dict[int, str]) -> list[dict[str, Any]
     return [{"id": pk, "label": run_label(pk=pk, name=names[pk]), "color": run_color(i)} for i, pk in enumerate(ids)]
 
 
-def _compare_energy(request: HttpRequest, looks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each compared run's energy figures, in the comparison's order and colours."""
-    runs = {r.pk: r for r in run_list(user=request.user).filter(pk__in=[look["id"] for look in looks])}
-    figures = runs_energy(runs=list(runs.values()))
-    return [{**look, **figures[look["id"]].as_dict()} for look in looks]
+def _compare_energy(looks: list[dict[str, Any]], runs: list[Run]) -> list[dict[str, Any]]:
+    """Each compared run's cost and energy figures, in the comparison's order and colours."""
+    figures = runs_energy(runs=runs)
+    costs = compare_costs(runs=runs)
+    return [{**look, **figures[look["id"]].as_dict(), "cost": money(costs[look["id"]])} for look in looks]
 
 
 @login_required

@@ -1,5 +1,6 @@
 // The comparison view. Every control writes its state to the query string (replaceState), so
-// the URL is shareable: runs, keys, smooth, x, bands, metric, sort, diff.
+// the URL is shareable: runs, keys, smooth, x, bands, metric, sort, diff; "Save view" keeps them
+// under a name at a short link.
 (function () {
   const T = window.Trainyard;
   const root = document.getElementById("compare-page");
@@ -11,6 +12,12 @@
   // The metrics with the runs that logged each, those the most runs logged first (ties by name):
   // the parallel coordinates start on the first, so that as many runs as can be have a line.
   const coverage = JSON.parse(document.getElementById("compare-metrics").textContent);
+  // What the page opens on where the URL says nothing (a saved view's settings, else a metric
+  // that differs between the runs, and "only differences" above two runs): apps/tracking/views.py.
+  const defaults = JSON.parse(document.getElementById("compare-defaults").textContent);
+  const xAxis = () => state.get("x") || defaults.x;
+  const onlyDiff = () => (state.has("diff") ? state.get("diff") === "1" : defaults.only_differences);
+  let shownMetric = "";
   let data = null;
 
   function save() {
@@ -34,8 +41,9 @@
   function runColor(i) { const look = looks[data.runs[i].id]; return look ? look.color : T.color(i); }
 
   async function load() {
-    const q = new URLSearchParams({ runs: root.dataset.runs, x: state.get("x") || "step", max_points: "400" });
-    if (state.get("keys")) q.set("keys", state.get("keys"));
+    const q = new URLSearchParams({ runs: root.dataset.runs, x: xAxis(), max_points: "400" });
+    const keys = state.get("keys") || defaults.keys.join(",");
+    if (keys) q.set("keys", keys);
     data = await T.getJSON(`/api/v1/compare/?${q}`);
     render();
   }
@@ -44,7 +52,7 @@
     const box = document.getElementById("compare-charts");
     box.replaceChildren();
     const w = parseFloat(state.get("smooth") || "0");
-    const byTime = (state.get("x") || "step") === "time";
+    const byTime = xAxis() === "time";
     const bands = state.get("bands") !== "0";
     if (!data.keys.length) box.appendChild(T.el("p", { class: "muted" }, "None of these runs has reported metrics."));
     // All divs first, then plots: a chart drawn before its siblings exist would keep a stale width.
@@ -128,7 +136,7 @@
   }
 
   function renderDiff() {
-    const only = state.get("diff") === "1";
+    const only = onlyDiff();
     document.getElementById("only-diff").checked = only;
     const table = document.getElementById("diff-table");
     const head = T.el("tr");
@@ -160,9 +168,12 @@
     const n = data.runs.length;
     const offered = coverage.filter((m) => data.keys.includes(m.key));
     const asked = state.get("metric");
-    const metric = offered.some((m) => m.key === asked) ? asked : (offered.length ? offered[0].key : "");
+    const has = (key) => offered.some((m) => m.key === key);
+    const metric = has(asked) ? asked : has(defaults.metric) ? defaults.metric : (offered.length ? offered[0].key : "");
+    shownMetric = metric;
     select.replaceChildren(...offered.map((m) => {
-      const o = T.el("option", { value: m.key }, m.runs.length < n ? `${m.key} (${m.runs.length} of ${n} runs)` : m.key);
+      const words = [m.runs.length < n ? `${m.runs.length} of ${n} runs` : "", m.differs ? "" : "same for all"].filter(Boolean);
+      const o = T.el("option", { value: m.key }, words.length ? `${m.key} (${words.join(", ")})` : m.key);
       if (m.key === metric) o.selected = true;
       return o;
     }));
@@ -213,7 +224,7 @@
   function render() {
     document.getElementById("smoothing").value = state.get("smooth") || "0";
     document.getElementById("smoothing-value").textContent = parseFloat(state.get("smooth") || "0").toFixed(2);
-    document.getElementById("x-axis").value = state.get("x") || "step";
+    document.getElementById("x-axis").value = xAxis();
     document.getElementById("bands").checked = state.get("bands") !== "0";
     renderCharts();
     renderSummary();
@@ -222,9 +233,58 @@
   }
 
   document.getElementById("smoothing").addEventListener("input", (ev) => { setState("smooth", ev.target.value, "0"); render(); });
-  document.getElementById("x-axis").addEventListener("change", (ev) => { setState("x", ev.target.value, "step"); load(); });
+  document.getElementById("x-axis").addEventListener("change", (ev) => { setState("x", ev.target.value, defaults.x); load(); });
   document.getElementById("bands").addEventListener("change", (ev) => { setState("bands", ev.target.checked ? "" : "0", ""); renderCharts(); });
   document.getElementById("pc-metric").addEventListener("change", (ev) => { setState("metric", ev.target.value, ""); renderParcoords(); });
-  document.getElementById("only-diff").addEventListener("change", (ev) => { setState("diff", ev.target.checked ? "1" : "", ""); renderDiff(); });
+  document.getElementById("only-diff").addEventListener("change", (ev) => {
+    setState("diff", ev.target.checked ? "1" : "0", defaults.only_differences ? "1" : "0");
+    renderDiff();
+  });
+
+  // Saved views: the page's state under a name in the first run's project, at a link the team
+  // can open (/compare/v/<id>/); listed under the page, the viewer's own with a delete button.
+  const saveForm = document.getElementById("save-view");
+  const token = () => saveForm.elements.csrfmiddlewaretoken.value;
+  async function send(method, url, body) {
+    const resp = await fetch(url, { method, credentials: "same-origin", body: body ? JSON.stringify(body) : undefined,
+      headers: { "X-CSRFToken": token(), Accept: "application/json", "Content-Type": "application/json" } });
+    const reply = resp.status === 204 ? {} : await resp.json().catch(() => ({}));
+    if (!resp.ok) {
+      const err = reply.error || {};
+      const fields = Object.entries(err.fields || {}).map(([k, v]) => `${k}: ${v.join(" ")}`);
+      throw new Error(fields.length ? fields.join("; ") : err.message || `failed (${resp.status})`);
+    }
+    return reply;
+  }
+  function viewItem(v) {
+    const li = T.el("li", { "data-view": v.id });
+    li.appendChild(T.el("a", { href: v.url }, v.name));
+    li.appendChild(T.el("span", { class: "muted" }, `${v.project_slug} · ${v.runs.length} runs${v.created_by ? ` · by ${v.created_by}` : ""}`));
+    const del = li.appendChild(T.el("button", { type: "button", class: "link-button delete-view", "data-view": v.id,
+                                                "aria-label": `Delete saved view ${v.name}` }, "delete"));
+    del.addEventListener("click", () => deleteView(del));
+    return li;
+  }
+  async function deleteView(button) {
+    if (!window.confirm("Delete this saved view? Its link stops working.")) return;
+    try {
+      await send("DELETE", `/api/v1/compare/views/${button.dataset.view}/`);
+      button.closest("li").remove();
+      document.getElementById("no-saved-views").hidden = document.querySelectorAll("#saved-views li").length > 0;
+    } catch (err) { document.getElementById("save-view-result").textContent = `Not deleted: ${err.message}`; }
+  }
+  document.querySelectorAll("#saved-views .delete-view").forEach((b) => b.addEventListener("click", () => deleteView(b)));
+  saveForm.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const out = document.getElementById("save-view-result");
+    const keys = state.get("keys") ? state.get("keys").split(",") : defaults.keys;
+    try {
+      const v = await send("POST", "/api/v1/compare/views/", { name: saveForm.elements.name.value, runs: root.dataset.runs, keys,
+        metric: shownMetric, only_differences: onlyDiff(), x: xAxis() });
+      out.replaceChildren(document.createTextNode("Saved: "), T.el("a", { href: v.url, id: "saved-view-link" }, `${location.origin}${v.url}`));
+      document.getElementById("saved-views").prepend(viewItem(v));
+      document.getElementById("no-saved-views").hidden = true;
+    } catch (err) { out.textContent = `Not saved: ${err.message}`; }
+  });
   load().catch((err) => { document.getElementById("compare-charts").textContent = `Could not load the comparison: ${err.message}`; });
 })();

@@ -208,6 +208,14 @@ def make_webhook_delivery(cast: Any, team: Team) -> Model:
     return WebhookDelivery.objects.get_or_create(endpoint=endpoint, event=event)[0]
 
 
+def make_saved_comparison(cast: Any, team: Team) -> Model:
+    from apps.tracking.models import SavedComparison
+
+    runs = [make_run(cast, team).pk for _ in range(2)]
+    return SavedComparison.objects.create(project=_project(cast, team), name=f"matrix-{uuid.uuid4().hex[:6]}", run_ids=runs,
+                                          created_by=_owner(cast, team))
+
+
 Factory = Callable[[Any, Team], Any]
 
 
@@ -250,6 +258,8 @@ OBJECTS: dict[str, Factory | Owned] = {
     "projects/<project_id>/secrets/set/": make_project,
     "projects/<project_id>/secrets/<name>/delete/": make_secret,
     "runs/<pk>/": make_run,
+    "api/v1/compare/views/<pk>/": make_saved_comparison,
+    "compare/v/<pk>/": make_saved_comparison,
     "api/v1/webhooks/<pk>/": make_webhook,
     "api/v1/webhooks/<pk>/ping/": make_webhook,
     "api/v1/webhook-deliveries/<pk>/": make_webhook_delivery,
@@ -276,6 +286,7 @@ COLLECTIONS: dict[str, Factory | Query] = {
     "api/v1/webhooks/": make_webhook,
     "api/v1/webhook-deliveries/": make_webhook_delivery,
     "api/v1/compare/": Query(make_run, "runs={pk},987654320"),  # tracking: bob's run in a comparison is a 404
+    "api/v1/compare/views/": make_saved_comparison,
     "api/v1/queue/": make_run,  # scheduling: pools are shared; bob's queued run shows with no id, name or project
     # HTML pages that name an object in the query string (not required, but cheap to cover):
     "compare/": Query(make_run, "runs={pk}"),

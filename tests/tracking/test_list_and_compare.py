@@ -183,10 +183,10 @@ def test_compare_page_orders_metrics_by_how_many_runs_logged_them(cast: Any) -> 
     silent = make_run(cast.digits, name="silent", status=RunStatus.SUCCEEDED)  # logged nothing
     html = _client(cast.alice).get(f"/compare/?runs={a.pk},{b.pk},{c.pk},{silent.pk}").content.decode()
     assert _compare_metrics(html) == [
-        {"key": "loss", "runs": [a.pk, b.pk, c.pk]},
-        {"key": "zeta", "runs": [b.pk, c.pk]},
-        {"key": "acc", "runs": [a.pk]},  # ties by name
-        {"key": "beta", "runs": [a.pk]},
+        {"key": "loss", "runs": [a.pk, b.pk, c.pk], "differs": False},  # every run's last value is 0.5
+        {"key": "zeta", "runs": [b.pk, c.pk], "differs": False},
+        {"key": "acc", "runs": [a.pk], "differs": False},  # ties by name
+        {"key": "beta", "runs": [a.pk], "differs": False},
     ]
     assert 'id="parcoords-note"' in html  # where the script says whose line is missing and why
     # The runs' order is the comparison's, not the ids': the same metrics, each run list reordered.

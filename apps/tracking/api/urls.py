@@ -1,6 +1,6 @@
 from django.urls import URLPattern, URLResolver, path
 
-from apps.tracking.api import views
+from apps.tracking.api import compare_views, views
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("agent/metrics/", views.MetricIngestView.as_view(), name="agent-metrics"),
@@ -16,4 +16,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<int:pk>/energy/", views.RunEnergyView.as_view(), name="run-energy"),
     path("runs/<int:pk>/environment/", views.RunEnvironmentView.as_view(), name="run-environment"),
     path("compare/", views.CompareView.as_view(), name="compare-api"),
+    path("compare/views/", compare_views.SavedComparisonListView.as_view(), name="saved-comparison-list"),
+    path("compare/views/<int:pk>/", compare_views.SavedComparisonDetailView.as_view(), name="saved-comparison-detail"),
 ]

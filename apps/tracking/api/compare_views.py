@@ -1,0 +1,116 @@
+"""Saved comparisons over the API: save the comparison page's state under a name, list, open, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.core.errors import FieldError
+from apps.core.text import is_id
+from apps.tenants.api.scoped import ScopedMixin
+from apps.tenants.selectors import project_list
+from apps.tracking.compare_selectors import saved_comparison_list
+from apps.tracking.compare_services import ComparisonSettings, saved_comparison_create, saved_comparison_delete
+from apps.tracking.models import SavedComparison
+
+
+def saved_comparison_dict(saved: SavedComparison) -> dict[str, Any]:
+    return {
+        "id": saved.pk, "name": saved.name, "project": saved.project_id, "project_slug": saved.project.full_slug,
+        "runs": saved.run_ids, "keys": saved.keys, "metric": saved.metric,
+        "only_differences": saved.only_differences, "x": saved.x_axis,
+        "created_by": saved.created_by.get_username() if saved.created_by else None,
+        "created_at": saved.created_at.isoformat(), "url": f"/compare/v/{saved.pk}/",
+    }
+
+
+def _id_list(value: Any, field: str) -> list[int]:
+    """Ids as a JSON list or a comma-separated string."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, list):
+        raise FieldError(field, "must be a list of run ids or comma-separated run ids")
+    ids = []
+    for part in parts:
+        text = str(part).strip() if not isinstance(part, bool) else ""
+        if not is_id(text):
+            raise FieldError(field, f"{str(part)[:40]!r} is not a run id")
+        ids.append(int(text))
+    return ids
+
+
+def _key_list(value: Any) -> list[str]:
+    if value in (None, ""):
+        return []
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+        raise FieldError("keys", "must be a list of metric keys or comma-separated keys")
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _settings(data: Any) -> ComparisonSettings:
+    if not isinstance(data, dict):
+        raise FieldError("body", "must be a JSON object with name and runs")
+    if "runs" not in data:
+        raise FieldError("runs", "required: the run ids to compare")
+    metric = data.get("metric") or ""
+    if not isinstance(metric, str):
+        raise FieldError("metric", "must be a metric key")
+    only = data.get("only_differences")
+    if only is not None and not isinstance(only, bool):
+        raise FieldError("only_differences", "must be true, false or null (the page's default)")
+    x_axis = data.get("x") or "step"
+    if not isinstance(x_axis, str):
+        raise FieldError("x", "must be step or time")
+    return ComparisonSettings(run_ids=tuple(_id_list(data["runs"], "runs")), keys=tuple(_key_list(data.get("keys"))),
+                              metric=metric, only_differences=only, x_axis=x_axis)
+
+
+class _SavedScoped(ScopedMixin, generics.GenericAPIView):
+    queryset = SavedComparison.objects.select_related("project__team", "created_by")
+    team_path = "project__team"
+
+
+class SavedComparisonListView(_SavedScoped):
+    @extend_schema(parameters=[OpenApiParameter("project", int, description="Only this project's.")],
+                   responses={200: OpenApiTypes.OBJECT}, description="Saved comparisons of your teams' projects, by name.")
+    def get(self, request: Request) -> Response:
+        qs = saved_comparison_list(user=request.user)
+        project = request.query_params.get("project", "")
+        if project:
+            if not is_id(project):
+                raise FieldError("project", "must be a project id")
+            qs = qs.filter(project_id=int(project))
+        return Response({"results": [saved_comparison_dict(s) for s in qs]})
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT},
+                   description='Save a comparison: {"name", "runs": [ids], "keys", "metric", "only_differences", "x",'
+                               ' "project" (default: the first run\'s)}.')
+    def post(self, request: Request) -> Response:
+        data: Any = request.data
+        settings = _settings(data)
+        project = None
+        if data.get("project") not in (None, ""):
+            if not is_id(str(data["project"])):
+                raise FieldError("project", "must be a project id")
+            project = project_list(user=request.user).filter(pk=int(data["project"])).first()
+            if project is None:
+                raise Http404
+        saved = saved_comparison_create(user=request.user, name=data.get("name"), settings=settings, project=project)
+        return Response(saved_comparison_dict(saved), status=201)
+
+
+class SavedComparisonDetailView(_SavedScoped):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(saved_comparison_dict(self.get_object()))
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        saved_comparison_delete(user=request.user, saved=self.get_object())
+        return Response(status=204)
