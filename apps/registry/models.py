@@ -1,6 +1,6 @@
 """Registered models of a project and their versions.
 
-A version is a frozen pointer at what a run produced (a checkpoint) plus a copy of that run's
+A version is a frozen pointer at what a run produced (a checkpoint or an artifact) plus a copy of that run's
 lineage at registration. Its stage moves through services only; production needs evidence (an
 evaluate run of the version meeting the model's thresholds), and at most one version of a model
 is in production at a time.
@@ -43,7 +43,9 @@ class ModelVersion(models.Model):
     number = models.PositiveIntegerField()
     description = models.TextField(blank=True, default="")
     source_run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="+")
+    # What the version is: a checkpoint of the source run, or one of its artifacts (a model file); exactly one.
     checkpoint = models.ForeignKey("runs.Checkpoint", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    artifact = models.ForeignKey("artifacts.Artifact", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     # The source run's lineage as it was at registration (a later change of the run does not move it).
     lineage = models.JSONField(default=dict, blank=True)
     stage = models.CharField(max_length=16, choices=Stage.choices, default=Stage.CANDIDATE, db_index=True)
@@ -61,6 +63,8 @@ class ModelVersion(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["model", "number"], name="registry_version_unique_number"),
             models.UniqueConstraint(fields=["model"], condition=models.Q(stage="production"), name="registry_one_production"),
+            models.CheckConstraint(condition=models.Q(checkpoint__isnull=False, artifact__isnull=True)
+                                   | models.Q(checkpoint__isnull=True, artifact__isnull=False), name="registry_version_one_source"),
         ]
 
     def __str__(self) -> str:

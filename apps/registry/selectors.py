@@ -17,6 +17,9 @@ from apps.runs.models import Run, RunStatus
 from apps.tenants.selectors import AnyUser, has_role, team_ids_for_user, user_is_finance
 from apps.tracking.selectors import metric_summaries
 
+# An artifact has no init_checkpoint to start an evaluation from: the evaluate run names the
+# artifact it evaluated in this tag (its id).
+ARTIFACT_TAG = "model_artifact"
 OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b,
        "==": lambda a, b: a == b}
 
@@ -75,20 +78,36 @@ def evidence_problem(*, version: ModelVersion, run: Run) -> str:
         return f"run {run.pk} is not a run of this project"
     if run.template.kind != TemplateKind.EVALUATE:
         return f"run {run.pk} is a {run.template.kind} run; evidence must be an evaluate run"
-    if version.checkpoint_id is None or run.init_checkpoint_id != version.checkpoint_id:
-        return f"run {run.pk} did not evaluate this version (its init_checkpoint must be checkpoint {version.checkpoint_id})"
+    if not _evaluated(version, run):
+        return f"run {run.pk} did not evaluate this version ({evaluates_how(version=version)})"
     if run.status != RunStatus.SUCCEEDED:
         return f"run {run.pk} is {run.status}; evidence must be a succeeded run"
     return ""
 
 
+def evaluates_how(*, version: ModelVersion) -> str:
+    """What makes a run an evaluation of this version, in words for a refusal."""
+    if version.artifact_id is not None:
+        return f'an evaluate run tagged "{ARTIFACT_TAG}": "{version.artifact_id}" evaluates this artifact version'
+    return f"an evaluate run with init_checkpoint {version.checkpoint_id} evaluates this version"
+
+
+def _evaluated(version: ModelVersion, run: Run) -> bool:
+    if version.artifact_id is not None:
+        return str((run.tags or {}).get(ARTIFACT_TAG, "")) == str(version.artifact_id)
+    return version.checkpoint_id is not None and run.init_checkpoint_id == version.checkpoint_id
+
+
 def evaluate_runs(*, version: ModelVersion) -> QuerySet[Run]:
-    """Succeeded evaluate runs of this version's checkpoint, latest first."""
-    if version.checkpoint_id is None:
+    """Succeeded evaluate runs of this version, latest first."""
+    runs = Run.objects.filter(project_id=version.model.project_id, template__kind=TemplateKind.EVALUATE, status=RunStatus.SUCCEEDED)
+    if version.artifact_id is not None:
+        runs = runs.filter(**{f"tags__{ARTIFACT_TAG}": str(version.artifact_id)})
+    elif version.checkpoint_id is not None:
+        runs = runs.filter(init_checkpoint_id=version.checkpoint_id)
+    else:
         return Run.objects.none()
-    return (Run.objects.filter(project_id=version.model.project_id, init_checkpoint_id=version.checkpoint_id,
-                               template__kind=TemplateKind.EVALUATE, status=RunStatus.SUCCEEDED)
-            .select_related("template").order_by("-finished_at", "-pk"))
+    return runs.select_related("template").order_by("-finished_at", "-pk")
 
 
 def version_cost(*, version: ModelVersion) -> Decimal:

@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from apps.artifacts.models import Artifact
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, FieldError, Forbidden, ServiceError
 from apps.registry import selectors
@@ -137,24 +138,46 @@ def _checkpoint_for(*, project: Project, checkpoint: Any, run: Any) -> Checkpoin
     return latest
 
 
-def version_create(*, model: RegisteredModel, user: AnyUser, checkpoint: Any = None, run: Any = None,
+def _artifact_for(*, project: Project, artifact: Any, run: Any) -> Artifact:
+    found = (Artifact.objects.filter(pk=artifact, run__project=project).select_related("run__template").first()
+             if str(artifact).isdigit() else None)
+    if found is None:
+        raise FieldError("artifact", f"no artifact {str(artifact)[:40]!r} of a run in {project.full_slug}")
+    if run not in (None, "") and str(found.run_id) != str(run):
+        raise FieldError("artifact", f"artifact {found.pk} belongs to run {found.run_id}, not run {run}")
+    return found
+
+
+def version_create(*, model: RegisteredModel, user: AnyUser, checkpoint: Any = None, run: Any = None, artifact: Any = None,
                    description: Any = "") -> ModelVersion:
-    """A new candidate version from a checkpoint of a run of the model's project, carrying the
-    run's lineage as it is now."""
+    """A new candidate version from a checkpoint (or an artifact) of a run of the model's project,
+    carrying the run's lineage as it is now."""
     registry_edit_check(user=user, project=model.project)
-    ckpt = _checkpoint_for(project=model.project, checkpoint=checkpoint, run=run)
+    ckpt: Checkpoint | None = None
+    art: Artifact | None = None
+    if artifact not in (None, ""):
+        if checkpoint not in (None, ""):
+            raise FieldError("artifact", "give a checkpoint or an artifact, not both")
+        art = _artifact_for(project=model.project, artifact=artifact, run=run)
+        source = art.run
+        made_of = {"artifact": {"id": art.pk, "name": art.name, "size": art.size, "sha256": art.sha256}}
+    else:
+        ckpt = _checkpoint_for(project=model.project, checkpoint=checkpoint, run=run)
+        source = ckpt.run
+        made_of = {"checkpoint": {"id": ckpt.pk, "step": ckpt.step, "sha256": ckpt.sha256, "file_name": ckpt.file_name}}
     description = _description_check(description)
-    source = ckpt.run
     lineage = {**run_lineage(run=source), "run": {"id": source.pk, "name": source.name, "family": source.family,
                                                    "params": source.params, "tags": source.tags, "status": source.status},
-               "checkpoint": {"id": ckpt.pk, "step": ckpt.step, "sha256": ckpt.sha256, "file_name": ckpt.file_name}}
+               **made_of}
     with transaction.atomic():
         RegisteredModel.objects.select_for_update().filter(pk=model.pk).first()  # numbers are handed out one at a time
         number = (model.versions.aggregate(n=Max("number"))["n"] or 0) + 1
-        version = ModelVersion.objects.create(model=model, number=number, source_run=source, checkpoint=ckpt, lineage=lineage,
-                                              description=description, created_by=_who(user), stage_changed_at=timezone.now())
+        version = ModelVersion.objects.create(model=model, number=number, source_run=source, checkpoint=ckpt, artifact=art,
+                                              lineage=lineage, description=description, created_by=_who(user),
+                                              stage_changed_at=timezone.now())
         audit_record(action="model.version_create", target=version, team_id=model.project.team_id, actor=user,
-                     after={"model": model.name, "version": number, "source_run": source.pk, "checkpoint": ckpt.pk})
+                     after={"model": model.name, "version": number, "source_run": source.pk,
+                            "checkpoint": ckpt.pk if ckpt else None, "artifact": art.pk if art else None})
     return version
 
 
@@ -210,8 +233,8 @@ def _evidence(version: ModelVersion, evidence_run: Any) -> tuple[Run, list[selec
     else:
         candidates = list(selectors.evaluate_runs(version=version)[:20])
         if not candidates:
-            raise Conflict(f"v{version.number} has no evidence: no succeeded evaluate run with init_checkpoint "
-                           f"{version.checkpoint_id} (run an evaluate template on this checkpoint first)", code="no_evidence")
+            raise Conflict(f"v{version.number} has no evidence: no succeeded evaluate run of it "
+                           f"({selectors.evaluates_how(version=version)})", code="no_evidence")
     for run in candidates:
         checks = selectors.evidence_checks(model=model, run=run)
         if all(c.met for c in checks):

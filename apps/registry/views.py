@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
+from apps.artifacts.selectors import artifact_list
 from apps.core.errors import FieldError, ServiceError
 from apps.registry import selectors, services
 from apps.registry.models import ModelVersion, RegisteredModel, Stage
@@ -74,7 +75,8 @@ def _thresholds_from_form(request: HttpRequest) -> list[Any]:
 @login_required
 def model_page(request: HttpRequest, model_id: int) -> HttpResponse:
     model = _model(request, model_id)
-    versions = list(model.versions.select_related("source_run__template", "checkpoint", "evidence_run", "replaced", "created_by"))
+    versions = list(model.versions.select_related("source_run__template", "checkpoint", "artifact", "evidence_run", "replaced",
+                                                  "created_by"))
     rows = []
     for v in versions:
         candidates = list(selectors.evaluate_runs(version=v)[:5]) if v.stage != Stage.PRODUCTION else []
@@ -130,8 +132,9 @@ def version_register_page(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
         if model is None:
             raise FieldError("model", "choose a model of this run's project")
-        version = services.version_create(model=model, user=request.user, checkpoint=request.POST.get("checkpoint") or None,
-                                          run=run.pk)
+        kind, _, ref = request.POST.get("source", "").partition(":")
+        source = {"artifact": ref} if kind == "artifact" else {"checkpoint": ref or request.POST.get("checkpoint") or None}
+        version = services.version_create(model=model, user=request.user, run=run.pk, **source)
     except ServiceError as err:
         messages.error(request, err.message)
         return HttpResponseRedirect(f"/runs/{run.pk}/")
@@ -148,12 +151,14 @@ def project_models_panel(request: HttpRequest, project: Project) -> dict[str, An
 
 def run_register_panel(request: HttpRequest, run: Run) -> dict[str, Any] | None:
     """"Register checkpoint as a model version" on the run page (registered in RUN_PANELS): shown
-    when the run has a checkpoint, with the versions already made from it."""
+    when the run has a checkpoint or an artifact, with the versions already made from it."""
     checkpoints = list(run.checkpoints.filter(deleted_at__isnull=True).order_by("-step")[:50])
+    artifacts = list(artifact_list(run=run)[:50])
     registered = list(ModelVersion.objects.filter(source_run=run).select_related("model"))
-    if not checkpoints and not registered:
+    if not checkpoints and not artifacts and not registered:
         return None
     models = list(selectors.model_list(user=request.user).filter(project_id=run.project_id))
     can_edit = has_role(user=request.user, team_id=run.project.team_id, at_least="engineer")
-    return {"template": "registry/_run_panel.html", "data": {"run": run, "checkpoints": checkpoints, "models": models,
-                                                             "registered": registered, "can_edit": can_edit}}
+    return {"template": "registry/_run_panel.html",
+            "data": {"run": run, "checkpoints": checkpoints, "artifacts": artifacts, "models": models, "registered": registered,
+                     "can_edit": can_edit}}

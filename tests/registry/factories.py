@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
+from apps.artifacts.models import Artifact
 from apps.billing.models import UsageEntry
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.nodes.models import NodePool
@@ -46,13 +47,18 @@ def train_run(project: Project, *, family: str = "digits-mlp", name: str = "trai
     return run, ckpts
 
 
-def evaluate_run(project: Project, checkpoint: Checkpoint, *, metrics: dict[str, float], status: str = RunStatus.SUCCEEDED,
-                 name: str = "eval") -> Run:
-    run, _ = _run(project, TemplateKind.EVALUATE, status=status, init_checkpoint=checkpoint, name=name)
+def evaluate_run(project: Project, checkpoint: Checkpoint | None, *, metrics: dict[str, float], status: str = RunStatus.SUCCEEDED,
+                 name: str = "eval", tags: dict[str, str] | None = None) -> Run:
+    run, _ = _run(project, TemplateKind.EVALUATE, status=status, init_checkpoint=checkpoint, name=name, tags=tags or {})
     # Two points per key: the summary's last value (the second) is what promotion reads.
     rows = [row for key, value in metrics.items() for row in ((key, 1, value / 2, 0, 1_700_000_001.0), (key, 2, value, 0, 1_700_000_002.0))]
     metric_points_store(run_id=run.pk, attempt=1, rows=rows)
     return run
+
+
+def artifact(run: Run, name: str = "model/model.safetensors") -> Artifact:
+    return Artifact.objects.create(run=run, name=name, size=2048, sha256=hashlib.sha256(name.encode()).hexdigest(),
+                                   content_type="application/octet-stream", storage_key=f"artifacts/{run.pk}/{name}")
 
 
 def spend(run: Run, cost: str) -> UsageEntry:

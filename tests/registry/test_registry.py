@@ -13,7 +13,7 @@ from apps.audit.models import AuditEvent
 from apps.registry.models import ModelVersion
 from apps.runs.models import RunStatus
 from apps.webhooks.models import WebhookDelivery, WebhookEvent
-from tests.registry.factories import evaluate_run, spend, train_run
+from tests.registry.factories import artifact, evaluate_run, spend, train_run
 
 pytestmark = pytest.mark.django_db
 
@@ -231,3 +231,36 @@ def test_model_page_and_run_card(cast: Any) -> None:
     viewer.force_login(cast.victor)
     html = viewer.get(f"/models/{model['id']}/").content.decode()
     assert "promote-1" not in html and "Versions" in html
+
+
+def test_an_artifact_version_is_promoted_on_an_evaluate_run_tagged_with_it(cast: Any) -> None:
+    alice = cast.client(cast.alice)
+    model = create_model(cast, thresholds=[{"metric": "val_accuracy", "op": ">=", "value": 0.9}])
+    train, (ckpt, _) = train_run(cast.digits)
+    weights = artifact(train)
+    both = alice.post(f"/api/v1/models/{model['id']}/versions/", {"checkpoint": ckpt.pk, "artifact": weights.pk}, format="json")
+    assert both.status_code == 400 and "artifact" in both.json()["error"]["fields"]
+    nlp_train, _ = train_run(cast.tinylm)
+    foreign = alice.post(f"/api/v1/models/{model['id']}/versions/", {"artifact": artifact(nlp_train).pk}, format="json")
+    assert foreign.status_code == 400 and "artifact" in foreign.json()["error"]["fields"]
+
+    created = alice.post(f"/api/v1/models/{model['id']}/versions/", {"artifact": weights.pk}, format="json")
+    assert created.status_code == 201 and created.json()["artifact"] == weights.pk and created.json()["checkpoint"] is None
+    assert created.json()["lineage"]["artifact"]["sha256"] == weights.sha256
+    promote = f"/api/v1/models/{model['id']}/versions/1/promote/"
+    # Its checkpoint's evaluation is not this version's.
+    evaluate_run(cast.digits, ckpt, metrics={"val_accuracy": 0.99})
+    refused = alice.post(promote, {}, format="json")
+    assert refused.status_code == 409 and '"model_artifact"' in refused.json()["error"]["message"]
+    good = evaluate_run(cast.digits, None, metrics={"val_accuracy": 0.91}, tags={"model_artifact": str(weights.pk)})
+    promoted = alice.post(promote, {}, format="json")
+    assert promoted.status_code == 200 and promoted.json()["evidence_run"] == good.pk
+
+    page = PageClient()
+    page.force_login(cast.alice)
+    card = page.get(f"/runs/{train.pk}/").content.decode()
+    assert f'value="artifact:{weights.pk}"' in card and "digits-classifier v1" in card
+    posted = page.post(f"/runs/{train.pk}/register-model-version/", {"model": model["id"], "source": f"artifact:{weights.pk}"})
+    assert posted.status_code == 302
+    assert ModelVersion.objects.get(model_id=model["id"], number=2).artifact_id == weights.pk
+    assert "model/model.safetensors" in page.get(f"/models/{model['id']}/").content.decode()

@@ -19,6 +19,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     model = serializers.IntegerField(source="model_id", read_only=True)
     source_run = serializers.IntegerField(source="source_run_id", read_only=True)
     checkpoint = serializers.IntegerField(source="checkpoint_id", read_only=True, allow_null=True)
+    artifact = serializers.IntegerField(source="artifact_id", read_only=True, allow_null=True)
     evidence_run = serializers.IntegerField(source="evidence_run_id", read_only=True, allow_null=True)
     replaced = serializers.SerializerMethodField()
     created_by = serializers.SerializerMethodField()
@@ -26,7 +27,7 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ModelVersion
-        fields = ["id", "model", "number", "description", "stage", "stage_changed_at", "source_run", "checkpoint", "lineage",
+        fields = ["id", "model", "number", "description", "stage", "stage_changed_at", "source_run", "checkpoint", "artifact", "lineage",
                   "evidence_run", "evidence", "replaced", "cost", "created_by", "created_at"]
         read_only_fields = fields
 
@@ -79,6 +80,7 @@ class ModelWriteSerializer(serializers.Serializer):
 class VersionCreateSerializer(serializers.Serializer):
     checkpoint = serializers.CharField(required=False, allow_blank=True, help_text="A checkpoint id of a run of this project.")
     run = serializers.CharField(required=False, allow_blank=True, help_text="A run id: its latest checkpoint (if no checkpoint).")
+    artifact = serializers.CharField(required=False, allow_blank=True, help_text="An artifact id (a model file) instead of a checkpoint.")
     description = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
 
 

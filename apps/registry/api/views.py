@@ -103,12 +103,13 @@ class RegisteredModelViewSet(ScopedModelViewSet):
     @extend_schema(request=VersionCreateSerializer, responses={201: ModelVersionSerializer})
     @action(detail=True, methods=["post"], url_path="versions")
     def versions(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Register a checkpoint of a run of this project as a new (candidate) version."""
+        """Register a checkpoint (or an artifact) of a run of this project as a new (candidate) version."""
         model = self.get_object()
         body = VersionCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         version = services.version_create(model=model, user=request.user, checkpoint=data.get("checkpoint"), run=data.get("run"),
+                                          artifact=data.get("artifact"),
                                           description=data.get("description", ""))
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
