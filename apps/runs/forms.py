@@ -13,7 +13,8 @@ from typing import Any
 from django.http import QueryDict
 
 from apps.jobtemplates.models import JobTemplate
-from apps.runs.models import Priority
+from apps.runs.models import Priority, Run
+from apps.runs.services.rerun import LINK_TAGS, run_resources
 from apps.runs.services.submission import TEXT_INPUTS, Errors, Submission, resources_resolve, submission_from_data
 from apps.tenants.models import Project
 
@@ -252,3 +253,41 @@ def form_reloaded(*, old: JobTemplate, new: JobTemplate, post: QueryDict, userna
 def expected_cost(*, price: Decimal, nodes: int, devices_per_node: int, max_runtime_s: int) -> Decimal:
     """The most a run can cost: every device for its whole max runtime (the prediction for now)."""
     return (price * nodes * devices_per_node * Decimal(max_runtime_s) / Decimal(3600)).quantize(Decimal("0.01"))
+
+
+def tags_text(tags: dict[str, Any], *, skip: tuple[str, ...] = ()) -> str:
+    """Tags as the form's text areas take them: key=value, one a line."""
+    return "\n".join(f"{key}={value}" for key, value in tags.items() if key not in skip)
+
+
+def form_from_run(*, run: Run, link_tag: str) -> tuple[QueryDict, dict[str, Any]]:
+    """The submit form filled in as ``run`` was submitted (clone and edit, or a refused rerun shown
+    again): (the inputs, the raw parameter values); ``link_tag=<run id>`` is added to its tags."""
+    shown = QueryDict(mutable=True)
+    shown.update({"project": str(run.project_id), "template": run.template.slug, "priority": run.priority,
+                  "from": str(run.pk), **{text.name: getattr(run, text.name) for text in TEXT_INPUTS}})
+    tags = dict(run.tags or {})
+    for key in TAG_FIELDS:
+        shown[f"tag_{key}"] = str(tags.get(key, ""))
+    others = {key: value for key, value in tags.items() if key not in (*TAG_FIELDS, *LINK_TAGS)}
+    shown["extra_tags"] = tags_text({**others, link_tag: run.pk}, skip=("owner",))
+    resources = run_resources(run=run)
+    for name in RESOURCE_FIELDS:
+        if name in resources:
+            value = resources[name]
+            shown[f"res_{name}"] = f"{value:g}" if isinstance(value, float) else str(value)
+    if run.init_checkpoint is not None:
+        shown["init_run"] = str(run.init_checkpoint.run_id)
+    if run.code_snapshot is not None:
+        shown["code_snapshot"] = run.code_snapshot.sha256
+    shown.setlist("secrets", list(run.secrets or []))
+    values: dict[str, Any] = {}
+    params = run.params or {}
+    for f in param_fields(template=run.template):
+        if f.name in params:
+            values[f.name] = _display(f.kind, params[f.name])
+            if f.kind != "boolean":
+                shown[f.input_name] = str(values[f.name])
+            elif params[f.name]:
+                shown[f.input_name] = "on"
+    return shown, values

@@ -6,12 +6,16 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
+from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
-from apps.core.errors import ServiceError
+from apps.core.errors import Forbidden, ServiceError
+from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_list
 from apps.nodes.models import NodePool, NodeState
@@ -19,6 +23,8 @@ from apps.runs.forms import (
     RESOURCE_FIELDS,
     TAG_FIELDS,
     expected_cost,
+    extra_tags_from_text,
+    form_from_run,
     form_reloaded,
     param_fields,
     params_from_post,
@@ -27,6 +33,7 @@ from apps.runs.forms import (
 )
 from apps.runs.models import Checkpoint, CodeSnapshot, Priority, Run
 from apps.runs.selectors import run_list
+from apps.runs.services.rerun import CLONE_TAG, RERUN_TAG, run_annotate, run_clone_record, run_rerun
 from apps.runs.services.submission import CANDIDATE_VALUES, INIT_KINDS, TEXT_INPUTS, submission_validate
 from apps.runs.services.submit import run_submit
 from apps.runs.services.sweep import sweep_trial_count
@@ -35,6 +42,8 @@ from apps.tenants.selectors import has_role, project_list
 
 NON_FIELD_ERRORS = "non_field_errors"
 KNOWN_INPUTS = {"project", "template", "priority", "init_run", "init_checkpoint", "code_snapshot", "extra_tags", "secrets"}
+# The form's hidden input naming the run it was cloned from (/runs/new/?from=<id>).
+CLONE_SOURCE = "from"
 # A hidden input: the template whose form was on the page, so a reload for another one can tell what
 # the user changed from what was only that template's default.
 SHOWN_TEMPLATE = "shown_template"
@@ -67,25 +76,91 @@ def _chosen(items: Sequence[T], key: Callable[[T], str], wanted: Any) -> T | Non
 
 @login_required
 def run_new_page(request: HttpRequest) -> HttpResponse:
+    post: QueryDict | None = request.POST if request.method == "POST" else None
+    clone = _clone_source(request, post if post is not None else request.GET)
+    if post is None and clone is not None:
+        # Clone and edit: the form as the run was submitted, tagged cloned_from=<id>.
+        prefill, values = form_from_run(run=clone, link_tag=CLONE_TAG)
+        return _submit_page(request, shown=prefill, values=values, errors={}, clone=clone)
+    return _submit_page(request, shown=post, values={}, errors={}, clone=clone, posted=post is not None)
+
+
+def _submit_page(request: HttpRequest, *, shown: QueryDict | None, values: dict[str, Any], errors: dict[str, list[str]],
+                 clone: Run | None = None, posted: bool = False, notice: str = "") -> HttpResponse:
+    """The submit page for ``shown`` (a post, or a run's inputs), submitting it when ``posted``."""
     projects = _engineer_projects(request)
     templates = list(template_list(user=request.user, published_only=True))
-    post: QueryDict | None = request.POST if request.method == "POST" else None
-    source = post if post is not None else request.GET
+    source = shown if shown is not None else request.GET
     project = _chosen(projects, lambda p: str(p.pk), source.get("project"))
     template = _chosen(templates, lambda t: t.slug, source.get("template") or "digits-classifier")
-    errors: dict[str, list[str]] = {}
-    values: dict[str, Any] = {}
-    if post is not None and post.get("action") == "reload":
+    if posted and shown is not None and shown.get("action") == "reload":
         # Another project or template was chosen: the same form for it, not a submission (so no errors).
-        post, values = _reloaded(request, post=post, templates=templates, template=template)
-    elif post is not None and project is not None and template is not None:
+        shown, values = _reloaded(request, post=shown, templates=templates, template=template)
+    elif posted and project is not None and template is not None:
         outcome = _submit(request, project=project, template=template)
         if isinstance(outcome, Run):
+            if clone is not None:
+                run_clone_record(source=clone, run=outcome)
             return redirect(f"/runs/{outcome.pk}/")
         values, errors = outcome
-    context = _context(request, post=post, projects=projects, templates=templates, project=project, template=template,
+    context = _context(request, post=shown, projects=projects, templates=templates, project=project, template=template,
                        values=values, errors=errors)
+    context.update({"clone_from": clone, "notice": notice})
     return render(request, "runs/submit.html", context, status=400 if errors else 200)
+
+
+def _clone_source(request: HttpRequest, source: QueryDict) -> Run | None:
+    """The run named by the form's `from` (one the user can see; any other is a 404)."""
+    ref = source.get(CLONE_SOURCE, "").strip()
+    if not ref:
+        return None
+    if not is_id(ref):
+        raise Http404("no such run")
+    return get_object_or_404(run_list(user=request.user).select_related("template", "project", "pool"), pk=int(ref))
+
+
+@login_required
+@require_POST
+def run_rerun_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """Rerun from the run's page: the new run's page, or (refused, by a budget say) the submit
+    page filled in as the rerun was, with the refusal shown as any submission's."""
+    run = get_object_or_404(run_list(user=request.user).select_related("template", "project", "pool"), pk=pk)
+    try:
+        new = run_rerun(run=run, user=request.user)
+    except Forbidden as err:
+        raise PermissionDenied(err.message) from err
+    except ServiceError as err:
+        shown, values = form_from_run(run=run, link_tag=RERUN_TAG)
+        del shown[CLONE_SOURCE]
+        errors = {field: list(texts) for field, texts in (err.fields or {NON_FIELD_ERRORS: [err.message]}).items()}
+        return _submit_page(request, shown=shown, values=values, errors=errors,
+                            notice=f"The rerun of run #{run.pk}, filled in as it was submitted, was refused.")
+    return redirect(f"/runs/{new.pk}/")
+
+
+@login_required
+@require_POST
+def run_annotate_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """The run page's notes and tags form (tags as key=value lines); back to the run's page,
+    with what was saved or refused said at its top."""
+    run = get_object_or_404(run_list(user=request.user).select_related("project"), pk=pk)
+    tags, problems = extra_tags_from_text(request.POST.get("tags", ""))
+    if problems:
+        for problem in problems:
+            flash.error(request, f"Tags: {problem}")
+        return redirect(f"/runs/{run.pk}/")
+    try:
+        run_annotate(run=run, user=request.user, notes=request.POST.get("notes", "").replace("\r\n", "\n"), tags=tags)
+    except Forbidden as err:
+        raise PermissionDenied(err.message) from err
+    except ServiceError as err:
+        for field, field_messages in err.fields.items():
+            label = field.replace("_", " ").replace(".", " ").capitalize()
+            for message in field_messages:
+                flash.error(request, f"{label}: {message}")
+        return redirect(f"/runs/{run.pk}/")
+    flash.success(request, "Notes and tags saved.")
+    return redirect(f"/runs/{run.pk}/")
 
 
 def _reloaded(request: HttpRequest, *, post: QueryDict, templates: list[JobTemplate],

@@ -48,6 +48,14 @@ class RunCreateSerializer(serializers.Serializer[Run]):
         return {**{k: declared[k] for k in head}, **texts, **{k: v for k, v in declared.items() if k not in head}}
 
 
+class RunPatchSerializer(serializers.Serializer[Any]):
+    """What may change on a run after submission; the service checks the content (a 400 naming the field and limit)."""
+
+    notes = serializers.JSONField(required=False, help_text="Free text, at most 2,000 characters; replaces the run's notes.")
+    tags = serializers.JSONField(required=False, help_text="The run's tags, replaced whole and checked as a submission's "
+                                 "(task, dataset, candidate, family required); owner stays the submitter.")
+
+
 class TrialsRequestSerializer(serializers.Serializer[Any]):
     project = serializers.CharField(required=False, help_text="Project id or 'team/project' the submission would go to: "
                                                               "one of your teams' projects, else a 400 naming it.")

@@ -25,6 +25,7 @@ from apps.runs.api.serializers import (
     CodeSnapshotUploadSerializer,
     RunCreateSerializer,
     RunDetailSerializer,
+    RunPatchSerializer,
     RunSerializer,
     TrialsRequestSerializer,
     TrialsSerializer,
@@ -32,6 +33,7 @@ from apps.runs.api.serializers import (
 from apps.runs.models import CodeSnapshot, Run, RunStatus
 from apps.runs.services.family import run_family_cancel, run_family_refresh
 from apps.runs.services.lifecycle import run_cancel
+from apps.runs.services.rerun import run_annotate, run_rerun
 from apps.runs.services.snapshots import snapshot_create, snapshot_download_url, snapshot_open
 from apps.runs.services.submission import TAG_KEY_RE, Submission, submission_from_data
 from apps.runs.services.submit import run_submit
@@ -72,7 +74,7 @@ LIST_PARAMETERS = [
 
 
 class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Runs of your teams' projects: submit, list, inspect, cancel."""
+    """Runs of your teams' projects: submit, list, inspect, annotate, rerun, cancel."""
 
     team_path = "project__team"
     serializer_class = RunSerializer
@@ -87,7 +89,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         return queryset
 
     def get_serializer_class(self) -> type[RunSerializer]:
-        return RunDetailSerializer if self.action in ("retrieve", "cancel", "create") else RunSerializer
+        return RunDetailSerializer if self.action in ("retrieve", "cancel", "create", "rerun", "partial_update") else RunSerializer
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         params = self.request.query_params
@@ -143,6 +145,23 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         run = run_submit(submission=submission_from_request(request), user=request.user)
         run = self.get_base_queryset().get(pk=run.pk)
         return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=RunPatchSerializer, responses={200: RunDetailSerializer})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Change the run's `notes` and `tags` (engineers of its team); audited old → new."""
+        run = self.get_object()
+        body = RunPatchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run_annotate(run=run, user=request.user, notes=body.validated_data.get("notes"), tags=body.validated_data.get("tags"))
+        return Response(RunDetailSerializer(self.get_base_queryset().get(pk=run.pk)).data)
+
+    @extend_schema(request=None, responses={201: RunDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def rerun(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Submit the run again: its template version, params, tags, resources and priority, tagged
+        `rerun_of=<id>`; checked and admitted (budget, quota) as any submission."""
+        new = run_rerun(run=self.get_object(), user=request.user)
+        return Response(RunDetailSerializer(self.get_base_queryset().get(pk=new.pk)).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=TrialsRequestSerializer, responses={200: TrialsSerializer})
     @action(detail=False, methods=["post"])
