@@ -26,6 +26,10 @@ Upload plans and download links hold URLs of the object store (absolute, S3) or 
   POST lineage/                  LineageReport (owned by apps.tracking) -> {"stored": bool} (409 code
                                  lineage_immutable: this attempt and rank already hold another record)
   POST rendezvous/               RendezvousReport -> RendezvousInfo (rank 0 reports its port; the others ask)
+  POST artifacts/                ArtifactReport -> ArtifactPlan (owned by apps.artifacts: a file the job
+                                 logged with trainyard.log_artifact; 404 from a server without artifacts)
+  POST artifacts/complete/       ArtifactComplete -> {"stored": true, "name", "sha256", "size"} (the server
+                                 read the object back and found the reported size and sha256)
 Every report carries the attempt id and its number (the fencing token): 409 means the attempt is
 stale or its run is finished, and the agent must stop sending for it and kill it.
 """
@@ -322,6 +326,26 @@ class CompletedPart(TypedDict):
 
 class CheckpointComplete(TypedDict):
     upload_id: str
+    parts: list[CompletedPart]
+
+
+class ArtifactReport(TypedDict):
+    attempt_id: int
+    number: int
+    name: str  # relative path inside the run, such as plots/loss.png
+    size: int
+    sha256: str
+
+
+class ArtifactPlan(TypedDict):
+    upload: UploadPlan
+    token: str  # signed by the server: names the run, the object and what it must hold
+
+
+class ArtifactComplete(TypedDict):
+    attempt_id: int
+    number: int
+    token: str
     parts: list[CompletedPart]
 
 

@@ -120,7 +120,8 @@ def lane(path: Path) -> tuple[str, str]:
     """Items in one lane go in order; lanes do not wait for each other. Names are
     <counter>-<kind>.<attempt>.json (<counter>-<kind>.json before lanes)."""
     kind, _, attempt = path.name.removesuffix(".json").partition("-")[2].partition(".")
-    return ("logs" if kind == "logs" else "reports", attempt)
+    # Artifacts have their own lane: a large upload must not hold back an exit report.
+    return ("logs" if kind == "logs" else "artifacts" if kind == "artifact" else "reports", attempt)
 
 
 @dataclass
@@ -217,6 +218,31 @@ def _open_job_file(path: Path) -> Any:
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
+        raise
+
+
+def _open_job_file_in(root: Path, name: str) -> Any:
+    """The job's file `name` (a relative path) under `root`, every folder on the way opened
+    without following links: a job cannot point the agent (root) at a file outside its folder."""
+    parts = name.split("/")
+    if not name or any(part in ("", ".", "..") for part in parts):
+        raise OSError(f"{name!r} is not a relative path inside the run")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            raise OSError(f"{name} is not a regular file")
+        os.set_blocking(file_fd, True)
+        return os.fdopen(file_fd, "rb")
+    except BaseException:
+        os.close(file_fd)
         raise
 
 
@@ -322,6 +348,7 @@ class Shipper:
         changed = self._tail_metrics(tail, final)
         changed |= self._put_checkpoints(tail, checkpoints)
         changed |= self._tail_events(tail, final)
+        changed |= self._tail_artifacts(tail, final)
         for rank in tail.ranks or [tail.rank]:
             for stream in ("stdout", "stderr"):
                 changed |= self._tail_log(tail, rank, stream, final)
@@ -393,6 +420,19 @@ class Shipper:
                                                "sha256": rec.get("sha256", ""), "metrics": rec.get("metrics") or {}}
             self.spool.put("checkpoint", {"path": P + "checkpoints/", "attempt_id": tail.attempt_id, "body": body,
                                           "file": str(tail.checkpoint_dir / str(rec.get("file", "")))})
+        return bool(lines)
+
+    def _tail_artifacts(self, tail: Tail, final: bool) -> bool:
+        lines = self._lines(tail, "artifacts", tail.run_dir / "artifacts.jsonl", final)
+        for rec in lines:
+            name, size, sha256 = rec.get("name"), rec.get("size"), rec.get("sha256")
+            if not isinstance(name, str) or not isinstance(size, int) or not isinstance(sha256, str):
+                log.warning("attempt %d: skipping a malformed artifact record", tail.attempt_id)
+                continue
+            body: protocol.ArtifactReport = {"attempt_id": tail.attempt_id, "number": tail.number, "name": name, "size": size,
+                                             "sha256": sha256}
+            self.spool.put("artifact", {"path": P + "artifacts/", "attempt_id": tail.attempt_id, "body": body,
+                                        "root": str(tail.run_dir / "artifacts")})
         return bool(lines)
 
     def _tail_log(self, tail: Tail, rank: int, stream: str, final: bool) -> bool:
@@ -506,6 +546,9 @@ class Shipper:
                 for body in log_batches(item["body"]["attempt_id"], item["body"]["number"], item["body"]["chunks"]):
                     self._post_logs(body, retry_for=retry_for)
                 return
+            if item["kind"] == "artifact":
+                self._ship_artifact(item, retry_for=retry_for)
+                return
             resp = self.client.request("POST", item["path"], item["body"], retry_for=retry_for)
             if item["kind"] == "checkpoint" and isinstance(resp, dict) and not resp.get("stored"):
                 self._upload(int(resp["id"]), Path(item["file"]), resp.get("upload"))
@@ -532,6 +575,30 @@ class Shipper:
             log.warning("server refused a log batch as too large (%s); sending it in halves", err)
             for chunks in (body["chunks"][:half], body["chunks"][half:]):
                 self._post_logs({"attempt_id": body["attempt_id"], "number": body["number"], "chunks": chunks}, retry_for=retry_for)
+
+    def _ship_artifact(self, item: dict[str, Any], *, retry_for: float) -> None:
+        """Ask for a plan, put the file's bytes by it, confirm: the server reads them back."""
+        report: protocol.ArtifactReport = item["body"]
+        try:
+            fh = _open_job_file_in(Path(item["root"]), report["name"])
+        except FileNotFoundError:
+            log.info("artifact %s of attempt %d is gone; not uploaded", report["name"], report["attempt_id"])
+            return
+        except OSError as err:
+            log.error("artifact %s of attempt %d is not a plain file of the job's (%s); not uploaded", report["name"],
+                      report["attempt_id"], err)
+            return
+        with fh:
+            if os.fstat(fh.fileno()).st_size != report["size"]:
+                log.info("artifact %s was replaced since it was recorded; its later record ships it", report["name"])
+                return
+            plan: protocol.ArtifactPlan = self.client.request("POST", P + "artifacts/", report, retry_for=retry_for)
+            done: list[protocol.CompletedPart] = [
+                {"number": part["number"], "etag": self.client.put_part(part["url"], fh, part["offset"], part["size"])}
+                for part in plan["upload"]["parts"]]
+        body: protocol.ArtifactComplete = {"attempt_id": report["attempt_id"], "number": report["number"],
+                                           "token": plan["token"], "parts": done}
+        self.client.request("POST", P + "artifacts/complete/", body, retry_for=30.0, timeout=600)
 
     def _upload(self, checkpoint_id: int, path: Path, plan: protocol.UploadPlan | None) -> None:
         """Put the file in the object store by the plan's presigned URLs (parts for a large one),

@@ -10,16 +10,19 @@ import uuid
 from typing import IO, Any
 
 from django.conf import settings
+from django.core import signing
 from django.db import transaction
 
 from apps.artifacts.models import Artifact
 from apps.audit.services import audit_record
 from apps.core.errors import FieldError, Forbidden
-from apps.core.storage import CHUNK, store
+from apps.core.storage import CHUNK, ObjectMissing, UploadPlan, object_digest, store
 from apps.runs.models import Run
 from apps.tenants.selectors import has_role
 
 NAME_MAX_CHARS = 500
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+TOKEN_SALT = "trainyard.artifacts.upload.v1"
 CONTENT_TYPE_RE = re.compile(r"^[A-Za-z0-9!#$&^_.+-]{1,100}/[A-Za-z0-9!#$&^_.+-]{1,100}(;[ -~]{0,100})?$")
 # Types the standard table may lack on a bare system.
 _EXTRA_TYPES = {".webp": "image/webp", ".svg": "image/svg+xml", ".csv": "text/csv", ".json": "application/json",
@@ -95,25 +98,84 @@ def artifact_store(*, run: Run, name: str, fileobj: IO[bytes], content_type: str
     if reader.too_large:
         objects.delete(key)
         raise artifact_too_large(limit)
-    values = {"size": reader.size, "sha256": reader.digest.hexdigest(), "content_type": content_type,
-              "storage_key": key, "created_by": user}
     try:
-        with transaction.atomic():
-            artifact, created = Artifact.objects.select_for_update().get_or_create(run=run, name=name, defaults=values)
-            old_key = "" if created else artifact.storage_key
-            if not created:
-                for field, value in values.items():
-                    setattr(artifact, field, value)
-                artifact.save()
-            audit_record(action="artifact.replaced" if old_key else "artifact.stored", target=artifact,
-                         team_id=run.project.team_id, actor=actor,
-                         after={"run": run.pk, "name": name, "size": reader.size, "sha256": values["sha256"]})
+        return _artifact_save(run=run, name=name, key=key, size=reader.size, sha256=reader.digest.hexdigest(),
+                              content_type=content_type, user=user, actor=actor)
     except BaseException:
         objects.delete(key)
         raise
+
+
+def _artifact_save(*, run: Run, name: str, key: str, size: int, sha256: str, content_type: str, user: Any, actor: Any) -> Artifact:
+    """Create or replace the row for bytes already under `key`; the replaced bytes go after commit."""
+    values = {"size": size, "sha256": sha256, "content_type": content_type, "storage_key": key, "created_by": user}
+    with transaction.atomic():
+        artifact, created = Artifact.objects.select_for_update().get_or_create(run=run, name=name, defaults=values)
+        if not created and artifact.storage_key == key:
+            return artifact  # a replayed confirmation of the same upload
+        old_key = "" if created else artifact.storage_key
+        if not created:
+            for field, value in values.items():
+                setattr(artifact, field, value)
+            artifact.save()
+        audit_record(action="artifact.replaced" if old_key else "artifact.stored", target=artifact,
+                     team_id=run.project.team_id, actor=actor, after={"run": run.pk, "name": name, "size": size, "sha256": sha256})
     if old_key:
+        objects = store()
         transaction.on_commit(lambda: objects.delete(old_key))
     return artifact
+
+
+# --- agents: the job's files go to the store directly (apps.core.storage upload plans) ----------
+def _token_max_age() -> int:
+    # A plan's URLs last TRAINYARD_STORAGE_URL_TTL_S; the confirmation may come a while after the last part.
+    return int(settings.TRAINYARD_STORAGE_URL_TTL_S) * 2
+
+
+def artifact_upload_plan(*, run: Run, name: str, size: int, sha256: str) -> tuple[UploadPlan, str]:
+    """Where an agent puts a job's artifact, and the signed token that confirms it (artifact_upload_complete)."""
+    name = artifact_name_check(name)
+    limit = artifact_max_bytes()
+    if size > limit:
+        raise artifact_too_large(limit)
+    if not SHA256_RE.match(sha256):
+        raise FieldError("sha256", "must be 64 lowercase hex digits")
+    key = artifact_key(run_id=run.pk, name=name)
+    plan = store().presigned_put(key, size)
+    token = signing.dumps({"r": run.pk, "k": key, "n": name, "s": size, "h": sha256, "u": plan.upload_id}, salt=TOKEN_SALT)
+    return plan, token
+
+
+def artifact_upload_complete(*, run: Run, token: str, parts: list[tuple[int, str]], content_type: str = "") -> Artifact:
+    """The agent put the bytes by the plan: assemble them, read them back, and record the artifact
+    if the size and sha256 are those reported (the object is deleted otherwise: a 400)."""
+    try:
+        data = signing.loads(token, salt=TOKEN_SALT, max_age=_token_max_age())
+    except signing.BadSignature:
+        raise FieldError("token", "is not a valid or current upload token for this run") from None
+    if not isinstance(data, dict) or data.get("r") != run.pk:
+        raise FieldError("token", "is not a valid or current upload token for this run")
+    key, name, size, sha256 = str(data["k"]), str(data["n"]), int(data["s"]), str(data["h"])
+    existing = Artifact.objects.filter(run=run, name=name, storage_key=key).first()
+    if existing is not None:
+        return existing  # a replay
+    content_type = artifact_content_type(name=name, content_type=content_type)
+    objects = store()
+    objects.complete(key, str(data.get("u") or ""), parts)
+    try:
+        got_size, got_sha = object_digest(key=key, limit=size)
+    except ObjectMissing:
+        got_size, got_sha = -1, ""
+    if got_size != size or got_sha != sha256:
+        objects.delete(key)
+        found = "nothing" if got_size < 0 else f"{got_size} bytes with sha256 {got_sha}"
+        raise FieldError("upload", f"expected {size} bytes with sha256 {sha256} in the store; found {found}")
+    try:
+        return _artifact_save(run=run, name=name, key=key, size=size, sha256=sha256, content_type=content_type, user=None,
+                              actor=None)
+    except BaseException:
+        objects.delete(key)
+        raise
 
 
 def artifact_delete(*, artifact: Artifact, actor: Any = None) -> None:

@@ -70,6 +70,17 @@ the file on disk. The newest record whose file exists and whose sha256 matches i
 resume from. After each checkpoint the SDK keeps the K most recently recorded files and
 deletes older ones (never the one just written), plus any ``ckpt-*.pt`` no record names.
 
+``$TRAINYARD_RUN_DIR/artifacts/<name>`` and ``$TRAINYARD_RUN_DIR/artifacts.jsonl`` -- files
+logged with ``log_artifact()``: each is copied (whole, through a dot-named temp file) to
+``artifacts/<name>``, then one record is appended (and fsync'd)::
+
+    {"name": "plots/loss.png", "file": "artifacts/plots/loss.png", "size": 1234, "sha256": "<64 hex>", "time": t}
+
+``name`` is a relative path (no leading ``/``, no ``..``, ``.`` or empty segments, no control
+characters, at most 500 characters). The same name logged again replaces the file; the agent
+ships what the file holds when it reads the record, and a record whose file no longer has the
+recorded size is skipped (a later record of the same name follows).
+
 Signals
 -------
 On first use (any API call, or ``init()``) the SDK installs a SIGTERM handler that only sets the
@@ -94,6 +105,7 @@ from typing import Any
 # directories and SIGTERM), _job_sink (metrics.jsonl and events.jsonl) and _job_checkpoints (the
 # checkpoint directory). This module is the public API; `NAME as NAME` re-exports the protocol's
 # names that scripts and tests have always read from trainyard.job.
+from trainyard import _job_artifacts
 from trainyard._encoding import as_step, encode_json, encode_metrics, metrics_line
 from trainyard._job_checkpoints import CHECKPOINTS_FILE as CHECKPOINTS_FILE
 from trainyard._job_checkpoints import Checkpoint, commit, enforce_keep, file_name, find_latest
@@ -126,6 +138,7 @@ __all__ = [
     "latest_checkpoint",
     "local_rank",
     "log",
+    "log_artifact",
     "params",
     "rank",
     "record_lineage",
@@ -309,3 +322,24 @@ def latest_checkpoint() -> Checkpoint | None:
     if directory is None:
         return None
     return find_latest(directory)
+
+
+# --- public API: artifacts ------------------------------------------------------------------
+
+
+def log_artifact(path: str | os.PathLike[str], name: str | None = None) -> list[str]:
+    """Keep a file or a whole folder with the run (plots, tables, model files), as ``name``.
+
+    A file is stored as ``name`` (default: its own name); a folder's files keep their relative
+    layout under ``name`` (default: the folder's name), so ``log_artifact("plots")`` stores
+    ``plots/loss.png``. The same name logged again replaces the earlier file. The bytes are
+    copied at once, so the job may change or delete its own copy afterwards. Returns the names
+    stored; on ranks other than 0 nothing is stored (the names are still checked) and [] is
+    returned. Outside the portal the files land in the local folder (see :func:`run_dir`).
+    """
+    session = _session()
+    pairs = _job_artifacts.plan(Path(path), name)
+    if session.rank != 0:
+        return []
+    run = session.run_dir()
+    return [str(_job_artifacts.store(run, source, artifact_name)["name"]) for source, artifact_name in pairs]
