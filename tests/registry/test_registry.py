@@ -226,7 +226,11 @@ def test_model_page_and_run_card(cast: Any) -> None:
     created = page.post(f"/projects/{cast.digits.pk}/models/new/", {"name": "second", "metric": ["acc", ""], "op": [">=", ">="],
                                                                    "value": ["0.8", ""]})
     assert created.status_code == 302
-    assert ModelVersion.objects.filter(model__name="second").count() == 0
+    listing = page.get(f"/projects/{cast.digits.pk}/models/").content.decode()
+    assert "second" in listing and "<code>acc &gt;= 0.8</code>" in listing and "digits-classifier" in listing
+    bad = page.post(f"/projects/{cast.digits.pk}/models/new/", {"name": "third", "metric": ["acc"], "op": ["~"], "value": ["x"]},
+                    follow=True)
+    assert "thresholds[0].op" in bad.content.decode() and not ModelVersion.objects.filter(model__name="third").exists()
     viewer = PageClient()
     viewer.force_login(cast.victor)
     html = viewer.get(f"/models/{model['id']}/").content.decode()
