@@ -20,7 +20,10 @@ from apps.runs.models import Attempt, Run
 # A run requeued many times has many events; the page shows the latest ones.
 HISTORY_LIMIT = 200
 # Verbs whose action name reads badly on its own.
-VERBS = {"submit": "submitted", "seeded": "written as demo data", "preempt": "preemption ordered", "claimed": "claimed by its node"}
+VERBS = {"submit": "submitted", "seeded": "written as demo data", "preempt": "preemption ordered", "claimed": "claimed by its node",
+         "rerun": "submitted as a rerun", "clone": "submitted as an edited clone", "annotate": "notes or tags changed"}
+# Runs a rerun or a clone came from (apps.runs.services.rerun writes these keys).
+SOURCES = {"rerun_of": "rerun of run #", "cloned_from": "clone of run #"}
 # What a stop request is for (the attempt's stop kind).
 STOPS = {"cancel": "to cancel it", "preempt": "to preempt it: it checkpoints and goes back in the queue",
          "drain": "its node is draining", "abort": "to abort it"}
@@ -77,6 +80,10 @@ def _detail(before: Any, after: Any) -> str:
         parts.append(STOPS.get(kind, kind))
     if _text(after.get("reason")):
         parts.append(_text(after.get("reason")))
+    parts.extend(f"{words}{after[key]}" for key, words in SOURCES.items() if isinstance(after.get(key), int))
+    changed = [key for key in ("notes", "tags") if key in after and before.get(key) != after[key]]
+    if changed:
+        parts.append(" and ".join(changed) + " edited")
     lost = after.get("work_lost_device_s")
     if isinstance(lost, int | float) and not isinstance(lost, bool):
         parts.append(f"work since its last checkpoint: {lost:,.0f} device-seconds")

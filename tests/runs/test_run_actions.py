@@ -183,3 +183,7 @@ def test_run_page_offers_the_actions_and_edits_notes_and_tags(cast: Any, digits:
     rerun = client.post(f"/runs/{run.pk}/rerun/")
     new = Run.objects.exclude(pk=run.pk).get()
     assert rerun.status_code == 302 and rerun["Location"] == f"/runs/{new.pk}/"
+    # Each run's History card says what happened, in words.
+    assert "notes or tags changed" in client.get(f"/runs/{run.pk}/").content.decode()
+    history = client.get(f"/runs/{new.pk}/").content.decode()
+    assert "submitted as a rerun" in history and f"rerun of run #{run.pk}" in history
