@@ -60,8 +60,9 @@
     li.dataset.notification = n.id;
     var link = document.createElement("a");
     link.href = n.url || "/notifications/";
-    if (n.unread) { link.appendChild(span("visually-hidden", "Unread: ")); }
-    link.appendChild(span("bell-title", n.title));
+    var title = span("bell-title", n.title);
+    if (n.unread) { title.prepend(span("visually-hidden", "Unread: ")); }
+    link.appendChild(title);
     if (n.body) { link.appendChild(span("bell-body", n.body)); }
     var at = new Date(n.created_at);
     var time = document.createElement("time");
