@@ -12,8 +12,9 @@ from django.test import Client
 
 from apps.audit.models import AuditEvent
 from apps.billing.services import budget_create
-from apps.runs.models import Run
-from tests.runs.factories import GOOD_TAGS, body, form_data, local_pool, make_template
+from apps.jobtemplates.models import TemplateKind
+from apps.runs.models import Attempt, Checkpoint, Run, RunStatus
+from tests.runs.factories import DIGITS_SCHEMA, GOOD_TAGS, body, form_data, local_pool, make_sweep_template, make_template
 
 NOTES = "Wider MLP.\nSame seed as #12."
 
@@ -187,3 +188,31 @@ def test_run_page_offers_the_actions_and_edits_notes_and_tags(cast: Any, digits:
     assert "notes or tags changed" in client.get(f"/runs/{run.pk}/").content.decode()
     history = client.get(f"/runs/{new.pk}/").content.decode()
     assert "submitted as a rerun" in history and f"rerun of run #{run.pk}" in history
+
+
+def test_rerun_of_a_sweep_and_of_a_finetune_keep_what_they_need(cast: Any, digits: Any) -> None:
+    make_sweep_template()
+    sweep = {"template": "digits-classifier", "strategy": "grid", "space": {"lr": [0.001, 0.01]}, "params": {"steps": 10},
+             "max_runs": 4}
+    parent = submitted(cast, template="sweep", params=sweep, resources={"max_runtime_s": 600})
+    response = cast.client(cast.alice).post(f"/api/v1/runs/{parent.pk}/rerun/", format="json")
+    assert response.status_code == 201, response.json()
+    again = Run.objects.get(pk=response.json()["id"])
+    assert again.template_id == parent.template_id and again.params == parent.params and again.tags["rerun_of"] == str(parent.pk)
+    assert [c.max_runtime_s for c in again.children.all()] == [600, 600]  # the trials' resources, not the controller's
+    # A fine-tune starts from the same checkpoint as the run it reruns.
+    make_template("finetune", TemplateKind.FINETUNE, DIGITS_SCHEMA)
+    done = Run.objects.create(project=cast.digits, template=digits, pool=local_pool(), entrypoint="x", status=RunStatus.SUCCEEDED)
+    attempt = Attempt.objects.create(run=done, number=1)
+    for step in (10, 20):
+        Checkpoint.objects.create(run=done, attempt=attempt, step=step, file_name=f"c{step}.pt", size=1, sha256=f"{step:064d}")
+    tune = submitted(cast, template="finetune", init_checkpoint=str(done.checkpoints.get(step=10).pk))
+    response = cast.client(cast.alice).post(f"/api/v1/runs/{tune.pk}/rerun/", format="json")
+    assert response.status_code == 201, response.json()
+    assert Run.objects.get(pk=response.json()["id"]).init_checkpoint_id == tune.init_checkpoint_id
+    # Their clone forms come filled in too: the sweep's space as JSON, the fine-tune's start.
+    client = page_client(cast.alice)
+    sweep_form = client.get(f"/runs/new/?from={parent.pk}")
+    assert sweep_form.status_code == 200 and "&quot;lr&quot;: [" in sweep_form.content.decode()
+    tune_form = client.get(f"/runs/new/?from={tune.pk}").content.decode()
+    assert f'name="init_run" id="id_init_run" value="{done.pk}"' in tune_form
