@@ -1,3 +1,4 @@
+"""Files a run keeps besides checkpoints (plots, tables, model files), with size, sha256 and type."""
 from __future__ import annotations
 
 from django.apps import AppConfig
@@ -6,3 +7,10 @@ from django.apps import AppConfig
 class ArtifactsConfig(AppConfig):
     name = "apps.artifacts"
     label = "artifacts"
+
+    def ready(self) -> None:
+        from apps.artifacts import views
+        from apps.runs.panels import RUN_PANELS
+
+        if views.run_artifacts_panel not in RUN_PANELS:
+            RUN_PANELS.append(views.run_artifacts_panel)

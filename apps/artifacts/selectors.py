@@ -7,8 +7,9 @@ from typing import IO
 from django.db.models import QuerySet
 
 from apps.artifacts.models import Artifact
+from apps.artifacts.previews import PREVIEW_BYTES, Table, csv_table, json_table
 from apps.core.errors import NotFound
-from apps.core.storage import store
+from apps.core.storage import ObjectMissing, store
 from apps.runs.models import Run
 
 
@@ -37,3 +38,31 @@ INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/s
 
 def artifact_served_inline(*, artifact: Artifact) -> bool:
     return artifact.content_type.split(";", 1)[0].strip().lower() in INLINE_IMAGE_TYPES
+
+
+def artifact_kind(*, artifact: Artifact) -> str:
+    """How the run page shows it: "image", "csv", "json" or "file" (a download link)."""
+    media = artifact.content_type.split(";", 1)[0].strip().lower()
+    lower = artifact.name.lower()
+    if media in INLINE_IMAGE_TYPES:
+        return "image"
+    if media in ("text/csv", "text/tab-separated-values") or lower.endswith((".csv", ".tsv")):
+        return "csv"
+    if media == "application/json" or lower.endswith(".json"):
+        return "json"
+    return "file"
+
+
+def artifact_preview(*, artifact: Artifact) -> Table:
+    """A table of a CSV or JSON artifact's head, within apps.artifacts.previews' limits."""
+    try:
+        body = artifact_open(artifact=artifact)
+    except ObjectMissing:
+        return Table(problem="missing from the store")
+    try:
+        data = body.read(PREVIEW_BYTES + 1)
+    finally:
+        body.close()
+    truncated = len(data) > PREVIEW_BYTES
+    data = data[:PREVIEW_BYTES]
+    return json_table(data, truncated=truncated) if artifact_kind(artifact=artifact) == "json" else csv_table(data, truncated=truncated)
