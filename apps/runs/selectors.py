@@ -112,3 +112,13 @@ def run_live_measure(*, run: Run, started_at: datetime, resumed_from_step: int |
             return None, span
     done = run.steps_done - (resumed_from_step or 0)
     return (done / max(1e-3, (run.progress_at - started_at).total_seconds()) if done > 0 else None), math.inf
+
+
+def run_live_eta_s(*, run: Run, started_at: datetime, resumed_from_step: int | None = None) -> float | None:
+    """Seconds the run has left at its live rate ("about N seconds left" on the run page), or
+    None without a rate or a step count still ahead. The queue's estimates for runs waiting on
+    this one's devices start from the same figure, so the two pages agree."""
+    rate = run_live_rate(run=run, started_at=started_at, resumed_from_step=resumed_from_step)
+    if not rate or not run.total_steps or run.total_steps <= run.steps_done:
+        return None
+    return (run.total_steps - run.steps_done) / rate

@@ -30,6 +30,9 @@ ACCURACY_DAYS = 7
 # An estimate counts as right when the start fell within this, or a quarter of the wait if longer.
 ACCURACY_FLOOR_S = 600.0
 ACCURACY_SHARE_OF_WAIT = 0.25
+# A start this soon after its estimate was given came from the next pass or the one after (a beat
+# is 10 s): the run did not wait, its estimate was right by construction, and it is not scored.
+WAITED_MIN_S = 20.0
 UTILIZATION_HOURS = 24
 UTILIZATION_POINTS = 288
 
@@ -75,7 +78,7 @@ def run_predicted_runtime(*, run: Run) -> float:
     return float(pred.runtime_s)
 
 
-def _accuracy_summary(errors: list[float], within: int, days: int) -> dict[str, Any]:
+def _accuracy_summary(errors: list[float], within: int, days: int, at_once: int = 0) -> dict[str, Any]:
     n = len(errors)
     median = statistics.median(errors) if errors else None
     if n == 0:
@@ -84,26 +87,34 @@ def _accuracy_summary(errors: list[float], within: int, days: int) -> dict[str, 
         summary = (f"{round(100 * within / n)}% of the {n} run{'s' if n != 1 else ''} that waited in the last {days} days "
                    f"started within {fmt_duration(ACCURACY_FLOOR_S)} (or a quarter of their wait, if longer) of the "
                    f"estimate they got at submission; the median error was {fmt_duration(median or 0.0)}.")
+    if at_once:
+        summary += (f" Not counted: {at_once} run{'s' if at_once != 1 else ''} that started within "
+                    f"{fmt_duration(WAITED_MIN_S)} of {'their' if at_once != 1 else 'its'} estimate, without waiting.")
     return {"window_days": days, "runs": n, "within": within, "share": (within / n) if n else None,
-            "median_abs_error_s": median, "summary": summary}
+            "median_abs_error_s": median, "started_at_once": at_once, "summary": summary}
 
 
 def estimate_accuracies(*, pools: list[NodePool], days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[int, dict[str, Any]]:
     """Per pool, how the estimates given at submission compared with actual starts over the last
-    `days`: one read for all pools (the queue page shows them all)."""
+    `days`: one read for all pools (the queue page shows them all). Only runs that waited count:
+    one placed within `WAITED_MIN_S` of its estimate is counted apart (`started_at_once`)."""
     now = now or timezone.now()
     rows = QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
                                         error_s__isnull=False, run__pool__in=pools)
     errors: dict[int, list[float]] = defaultdict(list)
     within: dict[int, int] = defaultdict(int)
+    at_once: dict[int, int] = defaultdict(int)
     for pool_id, error, recorded, actual in rows.values_list("run__pool_id", "error_s", "recorded_at", "actual_start"):
         if error is None or actual is None:
             continue
         wait = max(0.0, (actual - recorded).total_seconds())
+        if wait <= WAITED_MIN_S:
+            at_once[pool_id] += 1
+            continue
         errors[pool_id].append(abs(error))
         if abs(error) <= max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait):
             within[pool_id] += 1
-    return {p.pk: _accuracy_summary(errors[p.pk], within[p.pk], days) for p in pools}
+    return {p.pk: _accuracy_summary(errors[p.pk], within[p.pk], days, at_once[p.pk]) for p in pools}
 
 
 def estimate_accuracy(*, pool: NodePool, days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[str, Any]:

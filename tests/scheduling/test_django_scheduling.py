@@ -158,6 +158,9 @@ def test_estimates_recorded_and_error_computed_on_start(cast: Any, pool: NodePoo
     row.refresh_from_db()
     assert row.actual_start is not None and row.error_s is not None and row.estimated_start is not None
     assert abs(row.error_s - (row.actual_start - row.estimated_start).total_seconds()) < 1e-6
+    # Placed by the next pass, it did not wait: not scored (issue 29). Given five minutes earlier, it is.
+    assert estimate_accuracy(pool=pool)["runs"] == 0 and estimate_accuracy(pool=pool)["started_at_once"] == 1
+    QueueEstimate.objects.filter(pk=row.pk).update(recorded_at=row.actual_start - timedelta(minutes=5))
     accuracy = estimate_accuracy(pool=pool)
     assert accuracy["runs"] == 1 and accuracy["median_abs_error_s"] == pytest.approx(abs(row.error_s))
     assert "of the 1 run that waited" in accuracy["summary"]

@@ -67,10 +67,13 @@ class QueueEntrySerializer(serializers.Serializer):
 
 class AccuracySerializer(serializers.Serializer):
     window_days = serializers.IntegerField()
-    runs = serializers.IntegerField(help_text="Runs that waited and started in the window.")
+    runs = serializers.IntegerField(help_text="Runs that waited (started over 20 s after their estimate) and started "
+                                              "in the window.")
     within = serializers.IntegerField(help_text="Of those, started within max(10 min, 25% of their wait) of the estimate.")
     share = serializers.FloatField(allow_null=True)
     median_abs_error_s = serializers.FloatField(allow_null=True)
+    started_at_once = serializers.IntegerField(help_text="Runs that started within 20 s of their estimate, without "
+                                                         "waiting: not counted in `runs`.")
     summary = serializers.CharField()
 
 
@@ -114,10 +117,13 @@ class QueueSerializer(serializers.Serializer):
 class ForecastSerializer(serializers.Serializer):
     pool = serializers.CharField()
     starts_now = serializers.BooleanField(help_text="Devices are free for it now: it would start on the next pass.")
-    position = serializers.IntegerField(help_text="Its place in the pool's line (1 = next); 0 when it starts now.")
+    position = serializers.IntegerField(help_text="Its place in the pool's line (1 = next); 0 when it starts now or "
+                                                        "would be refused.")
     ahead = serializers.IntegerField(help_text="Waiting runs that would be ahead of it.")
     reason = ReasonSerializer()
     predicted_runtime_s = serializers.FloatField(help_text="Its predicted runtime.")
     runtime_basis = serializers.CharField(help_text="What the runtime prediction rests on.")
     estimated_start = EstimatedStartSerializer()
     summary = serializers.CharField(help_text="All of the above in one sentence.")
+    refused = serializers.BooleanField(help_text="The submission would be refused (over budget, ...): `summary` and "
+                                                 "`reason.message` say why, in the submission's own words.")
