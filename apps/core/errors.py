@@ -18,6 +18,7 @@ from django.db.models import ProtectedError, RestrictedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler
 
 from apps.core.jsonlimits import too_large_message
@@ -98,7 +99,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     assert isinstance(exc, exceptions.APIException)
     fields = _flatten(exc.detail) if isinstance(exc.detail, dict) else {}
     if fields:
-        message = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in fields.items())
+        # DRF's key for errors of the whole body is no field name to show.
+        message = "; ".join(' '.join(msgs) if field == api_settings.NON_FIELD_ERRORS_KEY else f"{field}: {' '.join(msgs)}"
+                            for field, msgs in fields.items())
         code = "invalid"
     else:
         message = str(exc.detail[0] if isinstance(exc.detail, list) and exc.detail else exc.detail)

@@ -14,10 +14,11 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.core.errors import ServiceError
 from apps.core.text import fmt_duration
 from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import NodePool
-from apps.runs.services.submission import Check, Submission, submission_validate
+from apps.runs.services.submission import Check, Submission, submission_admission_check, submission_validate
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import UNESTIMATED, QueuedJob, WaitCode
@@ -47,6 +48,8 @@ class Forecast:
     start_low: datetime | None
     start_high: datetime | None
     summary: str
+    # The submission would be refused (budget, ...): the summary says why, in its own words.
+    refused: bool = False
 
 
 def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, nodes: int, devices_per_node: int,
@@ -141,8 +144,30 @@ def forecast_for_submission(*, user: AnyUser, submission: Submission) -> Forecas
     submit page, asking as the form changes) only what decides the place in line is checked."""
     check = Check.PLACE if submission.tags is None else Check.DRY_RUN
     valid = submission_validate(submission=submission, user=user, check=check)
+    refusal = None
+    if check is Check.PLACE:
+        # The submission's own admission checks (budget, ...), so the form never says "would wait"
+        # for what the submission refuses; a dry run ran them already, and refuses with a 400.
+        try:
+            submission_admission_check(valid=valid, user=user)
+        except ServiceError as err:
+            if err.fields:
+                raise
+            refusal = err
     resources = valid.resources
-    return start_forecast(project=valid.project, template=valid.template, pool=resources.pool, nodes=resources.nodes,
-                          devices_per_node=resources.devices_per_node, priority=valid.priority,
-                          preemptible=resources.preemptible, max_runtime_s=resources.max_runtime_s, params=valid.params,
-                          memory_bytes_per_device=resources.memory_bytes_per_device, cpus_per_device=resources.cpus_per_device)
+    forecast = start_forecast(project=valid.project, template=valid.template, pool=resources.pool, nodes=resources.nodes,
+                              devices_per_node=resources.devices_per_node, priority=valid.priority,
+                              preemptible=resources.preemptible, max_runtime_s=resources.max_runtime_s,
+                              params=valid.params, memory_bytes_per_device=resources.memory_bytes_per_device,
+                              cpus_per_device=resources.cpus_per_device)
+    return forecast if refusal is None else _refused(forecast, refusal)
+
+
+def _refused(forecast: Forecast, err: ServiceError) -> Forecast:
+    """The forecast of a submission its admission checks refuse: no place in line and no start."""
+    budget = err.code == "budget_exceeded"
+    return replace(forecast, starts_now=False, position=0, ahead=0, refused=True,
+                   reason_code=WaitCode.BUDGET.value if budget else "refused",
+                   reason="Would be refused: over budget" if budget else "Would be refused",
+                   message=err.message, start=None, start_low=None, start_high=None,
+                   summary=f"Would be refused: {err.message}")

@@ -55,7 +55,8 @@ class ApiError(Exception):
     def __str__(self) -> str:
         if not self.fields:
             return self.message
-        details = "; ".join(f"{k}: {' '.join(v)}" for k, v in self.fields.items())
+        # Errors of the whole submission come under "non_field_errors": shown as themselves.
+        details = "; ".join(' '.join(v) if k == "non_field_errors" else f"{k}: {' '.join(v)}" for k, v in self.fields.items())
         return self.message if details in self.message else f"{self.message} ({details})"
 
 

@@ -162,7 +162,7 @@
       .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
       .then(function (res) {
         if (mine !== asked) { return; }  // a newer question is on its way
-        if (res.ok) { showForecast(res.data.summary, res.data.reason && res.data.reason.code === "budget"); return; }
+        if (res.ok) { showForecast(res.data.summary, res.data.refused || (res.data.reason && res.data.reason.code === "budget")); return; }
         var fields = (res.data.error && res.data.error.fields) || {};
         var first = Object.keys(fields)[0];
         showForecast(first ? "cannot say yet: " + first + " " + [].concat(fields[first]).join("; ") : "cannot say right now.", true);

@@ -82,13 +82,15 @@ def test_forecast_names_bad_fields_and_budget_stops(cast: Any) -> None:
     assert cast.client(None).post(URL, body(cast), format="json").status_code in (401, 403)
 
     Budget.objects.create(team=cast.vision, project=cast.digits, amount=0)
-    # With tags it is a dry run, refused as the submission would be (issue 29); without, the place in line.
+    # With tags it is a dry run, refused as the submission would be (issue 29); without, a
+    # forecast that says so in the submission's words (tests/runs/test_forecast_budget.py).
     refused = alice.post(URL, body(cast), format="json")
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "budget_exceeded"
     place = {k: v for k, v in body(cast).items() if k != "tags"}
     broke = alice.post(URL, place, format="json").json()
-    assert not broke["starts_now"] and broke["reason"]["code"] == "budget" and "is used up" in broke["reason"]["message"]
-    assert broke["estimated_start"]["at"] is None and "no start can be estimated" in broke["summary"]
+    assert not broke["starts_now"] and broke["reason"]["code"] == "budget" and broke["refused"]
+    assert broke["reason"]["message"] == refused.json()["error"]["message"]
+    assert broke["estimated_start"]["at"] is None and broke["summary"].startswith("Would be refused: Budget")
 
 
 def test_forecast_for_a_pool_without_nodes_says_why(cast: Any) -> None:

@@ -142,7 +142,9 @@ class Errors:
 
     def raise_if_any(self) -> None:
         if self.fields:
-            summary = "; ".join(f"{name}: {msgs[0]}" for name, msgs in list(self.fields.items())[:5])
+            # A refusal of the whole submission reads as itself, never under a raw "non_field_errors:" key.
+            summary = "; ".join(msgs[0] if name == "non_field_errors" else f"{name}: {msgs[0]}"
+                                for name, msgs in list(self.fields.items())[:5])
             raise ServiceError(f"Invalid submission: {summary}", fields=self.fields)
 
 
