@@ -61,7 +61,7 @@ def run_starting(*, run: Run, attempt: Attempt | None = None, now: datetime | No
         "placed": attempt.created_at,
         "claimed": _claimed_at(attempt),
         "started": attempt.started_at,
-        "first_report": _first_report_at(run=run, began=attempt.created_at),
+        "first_report": _first_report_at(run=run, began=min(attempt.created_at, attempt.started_at or attempt.created_at)),
     }
     # A later step implies the earlier ones (a report after a restart of the agent, say).
     for i in range(len(START_STEPS) - 2, -1, -1):
@@ -94,6 +94,8 @@ def _words(times: dict[str, datetime | None], waiting: int | None, *, ended: boo
         if started is not None:
             took += f", {hours_minutes((first - started).total_seconds())} after the process started"
         return f"Attempt {attempt.number} started: {took}."
+    if ended and attempt.status == "succeeded":
+        return f"Attempt {attempt.number} succeeded without reporting a metric."
     if ended:
         done = [key for key, _, _ in START_STEPS if times[key] is not None]
         last = label[done[-1]].lower() if done else "placed"

@@ -18,9 +18,11 @@
   const view = {
     smooth: clampSmooth(parseFloat(query.get("smooth") ?? stored.smooth ?? "0")),
     logY: (query.get("logy") ?? (stored.logY ? "1" : "0")) === "1",
-    range: (query.get("zoom") || "").includes("~") ? query.get("zoom").split("~") : null,
+    range: query.get("xmin") && query.get("xmax") ? [query.get("xmin"), query.get("xmax")] : null,
   };
   let xAxis = query.get("x") === "time" ? "time" : "step";
+  // Steps are numbers; a time axis takes Plotly's date strings as they came.
+  if (view.range && xAxis === "step") view.range = view.range.map(Number).every(Number.isFinite) ? view.range.map(Number) : null;
   let lastMetrics = null;  // the last series read, to redraw when a control changes
   const chartDivs = {};
   // The history is read again when the status line changes, and every HISTORY_EVERY polls for
@@ -263,7 +265,8 @@
     put("smooth", view.smooth ? String(view.smooth) : "");
     put("logy", view.logY ? "1" : "");
     put("x", xAxis === "time" ? "time" : "");
-    put("zoom", view.range ? view.range.join("~") : "");
+    put("xmin", view.range ? String(view.range[0]) : "");
+    put("xmax", view.range ? String(view.range[1]) : "");
     const search = q.toString();
     window.history.replaceState(null, "", `${window.location.pathname}${search ? "?" + search : ""}${window.location.hash}`);
     try { window.localStorage.setItem(STORE_KEY, JSON.stringify({ smooth: view.smooth, logY: view.logY })); } catch (err) { /* private mode */ }
@@ -422,6 +425,12 @@
     if (!attempts.length || !document.getElementById("attempts-chart")) return;
     const now = new Date();
     const labels = attempts.map((a) => `#${a.number} ${a.nodes.join(",")}`.trim());
+    // At least a minute across: a run seconds old would get ticks half a second apart, which a
+    // clock to the second repeats.
+    const first = Math.min(...attempts.map((a) => new Date(a.start).getTime()));
+    const last = Math.max(...attempts.map((a) => (a.end ? new Date(a.end) : now).getTime()));
+    const pad = Math.max(60000, last - first) * 0.02;
+    const range = [new Date(first - pad), new Date(Math.max(last, first + 60000) + pad)];
     // Dates, not ISO strings: Plotly shows strings in their own zone, the tables show local time.
     Plotly.react("attempts-chart", [{
       type: "bar", orientation: "h", y: labels, base: attempts.map((a) => new Date(a.start)),
@@ -429,7 +438,7 @@
       text: attempts.map((a) => `${a.status}${a.reason ? ": " + a.reason : ""}`), textposition: "inside",
       marker: { color: attempts.map((a) => ({ succeeded: "#66a182", failed: "#d1495b", lost: "#d1495b", preempted: "#edae49" })[a.status] || "#2f5d8a") },
       hovertemplate: "%{y}<br>%{text}<extra></extra>",
-    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: timeAxis(), yaxis: { autorange: "reversed", type: "category", automargin: true },
+    }], { margin: { l: 110, r: 16, t: 10, b: 30 }, xaxis: { ...timeAxis(), range, autorange: false }, yaxis: { autorange: "reversed", type: "category", automargin: true },
     height: 60 + 34 * attempts.length },
     T.CONFIG);
   }

@@ -293,7 +293,7 @@ def test_read_endpoints_document_their_bodies(schema: dict[str, Any]) -> None:
         assert _json_schema(schema["paths"][path]["get"], "200") == {"$ref": f"#/components/schemas/{name}"}, path
     components = schema["components"]["schemas"]
     assert {"x", "mean", "min", "max", "true_min", "level"} <= set(components["Series"]["properties"])
-    assert {"chunks", "next", "more"} == set(components["LogPage"]["properties"])
+    assert {"chunks", "next", "more", "q", "matches"} == set(components["LogPage"]["properties"])  # q, matches: with ?q=
     assert {"spent", "remaining", "forecast", "burndown", "alerts", "budget"} <= set(components["ProjectBudget"]["properties"])
     generic = [f"{m.upper()} {p}" for p, item in schema["paths"].items() for m, op in item.items()
                if p.startswith(("/api/v1/runs/", "/api/v1/compare/", "/api/v1/nodes/", "/api/v1/projects/{project_id}/budget/"))

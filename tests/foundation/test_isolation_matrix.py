@@ -246,6 +246,7 @@ OBJECTS: dict[str, Factory | Owned] = {
     "api/v1/runs/<pk>/checkpoints/": make_run,
     "api/v1/runs/<run_pk>/checkpoints/<pk>/download/": make_checkpoint,
     "api/v1/runs/<pk>/logs/": make_run,
+    "api/v1/runs/<pk>/logs/download/": make_run,
     "api/v1/runs/<pk>/energy/": make_run,
     "api/v1/runs/<pk>/environment/": make_run,
     "api/v1/runs/<pk>/history/": make_run,

@@ -149,3 +149,13 @@ def test_rate_and_eta_are_measured_from_the_first_progress_report(cast: Any) -> 
 def test_another_tenants_run_is_a_404(cast: Any) -> None:
     run, _, _ = _placed(cast)
     assert cast.client(cast.bob).get(f"/api/v1/runs/{run.pk}/metrics/keys/").status_code == 404
+
+
+def test_a_run_that_succeeded_without_metrics_says_so(cast: Any) -> None:
+    run, attempt, assignment = _placed(cast)
+    assignment_started(attempt_id=attempt.pk, node_id=assignment.node_id, node_rank=0)
+    Attempt.objects.filter(pk=attempt.pk).update(status="succeeded", ended_at=timezone.now())
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    s = run_starting(run=run)
+    assert s is not None and s["text"] == "Attempt 1 succeeded without reporting a metric."
