@@ -59,3 +59,11 @@ def test_json_preview_shapes_and_limits():
     assert "too large" in json_table(b"[" * 10, truncated=True).problem
     assert "deeper" in json_table(b"[" * 100_000 + b"]" * 100_000, truncated=False).problem
     assert PREVIEW_BYTES == 256 * 1024
+
+
+def test_admin_lists_artifacts_read_only(cast, alice_run, client):
+    artifact_store(run=alice_run, name="a.txt", fileobj=io.BytesIO(b"x"))
+    client.force_login(cast.admin)
+    listing = client.get("/admin/artifacts/artifact/")
+    assert listing.status_code == 200 and "a.txt" in listing.content.decode()
+    assert client.get("/admin/artifacts/artifact/add/").status_code == 403
