@@ -216,6 +216,13 @@ def make_saved_comparison(cast: Any, team: Team) -> Model:
                                           created_by=_owner(cast, team))
 
 
+def make_notification(cast: Any, team: Team) -> Model:
+    from apps.notifications.models import Notification
+
+    return Notification.objects.create(user=_owner(cast, team), team=team, kind="run.succeeded", title="nlp-run matrix",
+                                       key=f"matrix-{uuid.uuid4().hex[:8]}")
+
+
 Factory = Callable[[Any, Team], Any]
 
 
@@ -271,6 +278,9 @@ OBJECTS: dict[str, Factory | Owned] = {
     "projects/<pk>/webhooks/": make_project,
     "finance/budgets/<pk>/": make_budget,
     "finance/quotas/<pk>/": make_quota,
+    "api/v1/notifications/<pk>/": user_owned(make_notification),
+    "api/v1/notifications/<pk>/read/": user_owned(make_notification),
+    "notifications/<pk>/read/": user_owned(make_notification),
 }
 
 # Id-less API routes -> a factory whose object (for team nlp) must not appear to alice there,
@@ -291,7 +301,8 @@ COLLECTIONS: dict[str, Factory | Query] = {
     "api/v1/webhook-deliveries/": make_webhook_delivery,
     "api/v1/compare/": Query(make_run, "runs={pk},987654320"),  # tracking: bob's run in a comparison is a 404
     "api/v1/compare/views/": make_saved_comparison,
-    "api/v1/queue/": make_run,  # scheduling: pools are shared; bob's queued run shows with no id, name or project
+    "api/v1/queue/": make_run,
+    "api/v1/notifications/": make_notification,  # scheduling: pools are shared; bob's queued run shows with no id, name or project
     # HTML pages that name an object in the query string (not required, but cheap to cover):
     "compare/": Query(make_run, "runs={pk}"),
     "compare/export.csv": Query(make_run, "runs={pk}"),
@@ -319,6 +330,8 @@ EXEMPT: dict[str, str] = {
                             "submission's: another team's answers exactly as a missing one (tests/runs/test_trials_project.py)"),
     "api/v1/queue/forecast/": ("POST only, a submission body naming a project: another team's project answers exactly as a "
                                "missing one (tests/scheduling/test_forecast.py)"),
+    "api/v1/notifications/read-all/": "POST only, marks the requesting user's own notifications read; names no object",
+    "api/v1/notifications/unread-count/": "the requesting user's own unread count; names no object",
     "api/v1/storage/object/": ("the local object store's presigned URLs: the signed token names the one object and method, "
                                "no session or credential counts (tests/storage/test_backends.py)"),
 }
