@@ -157,6 +157,14 @@ def metric_history(user: User, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def logged_models_search(user: User, data: dict[str, Any]) -> dict[str, Any]:
+    """No logged models here (the registry is apps.registry); the client asks while listing a run's artifacts."""
+    ids = data.get("experiment_ids") or []
+    for experiment_id in ids if isinstance(ids, list) else [ids]:
+        selectors.experiment_get(user=user, experiment_id=experiment_id)
+    return {"models": []}
+
+
 ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "experiments/get-by-name": ("GET", experiment_get_by_name),
     "experiments/get": ("GET", experiment_get),
@@ -171,6 +179,7 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "runs/set-tag": ("POST", run_set_tag),
     "runs/search": ("POST", runs_search),
     "metrics/get-history": ("GET", metric_history),
+    "logged-models/search": ("POST", logged_models_search),
 }
 
 

@@ -214,3 +214,14 @@ def test_scheduled_runs_are_read_only_here(cast: Any, alice: Mlflow) -> None:
     run = run_submit(user=cast.alice, project=cast.digits, template="digits-classifier", params={"steps": 20}, tags=dict(GOOD_TAGS))
     assert alice.get("runs/get", run_id=str(run.pk)).json()["run"]["info"]["status"] == "SCHEDULED"
     error(alice.post("runs/log-metric", {"run_id": str(run.pk), "key": "loss", "value": 1, "step": 1}), 400, "INVALID_STATE")
+
+
+def test_run_page_shows_a_tracked_run(cast: Any, alice: Mlflow, tracked: dict[str, Any], client: Any) -> None:
+    run_id = tracked["info"]["run_id"]
+    alice.post("runs/log-batch", {"run_id": run_id, "params": [{"key": "lr", "value": "0.01"}],
+                                  "tags": [{"key": "stage", "value": "acceptance"}]})
+    client.force_login(cast.alice)
+    html = client.get(f"/runs/{run_id}/").content.decode()
+    assert "stage=acceptance" in html and '<dd class="mono">0.01</dd>' in html and "mlflow-tracked" in html
+    client.force_login(cast.bob)
+    assert client.get(f"/runs/{run_id}/").status_code == 404
