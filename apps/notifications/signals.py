@@ -19,6 +19,7 @@ from apps.nodes.models import Node
 from apps.notifications.models import NotificationKind
 from apps.notifications.selectors import budget_alert_user_ids, team_user_ids
 from apps.notifications.services import Message, notifications_create
+from apps.registry.models import ModelVersion
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment, Run
 from apps.tenants.models import Membership, Role
 
@@ -29,10 +30,7 @@ RUN_ACTIONS = {
     "run.preempted": (NotificationKind.RUN_PREEMPTED, "was preempted"),
     "run.lost": (NotificationKind.RUN_LOST, "lost its node"),
 }
-MODEL_ACTIONS = {
-    "model.promoted": (NotificationKind.MODEL_PROMOTED, "promoted"),
-    "model.rolled_back": (NotificationKind.MODEL_ROLLED_BACK, "rolled back"),
-}
+MODEL_ACTIONS = {"model.promoted": NotificationKind.MODEL_PROMOTED, "model.rolled_back": NotificationKind.MODEL_ROLLED_BACK}
 AFTERWORD = {
     NotificationKind.RUN_PREEMPTED: "It is back in the queue and resumes from its latest checkpoint.",
     NotificationKind.RUN_LOST: "It is requeued and resumes from its latest checkpoint, unless it ran out of restarts.",
@@ -88,17 +86,26 @@ def _on_node_lost(event: AuditEvent) -> None:
 
 
 def _on_model(event: AuditEvent) -> None:
-    if event.team_id is None:
+    """The model's team hears of a new production version: who acted, what it replaced, on what evidence."""
+    version = ModelVersion.objects.select_related("model__project__team").filter(pk=event.object_id).first()
+    if version is None:
         return
-    kind, verb = MODEL_ACTIONS[event.action]
-    after = event.after or {}
-    details = " · ".join(f"{k.replace('_', ' ')} {v}" for k, v in after.items()
-                         if k != "url" and isinstance(v, str | int | float) and not isinstance(v, bool))
-    url = after.get("url")
-    name = event.object_repr or f"{event.object_type} {event.object_id}"
-    notifications_create(user_ids=team_user_ids(team_id=event.team_id), message=Message(
-        kind=kind, title=f"Model {name} {verb}", body=details, key=f"audit:{event.pk}", team_id=event.team_id,
-        url=url if isinstance(url, str) and url.startswith("/") else ""))
+    model, after = version.model, event.after or {}
+    kind = MODEL_ACTIONS[event.action]
+    who = event.actor.get_username() if event.actor is not None else (event.actor_label or "someone")
+    if kind == NotificationKind.MODEL_PROMOTED:
+        title = f"Model {model.name} v{version.number} promoted to production"
+        replaced = after.get("replaced")
+        parts = [f"{who} promoted it in {model.project.full_slug}", f"it replaces v{replaced}" if replaced else "",
+                 f"evidence: run #{after['evidence_run']}" if after.get("evidence_run") else ""]
+    else:
+        title = f"Model {model.name} rolled back to v{version.number}"
+        parts = [f"{who} rolled back {model.project.full_slug}",
+                 f"v{after['from_version']} is archived" if after.get("from_version") else ""]
+    team_id = model.project.team_id
+    notifications_create(user_ids=team_user_ids(team_id=team_id), message=Message(
+        kind=kind, title=title, body="; ".join(p for p in parts if p) + ".", url=f"/models/{model.pk}/",
+        key=f"audit:{event.pk}", team_id=team_id))
 
 
 def on_audit_event(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:

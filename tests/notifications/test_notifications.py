@@ -14,17 +14,18 @@ from django.test import Client as PageClient
 from django.test.utils import CaptureQueriesContext
 
 from apps.audit.models import AuditEvent
-from apps.audit.services import audit_record
 from apps.billing import tasks
 from apps.billing.services import accrual_run, budget_alerts_check, budget_create
 from apps.nodes.services import node_lost_mark
 from apps.notifications import signals
 from apps.notifications.models import Notification
+from apps.registry import services as registry
 from apps.runs.models import Run, RunStatus
 from apps.runs.services.transitions import run_transition
 from apps.tenants.models import Membership, Role
 from apps.tenants.services import membership_set
 from tests.billing.helpers import make_attempt, make_node, make_pool, make_run
+from tests.registry.factories import evaluate_run, train_run
 from tests.runs.factories import body, local_pool, make_template
 
 pytestmark = pytest.mark.django_db
@@ -150,16 +151,26 @@ def test_budget_alert_tells_team_admins_and_finance_once_naming_the_highest(
 
 
 def test_model_promotion_and_rollback_tell_the_team(cast: Any) -> None:
-    audit_record(action="model.promoted", object_type="registry.modelversion", object_id=7, team_id=cast.vision.pk,
-                 after={"model": "digits-mlp", "version": 3, "alias": "production", "url": "/registry/models/1/"})
-    audit_record(action="model.rolled_back", object_type="registry.modelversion", object_id=7, team_id=cast.vision.pk,
-                 after={"version": 2, "url": "https://evil.example/"})
-    for member in (cast.alice, cast.victor):
-        assert [k for k, _ in told(member)] == ["model.promoted", "model.rolled_back"]
-    promoted = Notification.objects.get(user=cast.victor, kind="model.promoted")
-    assert promoted.url == "/registry/models/1/" and "version 3" in promoted.body and "alias production" in promoted.body
-    assert Notification.objects.get(user=cast.victor, kind="model.rolled_back").url == ""  # only links inside the portal
-    for other in (cast.bob, cast.carol, cast.outsider):
+    model = registry.model_create(project=cast.digits, name="digits-classifier", user=cast.alice,
+                                  thresholds=[{"metric": "val_accuracy", "op": ">=", "value": 0.9}])
+    _, ckpts = train_run(cast.digits, steps=(100, 200))
+    for ckpt in ckpts:
+        registry.version_create(model=model, user=cast.alice, checkpoint=ckpt.pk)
+        evaluate_run(cast.digits, ckpt, metrics={"val_accuracy": 0.95})
+    registry.version_promote(version=model.versions.get(number=1), user=cast.alice)
+    registry.version_promote(version=model.versions.get(number=2), user=cast.alice)
+    registry.model_rollback(model=model, user=cast.alice)
+
+    titles = ["Model digits-classifier v1 promoted to production", "Model digits-classifier v2 promoted to production",
+              "Model digits-classifier rolled back to v1"]
+    for member in (cast.alice, cast.victor):  # the team, viewers included
+        assert [t for _, t in told(member)] == titles
+    second = Notification.objects.get(user=cast.victor, title=titles[1])
+    assert second.kind == "model.promoted" and second.url == f"/models/{model.pk}/"
+    assert second.body.startswith("alice promoted it in vision/digits; it replaces v1; evidence: run #")
+    rolled = Notification.objects.get(user=cast.victor, kind="model.rolled_back")
+    assert rolled.body == "alice rolled back vision/digits; v2 is archived."
+    for other in (cast.bob, cast.carol, cast.outsider, cast.admin):
         assert told(other) == []
 
 
