@@ -239,3 +239,12 @@ def test_page_and_bell_show_own_notifications(cast: Any) -> None:
     html = page.get("/notifications/?unread=1").content.decode()
     assert "Nothing unread." in html and "Unread (0)" in html
     assert 'aria-label="Notifications, none unread"' in html
+
+
+def test_admin_lists_notifications_read_only(cast: Any) -> None:
+    _, (newest, _) = _notes(cast)
+    page = PageClient()
+    page.force_login(cast.admin)
+    listing = page.get("/admin/notifications/notification/")
+    assert listing.status_code == 200 and newest.title in listing.content.decode()
+    assert page.get("/admin/notifications/notification/add/").status_code == 403
