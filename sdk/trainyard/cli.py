@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainyard import _config
+from trainyard import _config, _mlflow_import
 from trainyard._cli_reports import cmd_budget, cmd_checkpoints, cmd_compare, cmd_nodes, cmd_queue, cmd_show
 from trainyard._clibase import (
     EXIT_INTERRUPTED,
@@ -528,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=int)
 
     add("nodes", cmd_nodes, "nodes and pools, with free and used devices")
+    _mlflow_import.add_parser(add)
     return parser
 
 
