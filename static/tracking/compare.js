@@ -172,7 +172,7 @@
     const metric = has(asked) ? asked : has(defaults.metric) ? defaults.metric : (offered.length ? offered[0].key : "");
     shownMetric = metric;
     select.replaceChildren(...offered.map((m) => {
-      const words = [m.runs.length < n ? `${m.runs.length} of ${n} runs` : "", m.differs ? "" : "same for all"].filter(Boolean);
+      const words = [m.runs.length < n ? `${m.runs.length} of ${n} runs` : "", m.differs || m.runs.length < 2 ? "" : "same for all"].filter(Boolean);
       const o = T.el("option", { value: m.key }, words.length ? `${m.key} (${words.join(", ")})` : m.key);
       if (m.key === metric) o.selected = true;
       return o;

@@ -6,7 +6,7 @@
   if (window.TrainyardSweep) return;  // the card's script tag, read again with a fresh card
   window.TrainyardSweep = true;
   const T = window.Trainyard;
-  const BEST = "#d1495b", OTHER = "#8fa9c4";
+  const BEST = "#b3263a", OTHER = "#8fa9c4";
   let sortState = { col: -1, desc: false };
 
   function cellValue(td) {
@@ -56,21 +56,34 @@
     const trials = [...chart.trials].sort((a, b) => Number(a.best) - Number(b.best));
     const dims = chart.param_names.map((name, k) => {
       const vals = trials.map((t) => t.values[k]);
-      if (vals.every((v) => typeof v === "number")) return { label: name, values: vals };
+      if (vals.every((v) => typeof v === "number")) {
+        // A learning rate of 0.1, 0.01, 0.001 on a linear axis crowds all but one at the bottom.
+        const lo = Math.min(...vals), hi = Math.max(...vals);
+        if (lo > 0 && hi / lo >= 100) {
+          const ticks = [...new Set(vals)].sort((a, b) => a - b).slice(0, 10);
+          return { label: `${name} (log)`, values: vals.map(Math.log10), tickvals: ticks.map(Math.log10), ticktext: ticks.map(String) };
+        }
+        return { label: name, values: vals };
+      }
       const cats = [...new Set(vals.map((v) => JSON.stringify(v)))];
       return { label: name, values: vals.map((v) => cats.indexOf(JSON.stringify(v))), tickvals: cats.map((_, i) => i), ticktext: cats };
     });
     const metric = trials.map((t) => { const v = T.plottable(t.metric); return v === null ? NaN : v; });
-    dims.push({ label: `${chart.metric} (${chart.goal === "min" ? "lower" : "higher"} is better)`, values: metric });
+    // Better is up on the objective's axis whichever the goal: the best line ends at the top.
+    const finite = metric.filter(Number.isFinite);
+    const objective = { label: `${chart.metric} (${chart.goal === "min" ? "lower" : "higher"} is better)`, values: metric };
+    if (chart.goal === "min" && finite.length > 1 && Math.min(...finite) < Math.max(...finite)) {
+      objective.range = [Math.max(...finite), Math.min(...finite)];
+    }
+    dims.push(objective);
     const anyBest = trials.some((t) => t.best);
     Plotly.react(div, [{
       type: "parcoords", dimensions: dims,
       line: { color: trials.map((t) => (t.best ? 1 : 0)), colorscale: [[0, OTHER], [0.5, OTHER], [0.5, BEST], [1, BEST]],
               cmin: 0, cmax: 1, showscale: false },
-    }], {
-      margin: { l: 60, r: 80, t: 48, b: 24 },
-      title: { text: anyBest ? "Trials: parameters → objective (best in red)" : "Trials: parameters → objective", font: { size: 13 }, x: 0 },
-    }, T.CONFIG);
+    }], { margin: { l: 60, r: 80, t: 56, b: 24 } }, T.CONFIG);
+    const note = document.getElementById("sweep-parcoords-note");
+    if (note) note.hidden = !anyBest;
   }
 
   function init() {

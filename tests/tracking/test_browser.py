@@ -108,9 +108,13 @@ def test_run_chart_updates_live_and_compare_view(live_stack: LiveStack, page: An
     curves = page.evaluate("""() => [...document.querySelectorAll('.compare-chart')].map(d => [d.dataset.key,
                                  d.data.filter(t => t.fill !== 'tonexty' && t.showlegend !== false).length])""")
     assert dict(curves) == {"loss": 3, "val_accuracy": 3}
+    # Three runs: only the differing rows at first (issue 29); unticked, the same ones too.
+    assert page.is_checked("#only-diff") and page.locator("#diff-table tr.same").count() == 0
+    page.uncheck("#only-diff")
     differs = page.eval_on_selector_all("#diff-table tr.differs", "rows => rows.map(r => r.dataset.name)")
     same = page.eval_on_selector_all("#diff-table tr.same", "rows => rows.map(r => r.dataset.name)")
     assert "lr" in differs and "optimizer" in differs and "batch_size" in same
+    assert "diff=0" in page.url
     dims = page.evaluate("() => document.getElementById('parcoords').data[0].dimensions.map(d => d.label)")
     assert "lr" in dims and any(d.endswith("(final)") for d in dims)
     # Controls write their state into the URL, so it can be shared as is.
