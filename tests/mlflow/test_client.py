@@ -13,7 +13,8 @@ import pytest
 
 from tests.fixtures.live import LiveStack
 
-pytestmark = [pytest.mark.live, pytest.mark.process, pytest.mark.slow]
+# The first test of a session may create bench/.venv-mlflow (pip install mlflow: minutes on a busy machine).
+pytestmark = [pytest.mark.live, pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(1800)]
 SCRIPT = Path(__file__).with_name("client_script.py")
 
 

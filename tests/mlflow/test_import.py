@@ -19,7 +19,8 @@ from tests.fixtures.live import ROOT, LiveStack
 from tests.fixtures.services import free_port
 from tests.mlflow.test_client import run_client
 
-pytestmark = [pytest.mark.live, pytest.mark.process, pytest.mark.slow]
+# The first test of a session may create bench/.venv-mlflow (pip install mlflow: minutes on a busy machine).
+pytestmark = [pytest.mark.live, pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture
