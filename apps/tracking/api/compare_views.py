@@ -77,7 +77,7 @@ class _SavedScoped(ScopedMixin, generics.GenericAPIView):
 
 
 class SavedComparisonListView(_SavedScoped):
-    @extend_schema(parameters=[OpenApiParameter("project", int, description="Only this project's.")],
+    @extend_schema(operation_id="compare_views_list", parameters=[OpenApiParameter("project", int, description="Only this project's.")],
                    responses={200: OpenApiTypes.OBJECT}, description="Saved comparisons of your teams' projects, by name.")
     def get(self, request: Request) -> Response:
         qs = saved_comparison_list(user=request.user)
@@ -88,7 +88,7 @@ class SavedComparisonListView(_SavedScoped):
             qs = qs.filter(project_id=int(project))
         return Response({"results": [saved_comparison_dict(s) for s in qs]})
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT},
+    @extend_schema(operation_id="compare_views_create", request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT},
                    description='Save a comparison: {"name", "runs": [ids], "keys", "metric", "only_differences", "x",'
                                ' "project" (default: the first run\'s)}.')
     def post(self, request: Request) -> Response:
@@ -106,7 +106,7 @@ class SavedComparisonListView(_SavedScoped):
 
 
 class SavedComparisonDetailView(_SavedScoped):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="compare_views_retrieve", responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request, pk: int) -> Response:
         return Response(saved_comparison_dict(self.get_object()))
 
