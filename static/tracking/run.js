@@ -55,13 +55,8 @@
     { dtickrange: [60000, 86400000], value: HOUR12 ? "%-I:%M %p" : "%H:%M" },
     { dtickrange: [86400000, null], value: "%b %-d, %Y" },
   ], hoverformat: HOUR12 ? "%-I:%M:%S %p" : "%H:%M:%S", automargin: true });
-  const CLOCK = { hour: "numeric", minute: "2-digit", second: "2-digit" };
-  const clock = (at) => new Date(at).toLocaleTimeString([], CLOCK);
   function localizeTimes(scope) {
-    // The start-up steps are seconds apart: their clock alone says it.
-    scope.querySelectorAll("time[datetime]").forEach((t) => {
-      t.textContent = t.closest("#start-steps") ? clock(t.getAttribute("datetime")) : when(t.getAttribute("datetime"));
-    });
+    scope.querySelectorAll("time[datetime]").forEach((t) => { t.textContent = when(t.getAttribute("datetime")); });
   }
 
   // The current attempt's start-up (apps/tracking/startup_selectors.py): where it is while it
@@ -80,8 +75,7 @@
       const li = T.el("li", { class: `start-step ${state}`, "data-step": step.key });
       li.appendChild(T.el("span", { class: "step-label" }, step.detail ? `${step.title} ${step.detail}` : step.title));
       li.appendChild(document.createTextNode(" "));
-      li.appendChild(T.el("span", { class: "step-at" })).appendChild(
-        step.at ? T.el("time", { datetime: step.at, title: step.at }, clock(step.at)) : document.createTextNode("–"));
+      li.appendChild(T.el("span", { class: "step-at" })).appendChild(timeEl(step.at));
       if (step.after_s !== null) li.appendChild(T.el("span", { class: "step-after muted" }, ` +${step.after_s.toFixed(1)} s`));
       return li;
     }));
