@@ -340,6 +340,7 @@ AGENT_OPEN: dict[str, str] = {"api/v1/agent/register/": "a pool's join token in 
 EXEMPT_PREFIXES: dict[str, str] = {
     "admin/": "Django admin: staff only, every model behind its own permission; see test_audit",
     "api/v1/agent/": "node credentials only (NodeAuthentication); see test_agent_routes_refuse_users",
+    "mlflow/": "MLflow's REST API: ids in the body or query, MLflow's error JSON; tenancy in tests/mlflow/test_api.py",
 }
 
 
