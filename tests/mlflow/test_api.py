@@ -225,3 +225,33 @@ def test_run_page_shows_a_tracked_run(cast: Any, alice: Mlflow, tracked: dict[st
     assert "stage=acceptance" in html and '<dd class="mono">0.01</dd>' in html and "mlflow-tracked" in html
     client.force_login(cast.bob)
     assert client.get(f"/runs/{run_id}/").status_code == 404
+
+
+def test_artifact_proxy_stores_lists_and_serves(cast: Any, alice: Mlflow, tracked: dict[str, Any], settings: Any,
+                                                tmp_path: Any) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+    root = "/mlflow/api/2.0/mlflow-artifacts/artifacts"
+    where = tracked["info"]["artifact_uri"].removeprefix("mlflow-artifacts:/")
+    body = b'{"not": "checked as a request body"}' + bytes(range(256))
+    put = alice.client.put(f"{root}/{where}/eval/report.json", body, content_type="application/json", headers=alice.headers)
+    assert put.status_code == 200, put.content
+    listing = alice.client.get(root, {"path": where}, headers=alice.headers).json()
+    assert listing == {"files": [{"path": "eval", "is_dir": True}]}
+    listing = alice.client.get(root, {"path": f"{where}/eval"}, headers=alice.headers).json()
+    assert listing == {"files": [{"path": "report.json", "is_dir": False, "file_size": len(body)}]}
+    got = alice.client.get(f"{root}/{where}/eval/report.json", headers=alice.headers)
+    assert got.status_code == 200 and b"".join(got.streaming_content) == body
+    error(alice.client.get(f"{root}/{where}/eval/missing.bin", headers=alice.headers), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(alice.client.put(f"{root}/{where}/../x", b"x", content_type="text/plain", headers=alice.headers), 400,
+          "INVALID_PARAMETER_VALUE")
+
+    bob, victor = Mlflow(cast.bob), Mlflow(cast.victor)
+    error(bob.client.get(f"{root}/{where}/eval/report.json", headers=bob.headers), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(bob.client.get(root, {"path": where}, headers=bob.headers), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(bob.client.put(f"{root}/{where}/eval/report.json", b"bob", content_type="text/plain", headers=bob.headers), 404,
+          "RESOURCE_DOES_NOT_EXIST")
+    error(victor.client.put(f"{root}/{where}/eval/report.json", b"v", content_type="text/plain", headers=victor.headers), 403,
+          "PERMISSION_DENIED")
+    wrong_experiment = where.replace(f"{cast.digits.pk}/", f"{cast.tinylm.pk}/", 1)
+    error(alice.client.get(f"{root}/{wrong_experiment}/eval/report.json", headers=alice.headers), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(Mlflow(None).client.get(f"{root}/{where}/eval/report.json"), 401, "UNAUTHENTICATED")
