@@ -627,13 +627,22 @@
     status.textContent = searchLines ? `${shown}${searchLines} matching line${searchLines === 1 ? "" : "s"}` : "no matching lines";
   }
 
-  async function searchMore() {
-    const seq = searchSeq;
-    for (let page = 0; page < 10 && searchText && searchLines < SEARCH_SHOWN; page++) {
-      const more = await searchPage(seq);
-      if (!more) break;
+  // One reader at a time per search (a poll and a new search must not read the same cursor twice).
+  let searching = null;
+  function searchMore() {
+    if (!searching) {
+      const seq = searchSeq;
+      searching = (async () => {
+        for (let page = 0; page < 10 && searchText && seq === searchSeq && searchLines < SEARCH_SHOWN; page++) {
+          const more = await searchPage(seq);
+          if (!more) break;
+        }
+        if (seq === searchSeq) searchStatus();
+      })().finally(() => { searching = null; });
+      return searching;
     }
-    if (seq === searchSeq) searchStatus();
+    // A search already reads: a new one starts once it stops (it sees the text changed and ends).
+    return searching.then(() => (searchText ? searchMore() : null));
   }
 
   async function search(text) {
