@@ -135,6 +135,9 @@
     idleMs: 15000,
     onText: function (text) {
       var count = JSON.parse(text).unread;
+      if (count > unread) {  // said once, politely: the bell's own label says the total
+        status.textContent = (count - unread) + (count - unread === 1 ? " new notification" : " new notifications");
+      }
       if (count !== unread && !panel.hidden) { load(); }
       showCount(count);
     }

@@ -40,6 +40,7 @@ def test_bell_shows_a_finished_run_and_marks_all_read(live_stack: Any, browser_p
     page.wait_for_function(f"() => document.getElementById('bell-badge').textContent.trim() === '{before + 1}'",
                            timeout=60_000)  # the next poll (every 15 s) brings it
     assert bell.get_attribute("aria-label") == f"Notifications, {before + 1} unread"
+    assert page.locator("#bell-status").inner_text() == "1 new notification"  # a polite live region says it once
 
     bell.focus()
     page.keyboard.press("Enter")
