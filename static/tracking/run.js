@@ -320,7 +320,8 @@
     e.devices.forEach((d, i) => {
       const xs = d.t.map((t) => new Date(t));
       if (some(d.utilization)) {
-        traces.push({ x: xs, y: d.utilization.map((u) => (u === null ? null : u * 100)), mode: "lines", name: `${d.device} util %`,
+        // Percent already, as agents send it (NVML's and the CPU monitor's 0-100), like the table's.
+        traces.push({ x: xs, y: d.utilization, mode: "lines", name: `${d.device} util %`,
                       line: { color: T.color(i) } });
       }
       if (some(d.power_w)) {

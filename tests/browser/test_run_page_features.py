@@ -106,7 +106,7 @@ def _charted(cast: Any) -> Run:
     metric_points_store(run_id=run.pk, attempt=1, rows=rows)
     attempt_energy_record(attempt=attempt, node_id=node.pk, readings=[
         EnergyReading(device_index=0, at=start + timedelta(minutes=i), energy_j=36_000.0 * i * 10, power_w=600.0,
-                      utilization=0.9, estimated=False) for i in range(21)])
+                      utilization=90.0, estimated=False) for i in range(21)])
     return run
 
 
@@ -126,6 +126,9 @@ def test_charts_smooth_use_a_log_scale_and_zoom_together(cast: Any, live_server:
     assert ["loss (raw)", 0.3] in opacities and any(name.startswith("loss (smoothed") for name, _ in opacities)
     # The energy charts' labels fit: Plotly widened the margins where a label needed it.
     page.wait_for_function("() => document.getElementById('energy-chart').classList.contains('js-plotly-plot')")
+    # Utilization is a percentage as agents send it, drawn as such (90 %, as the table says).
+    assert page.evaluate("() => document.getElementById('util-chart').data[0].y[0]") == 90.0
+    assert page.inner_text("#energy-devices tbody tr td:nth-child(4)") == "90%"
     screenshot(page, "run-page-charts")
 
     # A zoom on one chart applies to the other, and the URL keeps it.
