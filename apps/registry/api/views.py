@@ -122,18 +122,20 @@ class RegisteredModelViewSet(ScopedModelViewSet):
     @action(detail=True, methods=["post"], url_path=rf"{NUMBER}/stage")
     def stage(self, request: Request, number: str, *args: Any, **kwargs: Any) -> Response:
         """Move a version to candidate, staging or archived (production goes through promote)."""
+        version = self._version(number)  # 404 and 403 before any field error
         body = StageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        version = services.version_set_stage(version=self._version(number), stage=body.validated_data["stage"], user=request.user)
+        version = services.version_set_stage(version=version, stage=body.validated_data["stage"], user=request.user)
         return Response(ModelVersionSerializer(version).data)
 
     @extend_schema(request=PromoteSerializer, responses={200: ModelVersionSerializer})
     @action(detail=True, methods=["post"], url_path=rf"{NUMBER}/promote")
     def promote(self, request: Request, number: str, *args: Any, **kwargs: Any) -> Response:
         """To production, on a succeeded evaluate run of this version that meets every threshold of the model."""
+        version = self._version(number)  # 404 and 403 before any field error
         body = PromoteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        version = services.version_promote(version=self._version(number), user=request.user,
+        version = services.version_promote(version=version, user=request.user,
                                            evidence_run=body.validated_data.get("evidence_run"))
         return Response(ModelVersionSerializer(version).data)
 
