@@ -77,6 +77,12 @@ def artifact_key(*, run_id: int, name: str) -> str:
     return f"artifacts/{run_id}/{uuid.uuid4().hex}/{name}"
 
 
+def artifact_write_check(*, run: Run, actor: Any = None) -> None:
+    """Forbidden unless `actor` is an engineer of the run's team; actor None is the system."""
+    if actor is not None and not has_role(user=actor, team_id=run.project.team_id, at_least="engineer"):
+        raise Forbidden("Only engineers of the project's team may add artifacts to its runs.")
+
+
 def artifact_store(*, run: Run, name: str, fileobj: IO[bytes], content_type: str = "", actor: Any = None) -> Artifact:
     """Store `fileobj` as the run's artifact `name`, replacing the file and metadata of one of the
     same name. A signed-in actor must be an engineer of the run's team (Forbidden otherwise);
@@ -84,8 +90,7 @@ def artifact_store(*, run: Run, name: str, fileobj: IO[bytes], content_type: str
     name = artifact_name_check(name)
     content_type = artifact_content_type(name=name, content_type=content_type)
     user = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
-    if actor is not None and not has_role(user=actor, team_id=run.project.team_id, at_least="engineer"):
-        raise Forbidden("Only engineers of the project's team may add artifacts to its runs.")
+    artifact_write_check(run=run, actor=actor)
     limit = artifact_max_bytes()
     known = getattr(fileobj, "size", None)
     if isinstance(known, int) and known > limit:

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from apps.artifacts.api.serializers import ArtifactPageSerializer, ArtifactSerializer, ArtifactUploadSerializer
 from apps.artifacts.models import Artifact
 from apps.artifacts.selectors import artifact_get, artifact_list, artifact_open, artifact_served_inline
-from apps.artifacts.services import artifact_content_type, artifact_store
+from apps.artifacts.services import artifact_content_type, artifact_store, artifact_write_check
 from apps.core.api.parsers import FormParser, MultiPartParser
 from apps.core.errors import FieldError
 from apps.core.storage import ObjectMissing
@@ -57,6 +57,7 @@ class RunArtifactsView(_RunScoped):
                                "run's team only; the per-file limit is TRAINYARD_ARTIFACT_MAX_BYTES.")
     def post(self, request: Request, pk: int) -> Response:
         run = self.get_object()
+        artifact_write_check(run=run, actor=request.user)  # a viewer is refused before the upload is read
         body = ArtifactUploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         upload = body.validated_data["file"]
