@@ -223,6 +223,41 @@ def make_notification(cast: Any, team: Team) -> Model:
                                        key=f"matrix-{uuid.uuid4().hex[:8]}")
 
 
+def make_artifact(cast: Any, team: Team) -> dict[str, Any]:
+    from apps.artifacts.models import Artifact
+
+    # Made directly: only the lookup is tested, so no bytes are stored behind the key.
+    run = make_run(cast, team)
+    artifact = Artifact.objects.create(run=run, name="plots/secret-loss.png", size=4, sha256="c" * 64,
+                                       content_type="image/png", storage_key=f"matrix/{uuid.uuid4().hex}")
+    return {"pk": run.pk, "name": artifact.name, "object": artifact}
+
+
+def make_registered_model(cast: Any, team: Team) -> Model:
+    from apps.registry.models import RegisteredModel
+
+    return RegisteredModel.objects.create(project=_project(cast, team), name=f"matrix-{uuid.uuid4().hex[:6]}",
+                                          created_by=_owner(cast, team))
+
+
+def make_model_version(cast: Any, team: Team) -> Any:
+    from apps.registry.models import ModelVersion
+
+    checkpoint = make_checkpoint(cast, team)
+    return ModelVersion.objects.create(model=make_registered_model(cast, team), number=1, source_run=checkpoint.run,
+                                       checkpoint=checkpoint, created_by=_owner(cast, team))
+
+
+def make_model_version_ref(cast: Any, team: Team) -> dict[str, Any]:
+    """The API's version routes name the model as <pk>, which a version's own pk is not."""
+    version = make_model_version(cast, team)
+    return {"pk": version.model_id, "number": version.number, "object": version}
+
+
+def make_versioned_model(cast: Any, team: Team) -> Model:
+    return make_model_version(cast, team).model
+
+
 Factory = Callable[[Any, Team], Any]
 
 
@@ -281,6 +316,21 @@ OBJECTS: dict[str, Factory | Owned] = {
     "api/v1/notifications/<pk>/": user_owned(make_notification),
     "api/v1/notifications/<pk>/read/": user_owned(make_notification),
     "notifications/<pk>/read/": user_owned(make_notification),
+    "api/v1/runs/<pk>/artifacts/": make_run,
+    "api/v1/runs/<pk>/artifacts/<name>": make_artifact,
+    "api/v1/models/<pk>/": make_registered_model,
+    "api/v1/models/<pk>/versions/": make_registered_model,
+    "api/v1/models/<pk>/rollback/": make_versioned_model,
+    "api/v1/models/<pk>/versions/<number>/": make_model_version_ref,
+    "api/v1/models/<pk>/versions/<number>/stage/": make_model_version_ref,
+    "api/v1/models/<pk>/versions/<number>/promote/": make_model_version_ref,
+    "projects/<project_id>/models/": make_project,
+    "projects/<project_id>/models/new/": make_project,
+    "models/<model_id>/": make_model_version,  # fills <model_id> from the version's model
+    "models/<model_id>/rollback/": make_model_version,
+    "models/<model_id>/versions/<number>/promote/": make_model_version,
+    "models/<model_id>/versions/<number>/stage/": make_model_version,
+    "runs/<run_id>/register-model-version/": make_run,
 }
 
 # Id-less API routes -> a factory whose object (for team nlp) must not appear to alice there,
@@ -291,7 +341,15 @@ class Query:
     query: str  # e.g. "runs={pk}"
 
 
-COLLECTIONS: dict[str, Factory | Query] = {
+@dataclass(frozen=True)
+class Listed:
+    """A list whose items name their object by `field` rather than "id"; alice's own must show there."""
+
+    make: Factory
+    field: str
+
+
+COLLECTIONS: dict[str, Factory | Query | Listed] = {
     "api/v1/teams/": make_team,
     "api/v1/projects/": make_project,
     "api/v1/auth/tokens/": make_token,
@@ -301,8 +359,10 @@ COLLECTIONS: dict[str, Factory | Query] = {
     "api/v1/webhook-deliveries/": make_webhook_delivery,
     "api/v1/compare/": Query(make_run, "runs={pk},987654320"),  # tracking: bob's run in a comparison is a 404
     "api/v1/compare/views/": make_saved_comparison,
-    "api/v1/queue/": make_run,
-    "api/v1/notifications/": make_notification,  # scheduling: pools are shared; bob's queued run shows with no id, name or project
+    "api/v1/queue/": make_run,  # scheduling: pools are shared; bob's queued run shows with no id, name or project
+    "api/v1/notifications/": make_notification,
+    "api/v1/models/": make_registered_model,
+    "api/v1/model-costs/": Listed(make_versioned_model, "model_id"),  # one row per version, named by its model
     # HTML pages that name an object in the query string (not required, but cheap to cover):
     "compare/": Query(make_run, "runs={pk}"),
     "compare/export.csv": Query(make_run, "runs={pk}"),
@@ -461,8 +521,9 @@ def test_other_teams_object_is_not_found(cast: Any, route: Route | None) -> None
         assert _send(client, "get", path).json()["error"]["code"] == "not_found"
     # The writes above were refused, not applied: nothing audited, the object still there.
     assert AuditEvent.objects.count() == events, "alice's request changed bob's object (it left an audit event)"
-    if isinstance(obj, Model):
-        assert type(obj)._default_manager.filter(pk=obj.pk).exists()
+    made = obj.get("object") if isinstance(obj, dict) else obj  # a factory of URL kwargs may name what it made
+    if isinstance(made, Model):
+        assert type(made)._default_manager.filter(pk=made.pk).exists()
 
 
 def _list_route(route: Route) -> Route | None:
@@ -492,10 +553,10 @@ def test_other_teams_object_is_absent_from_its_list(cast: Any, route: Route | No
         assert f'href="{_path_for(route, own)}"' in body, f"/{list_route.key} does not link alice's own object"
 
 
-def _list_ids(response: Any) -> list[Any]:
+def _list_ids(response: Any, field: str = "id") -> list[Any]:
     data = response.json()
     items = data["results"] if isinstance(data, dict) and "results" in data else data
-    return [item.get("id") for item in items if isinstance(item, dict)]
+    return [item.get(field) for item in items if isinstance(item, dict)]
 
 
 QUERY_ROUTES = [r for r in ROUTES if isinstance(COLLECTIONS.get(r.key), Query)]
@@ -530,10 +591,15 @@ def test_list_hides_other_teams_objects(cast: Any, route: Route | None) -> None:
         return
     entry = COLLECTIONS[route.key]
     assert not isinstance(entry, Query)
-    obj = entry(cast, cast.nlp)
+    make, field = (entry.make, entry.field) if isinstance(entry, Listed) else (entry, "id")
+    obj = make(cast, cast.nlp)
+    own = make(cast, cast.vision) if isinstance(entry, Listed) else None
     response = _client(route, cast.alice).get("/" + route.key)
     assert response.status_code == 200
-    assert obj.pk not in _list_ids(response), f"/{route.key} shows bob's object to alice"
+    ids = _list_ids(response, field)
+    assert obj.pk not in ids, f"/{route.key} shows bob's object to alice"
+    if own is not None:  # an item without `field` would pass the check above whatever it showed
+        assert own.pk in ids, f"/{route.key} does not show alice her own object: the check above proves nothing"
 
 
 @pytest.mark.parametrize("route", _routes([r for r in MATRIX if r.key in OBJECTS and _owned(r.key).by == "team"]), ids=_ids)
