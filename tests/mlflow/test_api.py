@@ -18,6 +18,7 @@ from apps.accounts.services import api_token_create
 from apps.audit.models import AuditEvent
 from apps.billing.models import Budget
 from apps.billing.selectors import budgets_reserved
+from apps.billing.services import budget_stop_running
 from apps.mlflow_api.services import TRACKED_POOL, TRACKED_TEMPLATE
 from apps.runs.models import Run, RunStatus
 from apps.scheduling import snapshot
@@ -179,6 +180,9 @@ def test_scheduler_and_billing_skip_tracked_runs(cast: Any, alice: Mlflow, track
     budget = Budget.objects.create(team=cast.vision, project=cast.digits, amount=Decimal("100"))
     # Running: it reserves nothing of the budget, and no pass ever sees it queued.
     assert budgets_reserved(budgets=[budget])[budget.pk] == Decimal("0")
+    # A budget that stops running work at 100% has nothing of it to stop.
+    asked: list[int] = []
+    assert budget_stop_running(budget_id=budget.pk, cancel=lambda *, run, user: asked.append(run.pk)) == [] and asked == []
     assert not snapshot.queued_runs(lock=False).filter(pk=run.pk).exists()
     # Finished: its runtime never feeds the scheduler's predictions.
     alice.post("runs/update", {"run_id": str(run.pk), "status": "FINISHED"})
