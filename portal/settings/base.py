@@ -206,6 +206,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "apps.runs.models.RunStatus",
         "AttemptStatusEnum": "apps.runs.models.AttemptStatus",
+        "XAxisEnum": "apps.tracking.compare_services.X_AXES",  # a series' x_axis and a saved comparison's x
     },
 }
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import generics
+from rest_framework import generics, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -16,8 +15,42 @@ from apps.core.text import is_id
 from apps.tenants.api.scoped import ScopedMixin
 from apps.tenants.selectors import project_list
 from apps.tracking.compare_selectors import saved_comparison_list
-from apps.tracking.compare_services import ComparisonSettings, saved_comparison_create, saved_comparison_delete
+from apps.tracking.compare_services import X_AXES, ComparisonSettings, saved_comparison_create, saved_comparison_delete
 from apps.tracking.models import SavedComparison
+
+
+class SavedComparisonSerializer(serializers.Serializer[Any]):
+    """What saved_comparison_dict answers, for the OpenAPI schema."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    project = serializers.IntegerField(help_text="The project's id.")
+    project_slug = serializers.CharField(help_text="'team/project'.")
+    runs = serializers.ListField(child=serializers.IntegerField(), help_text="Run ids in the comparison's order.")
+    keys = serializers.ListField(child=serializers.CharField(), help_text="Chosen metric keys; empty for the page's default.")
+    metric = serializers.CharField(allow_blank=True, help_text="The parallel coordinates' final metric; empty for the default.")
+    only_differences = serializers.BooleanField(allow_null=True, help_text="Null: the page's default (on above two runs).")
+    x = serializers.ChoiceField(choices=list(X_AXES), help_text="The charts' x axis.")
+    created_by = serializers.CharField(allow_null=True, help_text="Username of who saved it; null once that user is gone.")
+    created_at = serializers.DateTimeField()
+    url = serializers.CharField(help_text="The comparison page's path, to share.")
+
+
+class SavedComparisonListSerializer(serializers.Serializer[Any]):
+    results = SavedComparisonSerializer(many=True, help_text="By name.")
+
+
+class SavedComparisonCreateSerializer(serializers.Serializer[Any]):
+    """The body of a save, for the OpenAPI schema; _settings and the service check it."""
+
+    name = serializers.CharField(help_text="Unique in the project.")
+    runs = serializers.ListField(child=serializers.IntegerField(), help_text="Run ids to compare (or a comma-separated string).")
+    keys = serializers.ListField(child=serializers.CharField(), required=False,
+                                 help_text="Metric keys (or a comma-separated string); empty for the page's default.")
+    metric = serializers.CharField(required=False, allow_blank=True, help_text="The parallel coordinates' final metric.")
+    only_differences = serializers.BooleanField(required=False, allow_null=True, help_text="Null: the page's default.")
+    x = serializers.ChoiceField(choices=list(X_AXES), required=False, help_text="The charts' x axis (default step).")
+    project = serializers.IntegerField(required=False, allow_null=True, help_text="Default: the first run's project.")
 
 
 def saved_comparison_dict(saved: SavedComparison) -> dict[str, Any]:
@@ -78,7 +111,7 @@ class _SavedScoped(ScopedMixin, generics.GenericAPIView):
 
 class SavedComparisonListView(_SavedScoped):
     @extend_schema(operation_id="compare_views_list", parameters=[OpenApiParameter("project", int, description="Only this project's.")],
-                   responses={200: OpenApiTypes.OBJECT}, description="Saved comparisons of your teams' projects, by name.")
+                   responses={200: SavedComparisonListSerializer}, description="Saved comparisons of your teams' projects, by name.")
     def get(self, request: Request) -> Response:
         qs = saved_comparison_list(user=request.user)
         project = request.query_params.get("project", "")
@@ -88,9 +121,8 @@ class SavedComparisonListView(_SavedScoped):
             qs = qs.filter(project_id=int(project))
         return Response({"results": [saved_comparison_dict(s) for s in qs]})
 
-    @extend_schema(operation_id="compare_views_create", request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT},
-                   description='Save a comparison: {"name", "runs": [ids], "keys", "metric", "only_differences", "x",'
-                               ' "project" (default: the first run\'s)}.')
+    @extend_schema(operation_id="compare_views_create", request=SavedComparisonCreateSerializer,
+                   responses={201: SavedComparisonSerializer}, description="Save a comparison of runs under a name.")
     def post(self, request: Request) -> Response:
         data: Any = request.data
         settings = _settings(data)
@@ -106,7 +138,7 @@ class SavedComparisonListView(_SavedScoped):
 
 
 class SavedComparisonDetailView(_SavedScoped):
-    @extend_schema(operation_id="compare_views_retrieve", responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="compare_views_retrieve", responses={200: SavedComparisonSerializer})
     def get(self, request: Request, pk: int) -> Response:
         return Response(saved_comparison_dict(self.get_object()))
 
