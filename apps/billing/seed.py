@@ -14,7 +14,12 @@ from apps.tenants.models import Project
 DEMO_PRICE = Decimal("0.50")
 DEMO_PRICE_FROM = datetime(2024, 1, 1, tzinfo=UTC)
 DEMO_BUDGETS = {("vision", "digits"): Decimal("100.00"), ("nlp", "tiny-lm"): Decimal("50.00")}
-DEMO_QUOTA = {"guaranteed_devices": 2, "borrow_limit": 2}
+# The local pool of a fresh stack is one agent with its default single CPU slot: guarantees that
+# add up to more than that over-commit the pool (issue 29). Vision (alice's team, the walkthrough's)
+# is guaranteed that device; every team may borrow up to four idle ones as the pool grows.
+DEMO_POOL_DEVICES = 1
+DEMO_QUOTAS = {"vision": {"guaranteed_devices": 1, "borrow_limit": 3}}
+DEMO_QUOTA = {"guaranteed_devices": 0, "borrow_limit": 4}
 
 
 def seed_billing(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) -> None:
@@ -26,7 +31,7 @@ def seed_billing(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) -
             NodePool.objects.filter(pk=pool.pk, price_per_device_hour=0).update(price_per_device_hour=price)
         for team in teams.values():
             if not Quota.objects.filter(team=team, pool=pool).exists():
-                quota_set(team=team, pool=pool, **DEMO_QUOTA)
+                quota_set(team=team, pool=pool, **DEMO_QUOTAS.get(team.slug, DEMO_QUOTA))
     for (team_slug, project_slug), amount in DEMO_BUDGETS.items():
         project = Project.objects.filter(team__slug=team_slug, slug=project_slug).select_related("team").first()
         if project is not None and not Budget.objects.filter(project=project).exists():

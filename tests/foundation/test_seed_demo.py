@@ -160,3 +160,23 @@ def test_seed_demo_runs_say_in_their_history_that_they_are_demo_data(db: Any) ->
     rows, _ = run_history(run=runs[0], attempts=list(runs[0].attempts.all()))
     assert [(row.actor, row.what) for row in rows] == [("seed_demo", "written as demo data")]
     assert rows[0].detail.startswith(f"{runs[0].status} · demo data: seed_demo wrote it, attempts and all, straight to the database")
+
+
+def test_seed_demo_quotas_do_not_over_commit_the_one_device_pool(db: Any) -> None:
+    """A fresh stack's local pool is one agent with one CPU slot: the demo guarantees add up to
+    that device, so finance's quota table points out no over-commitment (issue 29)."""
+    from agents.config import parse_args
+    from apps.billing.models import Quota
+    from apps.billing.selectors import pool_commitments
+    from apps.nodes.models import Device, Node, NodePool
+
+    call_command("seed_demo", stdout=StringIO())
+    pool = NodePool.objects.get(name="local")
+    quotas = Quota.objects.filter(pool=pool)
+    assert quotas.count() >= 2 and all(q.guaranteed_devices + q.borrow_limit >= 1 for q in quotas)
+    slots = parse_args([]).slots  # what `make run`'s agent offers without a GPU
+    node = Node.objects.create(pool=pool, hostname="laptop", agent_uid="laptop-uid")
+    for index in range(slots):
+        Device.objects.create(node=node, index=index, kind="cpu")
+    commitment = pool_commitments(pool_ids=[pool.pk])[pool.pk]
+    assert commitment.devices == slots and commitment.guaranteed <= commitment.devices and not commitment.over
