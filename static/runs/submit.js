@@ -144,10 +144,19 @@
       if (v !== null) { resources[key] = v; }
     });
     var params = {};
+    // Every numeric parameter that parses, so a value the schema refuses (lr=5) is named here
+    // as the submission would name it, never forecast as "start at once" (issue 29).
+    paramNumberInputs().forEach(function (el) {
+      var text = el.value.trim();
+      if (/^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(text)) { params[el.name.slice(2)] = Number(text); }
+    });
     var steps = stepsName ? intOf(stepsName) : null;
     if (steps !== null) { params[form.dataset.stepsParam] = steps; }
     return { project: form.elements.project.value, template: form.elements.template.value,
              priority: form.elements.priority ? form.elements.priority.value : "normal", params: params, resources: resources };
+  }
+  function paramNumberInputs() {
+    return Array.prototype.filter.call(form.querySelectorAll("input[type=number][name^='p_']"), function (el) { return !el.disabled; });
   }
   function showForecast(text, bad) {
     startEl.textContent = "Expected start: " + text;
@@ -177,6 +186,9 @@
     ["res_pool", "res_nodes", "res_devices_per_node", "res_max_runtime_s", "priority", stepsName].forEach(function (name) {
       var el = name ? form.elements[name] : null;
       if (el) { el.addEventListener("input", scheduleForecast); el.addEventListener("change", scheduleForecast); }
+    });
+    paramNumberInputs().forEach(function (el) {
+      if (el.name !== stepsName) { el.addEventListener("input", scheduleForecast); el.addEventListener("change", scheduleForecast); }
     });
     askForecast();
   }

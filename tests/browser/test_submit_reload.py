@@ -45,7 +45,13 @@ def test_switching_template_keeps_what_was_typed(live_stack: Any, browser_page: 
     login(page, live_stack, "alice")
     page.goto(live_stack.url + "/runs/new/?template=digits-classifier")
     page.wait_for_function(f"!{START}.includes('see the queue')")
+    # A parameter the schema refuses is named by the live forecast, never "start at once" (issue 29).
+    page.fill("#id_p_lr", "5")
+    page.wait_for_function(f"{START}.includes('params.lr')")
+    assert "params.lr must be ≤ 1 (got 5)" in page.inner_text("#expected-start") and "at once" not in page.inner_text("#expected-start")
+    screenshot(page, "runs-submit-forecast-bad-param")
     _type_into_digits(page)
+    page.wait_for_function(f"{START}.includes('Would ')")
     with page.expect_navigation():
         page.select_option("#id_template", "ddp-train")
     _kept_for_ddp(page)

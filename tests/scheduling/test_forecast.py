@@ -124,3 +124,17 @@ def test_a_dry_run_with_tags_is_refused_where_the_submission_would_be(cast: Any)
     half = {k: v for k, v in body(cast, template="finetune").items() if k != "tags"}
     assert alice.post(URL, half, format="json").status_code == 200
     assert Run.objects.count() == 0
+
+
+def test_forecast_without_tags_refuses_a_parameter_the_schema_refuses(cast: Any) -> None:
+    """The submit page asks while tags may be half typed; lr=5 must not read "start at once"
+    (issue 29): static/runs/submit.js sends every numeric parameter, and the answer names it."""
+    pool = local_pool()
+    make_template()
+    register(pool, "n1", slots=1)
+    alice = cast.client(cast.alice)
+    untagged = {k: v for k, v in body(cast, params={"steps": 20, "lr": 5}).items() if k != "tags"}
+    answer = alice.post(URL, untagged, format="json")
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"]["fields"] == {"params.lr": ["must be ≤ 1.0 (got 5)"]}
+    assert alice.post(URL, {**untagged, "params": {"steps": 20, "lr": 0.01}}, format="json").status_code == 200
