@@ -16,7 +16,7 @@ class BillingConfig(AppConfig):
         if seed.seed_billing not in DEMO_SEEDERS:
             DEMO_SEEDERS.append(seed.seed_billing)
         if history.seed_history not in DEMO_HISTORY_SEEDERS:
-            DEMO_HISTORY_SEEDERS.append(history.seed_history)
+            DEMO_HISTORY_SEEDERS.insert(0, history.seed_history)  # the runs first; others add to them (tracking: metrics)
         if views.project_budget_panel not in PROJECT_PANELS:
             PROJECT_PANELS.append(views.project_budget_panel)
         if services.budget_admission_check not in ADMISSION_CHECKS:

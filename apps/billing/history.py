@@ -73,10 +73,16 @@ def seed_history(*, users: dict[str, Any], stdout: Any) -> int:
                 start = now - timedelta(days=HISTORY_DAYS) + timedelta(hours=rng.uniform(0, 24 * (HISTORY_DAYS - 1)))
                 status = rng.choice(OUTCOMES)
                 runtime = timedelta(hours=hours * rng.lognormvariate(0, 0.35) * (0.4 if status != RunStatus.SUCCEEDED else 1))
+                params = _history_params(template)
+                # Steps, so finance's "Wh / step" has a figure (issue 29): all of them, or as far as
+                # a failed or cancelled run got.
+                total = params.get(template.total_steps_param) if template.total_steps_param else None
+                total = total if isinstance(total, int) and total > 0 else None
+                done = (total if status == RunStatus.SUCCEEDED else int(total * rng.uniform(0.2, 0.6))) if total else 0
                 run = run_new(
                     status=status,
                     project=project, template=template, pool=pool, entrypoint=template.entrypoint, submitted_by=users.get(owner),
-                    name=f"{slug} history #{i + 1}", params=_history_params(template),
+                    name=f"{slug} history #{i + 1}", params=params, total_steps=total, steps_done=done,
                     tags={"owner": owner, "task": template.kind, "dataset": "sklearn-digits", "candidate": "baseline",
                           "family": family},
                     family=family, nodes=1, devices_per_node=devices, max_runtime_s=int(hours * 3 * 3600),

@@ -180,3 +180,33 @@ def test_seed_demo_quotas_do_not_over_commit_the_one_device_pool(db: Any) -> Non
         Device.objects.create(node=node, index=index, kind="cpu")
     commitment = pool_commitments(pool_ids=[pool.pk])[pool.pk]
     assert commitment.devices == slots and commitment.guaranteed <= commitment.devices and not commitment.over
+
+
+def test_seed_demo_history_fills_finances_wh_per_step_and_final_metric(db: Any) -> None:
+    """Finance's top runs are the history's (they cost most): each has steps, so "Wh / step" has a
+    figure, and metric curves, so "final metric" names one; both read "–" before (issue 29)."""
+    import re
+
+    from django.test import Client
+
+    from apps.tracking.models import MetricSummary
+
+    call_command("seed_demo", "--history", stdout=StringIO())
+    from apps.runs.models import Run
+
+    runs = Run.objects.filter(family__startswith="demo-history")
+    assert all(r.total_steps and 0 < r.steps_done <= r.total_steps for r in runs)
+    assert set(MetricSummary.objects.filter(run__in=runs).values_list("run_id", flat=True)) == set(runs.values_list("pk", flat=True))
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="carol"))
+    html = client.get("/finance/").content.decode()
+    table = html[html.index('id="top-runs"'):html.index("</table>", html.index('id="top-runs"'))]
+    rows = re.findall(r"<tr><td>.*?</tr>", table, re.S)
+    assert rows, table
+    for row in rows:
+        wh = re.search(r'<td class="num wh-per-step"[^>]*>(.*?)</td>', row, re.S)
+        assert wh and wh.group(1).strip() not in ("", "–"), row
+        assert re.search(r"<td>(val_accuracy|loss)=[\d.]+</td></tr>", row), row
+    counts = MetricSummary.objects.count()
+    call_command("seed_demo", "--history", stdout=StringIO())
+    assert MetricSummary.objects.count() == counts
