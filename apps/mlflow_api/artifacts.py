@@ -54,6 +54,8 @@ def _listing(run: Run, folder: str) -> dict[str, Any]:
 
 
 class ArtifactsView(APIView):
+    # MLflow's protocol, not Trainyard's API: documented by MLflow, kept out of /api/schema/.
+    schema = None
     authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
     parser_classes: list[Any] = []
