@@ -30,6 +30,7 @@ from apps.billing.models import (
     UsageEntry,
 )
 from apps.billing.selectors import (
+    BudgetLeft,
     Period,
     budget_left,
     budget_name,
@@ -237,19 +238,59 @@ def budget_admission_check(*, run: Run, project: Project, user: Any = None, **_:
     locked = Budget.objects.select_for_update(of=("self",)).filter(pk__in=ids).order_by("pk")
     budgets = list(locked.select_related("team", "project", "project__team"))
     period = period_for(at=timezone.now())
+    lefts = [(budget, budget_left(budget=budget, period=period, exclude_run_id=run.pk)) for budget in budgets]
+    names = [run.pool.name, *(p for p in (run.pools or []) if p != run.pool.name)] if len(run.pools or []) > 1 else []
+    if not names:
+        refusal = _budget_refusal(run=run, lefts=lefts, period=period)
+        if refusal is not None:
+            raise refusal
+        return
+    _budget_pools_narrow(run=run, names=names, lefts=lefts, period=period)
+
+
+def _budget_refusal(*, run: Run, lefts: list[tuple[Budget, BudgetLeft]], period: Period) -> ServiceError | None:
+    """The refusal for the first budget the run's predicted cost in its pool does not fit; None if all fit."""
     forecast = runs_predicted_cost(runs=[run])[0]
     predicted = forecast.cost
-    for budget in budgets:
-        left = budget_left(budget=budget, period=period, exclude_run_id=run.pk)
+    for budget, left in lefts:
         if not left.fits(predicted):
             held = f" ({money(left.reserved)} held by unfinished runs)" if left.reserved > 0 else ""
-            raise ServiceError(
+            return ServiceError(
                 f"Budget '{budget_name(budget=budget, period=period)}' has {left.text} of "
                 f"{money(budget.amount)}{held}; this run would cost {_cost_word(forecast.basis)} {money(predicted)} "
                 f"({forecast.devices} device{'s' if forecast.devices != 1 else ''} × "
-                f"{_hours_text(int(round(forecast.runtime_s)))} h, {forecast.basis}, × {_price_text(forecast.price)}/device-hour).",
+                f"{_hours_text(int(round(forecast.runtime_s)))} h, {forecast.basis}, × {_price_text(forecast.price)}/device-hour"
+                f"{' in pool ' + run.pool.name if run.pools else ''}).",
                 code="budget_exceeded",
             )
+    return None
+
+
+def _budget_pools_narrow(*, run: Run, names: list[str], lefts: list[tuple[Budget, BudgetLeft]], period: Period) -> None:
+    """A run that may use several pools is admitted if it fits its budgets in one of them: its
+    acceptable pools narrow to those it fits in (each at its own price), so wherever the scheduler
+    places it the budgets hold; refused only when it fits in none."""
+    pools = {p.name: p for p in NodePool.objects.filter(name__in=names)}
+    default = run.pool
+    fitting: list[str] = []
+    refusals: dict[str, ServiceError] = {}
+    for name in (n for n in names if n in pools):
+        run.pool = pools[name]
+        refusal = _budget_refusal(run=run, lefts=lefts, period=period)
+        if refusal is None:
+            fitting.append(name)
+        else:
+            refusals[name] = refusal
+    if not fitting:
+        run.pool = default
+        first = refusals.get(default.name) or next(iter(refusals.values()))
+        raise ServiceError(f"{first.message} It fits the budget in none of its acceptable pools ({', '.join(names)}).",
+                           code="budget_exceeded")
+    run.pool = default if default.name in fitting else pools[fitting[0]]
+    run.pools = fitting
+    if refusals:
+        run.pool_reason = (f"{', '.join(refusals)} left out: the run's predicted cost there does not fit its budget "
+                           f"({refusals[next(iter(refusals))].message})")
 
 
 # --- budgets, quotas ------------------------------------------------------------------

@@ -47,6 +47,11 @@ class Run(models.Model):
     preemptible = models.BooleanField(default=True)
 
     pool = models.ForeignKey("nodes.NodePool", on_delete=models.PROTECT, related_name="runs")
+    # Acceptable pools (names) of a run that may use several, `pool` among them: each scheduling
+    # pass moves a queued one to the pool where it is predicted to finish first
+    # (apps.scheduling.pools), saying why in `pool_reason`. Empty: `pool` only.
+    pools = models.JSONField(default=list, blank=True)
+    pool_reason = models.TextField(blank=True, default="")
     nodes = models.PositiveIntegerField(default=1)
     devices_per_node = models.PositiveIntegerField(default=1)
     # Memory and CPU cores the job asks per device: scheduled as the node's capacity and enforced

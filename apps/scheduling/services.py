@@ -35,6 +35,7 @@ from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import UNESTIMATED, Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
+from apps.scheduling.pool_choice import pools_choose_apply
 from apps.scheduling.snapshot import Snapshot, dt, lags_load, snapshot_load
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,9 @@ def scheduling_pass(*, requested_at: float | None = None, estimates: bool = True
         mark = time.perf_counter()
         deadlines_fix(snap=snap)
         timings["deadlines"] = (time.perf_counter() - mark) * 1000
+        mark = time.perf_counter()
+        pools_choose_apply(snap=snap)
+        timings["pools"] = (time.perf_counter() - mark) * 1000
         mark = time.perf_counter()
         decision = core.schedule(snap.state, explain=True)
         timings["schedule"] = (time.perf_counter() - mark) * 1000

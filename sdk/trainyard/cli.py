@@ -176,8 +176,16 @@ def _submission(args: argparse.Namespace) -> dict[str, Any]:
         raise CliError("give a TEMPLATE (see `trainyard templates`), or --code DIR for the custom template", EXIT_USAGE)
     if args.command is not None:
         params["command"] = args.command
-    return {"project": args.project, "template": template, "params": params, "tags": tags, "priority": args.priority,
-            **{key: getattr(args, key) for key in SUBMIT_OPTIONS}}
+    body: dict[str, Any] = {"project": args.project, "template": template, "params": params, "tags": tags,
+                            "priority": args.priority, **{key: getattr(args, key) for key in SUBMIT_OPTIONS}}
+    resources: dict[str, Any] = {}
+    if getattr(args, "pool", None):
+        resources["pool"] = args.pool
+    if getattr(args, "pools", None):
+        resources["pools"] = [name.strip() for name in args.pools.split(",") if name.strip()]
+    if resources:
+        body["resources"] = resources
+    return body
 
 
 def _upload_code(args: argparse.Namespace, client: Client) -> str:
@@ -468,6 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag (repeat); task, dataset, candidate and family are required"
     )
     p.add_argument("--priority", default="normal", choices=["urgent", "normal", "low"], help="queue class (default normal)")
+    p.add_argument("--pool", help="the pool to run in (default: the template's)")
+    p.add_argument("--pools", metavar="A,B", help="several acceptable pools, e.g. a100,h100: the scheduler places the run "
+                                                  "where it is predicted to finish first")
     p.add_argument("--name", default="", help="a display name")
     p.add_argument("--notes", help="free text shown on the run's page (at most 2,000 characters)")
     p.add_argument("--template-version", type=int, help="a specific published template version")

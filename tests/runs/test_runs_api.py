@@ -72,7 +72,7 @@ def test_detail_reports_attempts_cost_energy_lineage(cast, runs):
     assert detail["lineage"]["dataset"]["name"] == "sklearn-digits"
     assert detail["lineage"]["template"] == {"slug": "digits-classifier", "version": 1} and detail["lineage"]["parent"] is None
     assert detail["resources"] == {"pool": "local", "nodes": 1, "devices_per_node": 1, "max_runtime_s": 1800, "preemptible": True,
-                                   "memory_gib_per_device": 0.0, "cpus_per_device": 0.0}
+                                   "memory_gib_per_device": 0.0, "cpus_per_device": 0.0, "pools": [], "pool_reason": ""}
     assert set(detail["estimated_start"]) == {"at", "low", "high", "queue_position"}
 
 

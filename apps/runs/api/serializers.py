@@ -29,7 +29,8 @@ class RunCreateSerializer(serializers.Serializer[Run]):
                                  "promoted, rejected), family; any other key: value strings. owner is set to you.")
     priority = serializers.CharField(required=False, default="normal", help_text="urgent, normal or low.")
     resources = serializers.JSONField(required=False, default=dict, help_text="Overrides of the template's pool, nodes, "
-                                      "devices_per_node, max_runtime_s, preemptible; within its limits.")
+                                      "devices_per_node, max_runtime_s, preemptible; within its limits. pools: several "
+                                      "acceptable pools (names); the scheduler places it where it would finish first.")
     init_run = serializers.CharField(required=False, allow_blank=True, default="", help_text="Fine-tune / evaluate: the run whose "
                                      "latest checkpoint to start from.")
     init_checkpoint = serializers.CharField(required=False, allow_blank=True, default="", help_text="Or a specific checkpoint id.")
@@ -98,7 +99,10 @@ class CostSerializer(serializers.Serializer[Any]):
 
 
 class ResourcesSerializer(serializers.Serializer[Any]):
-    pool = serializers.CharField()
+    pool = serializers.CharField(help_text="The pool it runs (or is queued) in: of several acceptable pools, the one chosen.")
+    pools = serializers.ListField(child=serializers.CharField(), help_text="Every acceptable pool (empty: pool only).")
+    pool_reason = serializers.CharField(help_text="Why it is in `pool` when it named several, e.g. \"placed in h100: "
+                                        "predicted to finish 35 min sooner than a100 (pace 1.8×)\".")
     nodes = serializers.IntegerField()
     devices_per_node = serializers.IntegerField(help_text="0 for a sweep's parent, which holds no devices.")
     max_runtime_s = serializers.IntegerField()
@@ -147,7 +151,8 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(ResourcesSerializer)
     def get_resources(self, run: Run) -> dict[str, Any]:
-        return {"pool": run.pool.name, "nodes": run.nodes, "devices_per_node": run.devices_per_node,
+        return {"pool": run.pool.name, "pools": list(run.pools or []), "pool_reason": run.pool_reason,
+                "nodes": run.nodes, "devices_per_node": run.devices_per_node,
                 "max_runtime_s": run.max_runtime_s, "preemptible": run.preemptible,
                 "memory_gib_per_device": run.memory_bytes_per_device / 2**30, "cpus_per_device": run.cpus_per_device}
 

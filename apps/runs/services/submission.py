@@ -42,7 +42,7 @@ TAG_VALUE_MAX = 200
 MAX_TAGS = 32
 NAME_MAX = 200
 NOTES_MAX = 2000
-RESOURCE_KEYS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "preemptible", "memory_gib_per_device", "cpus_per_device")
+RESOURCE_KEYS = ("pool", "pools", "nodes", "devices_per_node", "max_runtime_s", "preemptible", "memory_gib_per_device", "cpus_per_device")
 GIB = 2**30
 PER_DEVICE_CEILING = 2**20
 INIT_KINDS = (TemplateKind.FINETUNE, TemplateKind.EVALUATE)
@@ -159,6 +159,8 @@ class Resources:
     # unless overridden, within its `max_memory_gib_per_device` / `max_cpus_per_device`.
     memory_bytes_per_device: int = 0
     cpus_per_device: float = 0.0
+    # Every acceptable pool (`pool` first) of a run that may use several; empty: `pool` only.
+    pools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,8 @@ class ValidSubmission:
         tags = dict(self.tags)
         return {
             **self.texts, "tags": tags, "family": tags.get("family", ""), "priority": self.priority,
-            "preemptible": self.resources.preemptible, "pool": self.resources.pool, "nodes": self.resources.nodes,
+            "preemptible": self.resources.preemptible, "pool": self.resources.pool, "pools": list(self.resources.pools),
+            "nodes": self.resources.nodes,
             "devices_per_node": self.resources.devices_per_node, "max_runtime_s": self.resources.max_runtime_s,
             "memory_bytes_per_device": self.resources.memory_bytes_per_device,
             "cpus_per_device": self.resources.cpus_per_device,
@@ -440,9 +443,10 @@ def resources_resolve(*, template: JobTemplate, resources: Any, errors: Errors) 
         if key not in RESOURCE_KEYS:
             errors.add(f"resources.{key}", f"unknown resource (allowed: {', '.join(RESOURCE_KEYS)})")
     merged = {**defaults, **{k: v for k, v in requested.items() if k in RESOURCE_KEYS}}
-    pool_name = merged.get("pool", "")
-    pool = NodePool.objects.filter(name=pool_name).first() if isinstance(pool_name, str) else None
     allowed_pools = defaults.get("pools")
+    acceptable = _pools_named(requested.get("pools"), requested.get("pool"), allowed_pools, errors)
+    pool_name = acceptable[0].name if acceptable else merged.get("pool", "")
+    pool = NodePool.objects.filter(name=pool_name).first() if isinstance(pool_name, str) else None
     if pool is None:
         errors.add("resources.pool", f"no such pool {pool_name!r}")
     elif allowed_pools and pool.name not in allowed_pools:
@@ -455,9 +459,15 @@ def resources_resolve(*, template: JobTemplate, resources: Any, errors: Errors) 
     preemptible = merged.get("preemptible", True)
     if not isinstance(preemptible, bool):
         errors.add("resources.preemptible", f"must be true or false (got {preemptible!r})")
-    if pool is not None and devices is not None and pool.backend != "slurm":  # Slurm judges its own hardware
-        # Only hardware that exists can refuse: an empty pool may gain nodes while the run queues.
-        largest = max((n.devices.count() for n in pool.nodes.exclude(state=NodeState.OFFLINE)), default=None)
+    if len(acceptable) > 1 and devices is not None and nodes is not None:
+        fitting = [p for p in acceptable if _largest_node(p) is None or devices <= (_largest_node(p) or 0)]
+        if not fitting:
+            errors.add("resources.pools", f"a run of {nodes} node(s) × {devices} device(s) fits none of the pools "
+                       f"{', '.join(p.name for p in acceptable)}: no node in any of them has {devices} devices")
+        elif pool is not None and pool not in fitting:
+            pool = fitting[0]  # the default pool is one that can hold it
+    elif pool is not None and devices is not None:
+        largest = _largest_node(pool)
         if largest is not None and devices > largest:
             errors.add("resources.devices_per_node",
                        f"must be ≤ {largest}, the most devices of any node in pool {pool.name} (got {devices})")
@@ -467,8 +477,41 @@ def resources_resolve(*, template: JobTemplate, resources: Any, errors: Errors) 
         return None
     if memory_gib is None or cpus is None:
         return None
+    names = (pool.name, *(p.name for p in acceptable if p != pool)) if len(acceptable) > 1 else ()
     return Resources(pool=pool, nodes=nodes, devices_per_node=devices, max_runtime_s=runtime, preemptible=preemptible,
-                     memory_bytes_per_device=round(memory_gib * GIB), cpus_per_device=cpus)
+                     memory_bytes_per_device=round(memory_gib * GIB), cpus_per_device=cpus, pools=names)
+
+
+def _largest_node(pool: NodePool) -> int | None:
+    """The most devices of any node of the pool; None where no hardware can refuse: Slurm judges its
+    own, and an empty pool may gain nodes while the run queues."""
+    if pool.backend == "slurm":
+        return None
+    return max((n.devices.count() for n in pool.nodes.exclude(state=NodeState.OFFLINE)), default=None)
+
+
+def _pools_named(raw: Any, default: Any, allowed: Any, errors: Errors) -> list[NodePool]:
+    """The acceptable pools of ``resources.pools`` (``resources.pool``, when given, first); [] when
+    none were named or they are bad (each problem added to ``errors`` under resources.pools)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) and p for p in raw):
+        errors.add("resources.pools", f"must be a non-empty list of pool names (got {raw!r})")
+        return []
+    names = list(dict.fromkeys(raw))
+    if isinstance(default, str) and default:
+        if default not in names:
+            errors.add("resources.pools", f"must include resources.pool {default!r} when both are given")
+            return []
+        names = [default, *(n for n in names if n != default)]
+    found = {p.name: p for p in NodePool.objects.filter(name__in=names)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        errors.add("resources.pools", f"no such pool {', '.join(repr(n) for n in missing)}")
+    banned = [n for n in names if allowed and n in found and n not in allowed]
+    if banned:
+        errors.add("resources.pools", f"this template runs only in {', '.join(allowed)} (got {', '.join(banned)})")
+    return [] if missing or banned else [found[n] for n in names]
 
 
 def _per_device_in(errors: Errors, key: str, defaults: Mapping[str, Any], merged: Mapping[str, Any]) -> float | None:
