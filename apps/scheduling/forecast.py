@@ -8,6 +8,7 @@ and no row is locked, so a user can ask as often as the form changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,8 @@ from apps.runs.services.submission import Check, Submission, submission_admissio
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import UNESTIMATED, QueuedJob, WaitCode
+from apps.scheduling.pool_choice import probe_pool_choose
+from apps.scheduling.pools import PoolChoice
 from apps.scheduling.predict import RuntimeQuery
 from apps.scheduling.selectors import reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
@@ -50,11 +53,14 @@ class Forecast:
     summary: str
     # The submission would be refused (budget, ...): the summary says why, in its own words.
     refused: bool = False
+    # Of several acceptable pools, why `pool` (where it would finish first); "" for one pool.
+    pool_reason: str = ""
 
 
 def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, nodes: int, devices_per_node: int,
                    priority: str, preemptible: bool, max_runtime_s: int, params: dict[str, Any],
-                   now: datetime | None = None, memory_bytes_per_device: int = 0, cpus_per_device: float = 0.0) -> Forecast:
+                   now: datetime | None = None, memory_bytes_per_device: int = 0, cpus_per_device: float = 0.0,
+                   pools: Sequence[str] = ()) -> Forecast:
     now = now or timezone.now()
     snap = snapshot_load(now=now, lock=False)
     steps_param = template.total_steps_param or ""
@@ -73,16 +79,19 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
     # The deadlines the next pass would fix: the probe's, and those of runs still waiting for theirs.
     due = core.deadlines_due(state)
     state = replace(state, queued=tuple(replace(j, deadline=due[j.id]) if j.id in due else j for j in state.queued))
+    # Of several acceptable pools, the one it would finish first in, as the next pass would choose.
+    state, choice = probe_pool_choose(snap=snap, state=state, job_id=PROBE, pools=pools, template=template.slug)
+    pool = snap.pools[choice.pool] if choice is not None else pool
     decision = core.schedule(state, explain=True)
     placed = {p.job_id for p in decision.placements}
     runtime_words = f"predicted to run {fmt_duration(prediction.runtime_s)}"
     if prediction.basis == "template maximum":
         runtime_words = f"runs for at most {fmt_duration(prediction.runtime_s)} (no similar run has finished yet to predict from)"
     if PROBE in placed:
-        return Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
+        return _pool_said(choice, Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
                         starts_now=True, position=0, ahead=0, reason_code=WaitCode.PLACED.value,
                         reason="Starts at once", message="Devices are free for it now.", start=now, start_low=now,
-                        start_high=now, summary=f"Would start at once, on the next scheduling pass; {runtime_words}.")
+                        start_high=now, summary=f"Would start at once, on the next scheduling pass; {runtime_words}."))
     waiting = [e for e in decision.queue if e.pool == pool.name and e.job_id not in placed]
     position = next((i for i, e in enumerate(waiting, 1) if e.job_id == PROBE), len(waiting))
     entry = waiting[position - 1]
@@ -100,10 +109,17 @@ def start_forecast(*, project: Project, template: JobTemplate, pool: NodePool, n
     else:
         summary = (f"Would wait: {position}{_ordinal(position)} in line in pool {pool.name}, "
                    f"{reason_label(entry.code.value).lower()}; {when}; {runtime_words}.")
-    return Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
-                    starts_now=False, position=position, ahead=position - 1, reason_code=entry.code.value,
-                    reason=reason_label(entry.code.value), message=message, start=start,
-                    start_low=low, start_high=high, summary=summary)
+    return _pool_said(choice, Forecast(pool=pool.name, predicted_runtime_s=prediction.runtime_s, runtime_basis=prediction.basis,
+                      starts_now=False, position=position, ahead=position - 1, reason_code=entry.code.value,
+                      reason=reason_label(entry.code.value), message=message, start=start,
+                      start_low=low, start_high=high, summary=summary))
+
+
+def _pool_said(choice: PoolChoice | None, forecast: Forecast) -> Forecast:
+    if choice is None:
+        return forecast
+    reason = choice.reason[0].upper() + choice.reason[1:]
+    return replace(forecast, pool_reason=choice.reason, summary=f"{forecast.summary} {reason}.")
 
 
 def _probe_estimate(
@@ -159,7 +175,7 @@ def forecast_for_submission(*, user: AnyUser, submission: Submission) -> Forecas
                               devices_per_node=resources.devices_per_node, priority=valid.priority,
                               preemptible=resources.preemptible, max_runtime_s=resources.max_runtime_s,
                               params=valid.params, memory_bytes_per_device=resources.memory_bytes_per_device,
-                              cpus_per_device=resources.cpus_per_device)
+                              cpus_per_device=resources.cpus_per_device, pools=resources.pools)
     return forecast if refusal is None else _refused(forecast, refusal)
 
 

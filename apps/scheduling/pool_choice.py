@@ -6,12 +6,13 @@ the placement pass. Queue estimates and the cost the budgets reserve then follow
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from apps.audit.services import audit_record_many
 from apps.runs.models import Run, RunStatus
 from apps.scheduling.estimate import Lags
+from apps.scheduling.model import ClusterState
 from apps.scheduling.pools import PaceSample, PoolChoice, PoolSpeed, pace_rates, pool_speeds, pools_choose
 from apps.scheduling.snapshot import Snapshot, lags_load
 
@@ -83,3 +84,18 @@ def _apply(snap: Snapshot, choices: list[PoolChoice]) -> None:
     if audits:
         audit_record_many(records=audits)
 
+
+
+def probe_pool_choose(*, snap: Snapshot, state: ClusterState, job_id: str, pools: Sequence[str],
+                      template: str) -> tuple[ClusterState, PoolChoice | None]:
+    """A would-be run (`job_id` in `state`, the start forecast's probe) moved to the acceptable pool
+    it would finish first in, as the next pass would choose; no choice for one pool."""
+    names = [p for p in pools if p in snap.pools]
+    job = next((j for j in state.queued if j.id == job_id), None)
+    if job is None or len(names) < 2:
+        return state, None
+    rates = pace_rates(pace_samples(templates=[template], pools=names, now=snap.now))
+    speeds = {job_id: pool_speeds(rates, template=template, base=job.pool, pools=names)}
+    lags = lags_load(now=snap.now, policies=dict(state.policies))
+    state, [choice] = pools_choose(state, speeds, lags=lags, max_passes=CHOICE_MAX_PASSES)
+    return state, choice

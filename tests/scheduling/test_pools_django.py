@@ -133,3 +133,21 @@ def test_a_template_limited_to_some_pools_refuses_others_in_pools(cast: Any, fle
     reply = _submit(cast, pools=["a100", "h100"])
     assert reply.status_code == 400
     assert any("runs only in a100" in m for m in reply.json()["error"]["fields"]["resources.pools"])
+
+
+def test_the_forecast_of_a_multi_pool_run_uses_the_pool_it_would_finish_first_in(cast: Any, fleet: Any) -> None:
+    alice = cast.client(cast.alice)
+    place = {k: v for k, v in body(cast, resources={"pools": ["a100", "h100"]}).items() if k != "tags"}
+    idle = alice.post("/api/v1/queue/forecast/", place, format="json")
+    assert idle.status_code == 200, idle.content
+    assert idle.json()["pool"] == "h100" and idle.json()["starts_now"]
+    assert idle.json()["pool_reason"].startswith("placed in h100: predicted to finish")
+    assert "Placed in h100: predicted to finish" in idle.json()["summary"]
+    blocker = make(cast, fleet["h100"], max_runtime_s=6 * 3600)
+    scheduling_pass()
+    start(blocker)
+    busy = alice.post("/api/v1/queue/forecast/", place, format="json").json()
+    assert busy["pool"] == "a100" and busy["starts_now"] and "sooner than h100" in busy["pool_reason"]
+    # One pool: nothing to choose, nothing said.
+    one = alice.post("/api/v1/queue/forecast/", {**place, "resources": {"pool": "h100"}}, format="json").json()
+    assert one["pool"] == "h100" and one["pool_reason"] == "" and not one["starts_now"]

@@ -127,3 +127,5 @@ class ForecastSerializer(serializers.Serializer):
     summary = serializers.CharField(help_text="All of the above in one sentence.")
     refused = serializers.BooleanField(help_text="The submission would be refused (over budget, ...): `summary` and "
                                                  "`reason.message` say why, in the submission's own words.")
+    pool_reason = serializers.CharField(help_text="Of several acceptable pools (resources.pools), why `pool`: where it "
+                                        "would finish first; empty for one pool.")

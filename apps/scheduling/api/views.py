@@ -62,7 +62,7 @@ def forecast_payload(forecast: Forecast) -> dict[str, Any]:
         "predicted_runtime_s": forecast.predicted_runtime_s, "runtime_basis": forecast.runtime_basis,
         "estimated_start": {"at": forecast.start, "low": forecast.start_low, "high": forecast.start_high,
                             "none_because": NO_ESTIMATE.get(forecast.reason_code)},
-        "summary": forecast.summary, "refused": forecast.refused,
+        "summary": forecast.summary, "refused": forecast.refused, "pool_reason": forecast.pool_reason,
     }
     return dict(ForecastSerializer(data).data)
 
