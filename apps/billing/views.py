@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,10 @@ LEDGER_COLUMNS = [
     "devices", "device_seconds", "price_per_device_hour", "cost", "energy_kwh", "co2_g", "outcome", "note",
 ]
 FILTER_KEYS = ["period", "team", "project", "pool", "template", "run", "kind", "since", "until"]
+# Cards that apps above billing add to the finance console (the registry: cost per model version)
+# without billing importing them: each registers a callable (request) -> {"template", "data"} or
+# None in its AppConfig.ready, as tenants' PROJECT_PANELS.
+FINANCE_PANELS: list[Callable[[HttpRequest], dict[str, Any] | None]] = []
 
 
 def budget_chart(*, status: selectors.BudgetStatus, chart_id: str) -> dict[str, Any]:
@@ -206,6 +210,7 @@ def _finance_context(request: HttpRequest, failure: FormFailure | None = None) -
         "pools": NodePool.objects.all(),
         "actions": BudgetAction.choices,
         "options": _options(),
+        "finance_panels": [panel for panel in (make(request) for make in FINANCE_PANELS) if panel],
     }
 
 

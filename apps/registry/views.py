@@ -149,6 +149,17 @@ def project_models_panel(request: HttpRequest, project: Project) -> dict[str, An
     return {"template": "registry/_project_panel.html", "data": {"project": project, "rows": rows}}
 
 
+def finance_model_costs_panel(request: HttpRequest) -> dict[str, Any] | None:
+    """"Model versions" on the finance console (registered in billing's FINANCE_PANELS): each
+    version's training family's spend, every team's; the model links where its page is open to the viewer."""
+    rows = selectors.version_costs(user=request.user)
+    visible = set(selectors.model_list(user=request.user).values_list("pk", flat=True))
+    for row in rows:
+        row["visible"] = row["model_id"] in visible
+        row["badge"] = STAGE_BADGE.get(row["stage"], "queued")
+    return {"template": "registry/_finance_panel.html", "data": {"rows": rows}}
+
+
 def run_register_panel(request: HttpRequest, run: Run) -> dict[str, Any] | None:
     """"Register checkpoint as a model version" on the run page (registered in RUN_PANELS): shown
     when the run has a checkpoint or an artifact, with the versions already made from it."""
