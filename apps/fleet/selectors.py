@@ -16,6 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.core.text import run_label
+from apps.nodes.closed import open_pools
 from apps.nodes.models import Device, Node, NodePool
 from apps.runs.models import ASSIGNMENT_HOLDS_DEVICES, Assignment
 from apps.tenants.selectors import AnyUser, team_ids_for_user
@@ -87,7 +88,8 @@ def _pool_row(pool: NodePool, nodes: list[dict[str, Any]], total: int, free: int
 
 def node_overview(*, user: AnyUser) -> list[dict[str, Any]]:
     """Every pool with all its nodes (the Nodes page)."""
-    found = list(NodePool.objects.prefetch_related("nodes__devices").order_by("name"))
+    # A pool that runs nothing (apps.nodes.closed: MLflow's tracked) would read as an empty pool to wait for.
+    found = list(open_pools().prefetch_related("nodes__devices"))
     # One node_rows for the whole fleet: its reads (the runs held, the user's teams) per pool
     # made the page's queries grow with the pools.
     nodes = [node for pool in found for node in pool.nodes.all()]
@@ -111,7 +113,7 @@ def pool_summaries() -> list[dict[str, Any]]:
         # Not free: held by a run, or unhealthy.
         used[pool_id] = used.get(pool_id, 0) + (index in held.get(node_id, ()) or not healthy)
     out = []
-    for pool in NodePool.objects.order_by("name"):
+    for pool in open_pools():
         row = _pool_row(pool, [], total.get(pool.pk, 0), total.get(pool.pk, 0) - used.get(pool.pk, 0))
         del row["nodes"]
         out.append(row)

@@ -33,6 +33,8 @@ from apps.tracking.services import KEY_PATTERN, MAX_KEY_LENGTH, MAX_STEP, PointR
 
 TRACKED_TEMPLATE = "mlflow-tracked"
 TRACKED_POOL = "tracked"
+# Why a submission may not name it (apps.nodes.closed: refused, and left off the form and pages).
+TRACKED_POOL_REASON = f"pool {TRACKED_POOL} holds runs logged by MLflow clients; it runs nothing"
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MAX_BATCH_METRICS = 1000

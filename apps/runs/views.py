@@ -18,6 +18,7 @@ from apps.core.errors import Forbidden, ServiceError
 from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_list
+from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.forms import (
     RESOURCE_FIELDS,
@@ -261,7 +262,8 @@ def _input_rows(request: HttpRequest, *, shown: QueryDict, template: JobTemplate
 
 def _cost_context(*, template: JobTemplate | None, post: QueryDict | None, resources: dict[str, Any]) -> dict[str, Any]:
     # Pools whose nodes are all offline or draining stay choosable (a run may wait for them) but say so.
-    pools = list(NodePool.objects.order_by("name").annotate(
+    # Pools that run nothing (apps.nodes.closed: MLflow's tracked) are no choice at all.
+    pools = list(open_pools().annotate(
         ready=Count("nodes", filter=Q(nodes__state=NodeState.READY))))
     cost = _cost(pools, resources)
     is_sweep = template is not None and template.kind == TemplateKind.SWEEP

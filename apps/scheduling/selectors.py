@@ -17,6 +17,7 @@ from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from apps.core.text import fmt_duration
+from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.models import Run, RunStatus
 from apps.scheduling.model import UNESTIMATED, WaitCode
@@ -238,7 +239,8 @@ def _ready_nodes(pools: list[NodePool]) -> dict[int, int]:
 def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]]:
     """Per pool, the waiting runs in scheduling order with reasons, estimates and who is ahead."""
     now = timezone.now()
-    pools = list(NodePool.objects.order_by("name") if pool is None else NodePool.objects.filter(name=pool))
+    # A pool that runs nothing (apps.nodes.closed) has no line to wait in.
+    pools = list(open_pools() if pool is None else open_pools().filter(name=pool))
     my_teams = set(team_ids_for_user(user=user))
     predictor = predictor_load(now=now)
     accuracy = estimate_accuracies(pools=pools, now=now)

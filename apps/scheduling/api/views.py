@@ -15,6 +15,7 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
 from apps.core.errors import FieldError
+from apps.nodes.closed import pool_closed_reason
 from apps.nodes.models import NodePool
 from apps.runs.api.serializers import RunCreateSerializer
 from apps.runs.api.views import submission_from_request
@@ -32,6 +33,8 @@ def queue_payload(*, user: Any, pool: str | None) -> dict[str, Any]:
             raise FieldError("pool", f"a pool name of 1 to {POOL_MAX} characters")
         if not NodePool.objects.filter(name=pool).exists():
             raise FieldError("pool", f"no pool named {pool!r}")
+        if pool_closed_reason(name=pool):
+            raise FieldError("pool", f"{pool_closed_reason(name=pool)}: no run waits in it")
     data = {"generated_at": timezone.now(), "scheduler": scheduler_status(), "pools": queue_list(user=user, pool=pool)}
     return dict(QueueSerializer(data).data)
 
