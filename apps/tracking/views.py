@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +55,7 @@ from apps.tracking.energy_selectors import run_energy_figures, runs_energy
 from apps.tracking.history import run_history
 from apps.tracking.models import MetricSummary, SavedComparison
 from apps.tracking.overview import ACTIVE, runs_overview
+from apps.tracking.sweeps import metric_lower_is_better
 
 TAG_FILTERS = ("owner", "task", "dataset", "candidate")
 PAGE_SIZE = 50
@@ -64,8 +66,29 @@ LIST_FIELDS = ("id", "name", "status", "status_reason", "family", "tags", "steps
                "project__team__slug", "template__slug", "template__version")
 
 
-def _metric_annotation(key: str) -> Subquery:
-    return Subquery(MetricSummary.objects.filter(run=OuterRef("pk"), key=key).values("last_value")[:1])
+def _metric_annotation(key: str, field: str = "last_value") -> Subquery:
+    return Subquery(MetricSummary.objects.filter(run=OuterRef("pk"), key=key).values(field)[:1])
+
+
+def _best_field(key: str) -> str:
+    """The summary field that holds a metric's best value: min for a loss, max for the rest."""
+    return "min" if metric_lower_is_better(key) else "max"
+
+
+METRIC_FILTER_RE = re.compile(r"^\s*([A-Za-z0-9_./-]{1,250})\s*(>=|<=|>|<|=)\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+METRIC_FILTER_OPS = {">=": "gte", "<=": "lte", ">": "gt", "<": "lt", "=": "exact"}
+
+
+def metric_filters(text: str) -> tuple[list[tuple[str, str, float]], str]:
+    """The runs list's metric filter ("val_accuracy >= 0.9, loss < 0.5": on each run's last
+    value): (key, lookup, value) conditions, and what was wrong with it ("" when nothing)."""
+    out: list[tuple[str, str, float]] = []
+    for part in [p for p in text.split(",") if p.strip()][:5]:
+        m = METRIC_FILTER_RE.match(part)
+        if not m:
+            return [], f"metric filter: {part.strip()[:80]!r} is not KEY OP NUMBER (ops: >=, <=, >, <, =), e.g. val_accuracy >= 0.9"
+        out.append((m.group(1), METRIC_FILTER_OPS[m.group(2)], float(m.group(3))))
+    return out, ""
 
 
 def runs_filtered(*, user: Any, params: Any) -> tuple[QuerySet[Run], list[str], str]:
@@ -91,11 +114,16 @@ def runs_filtered(*, user: Any, params: Any) -> tuple[QuerySet[Run], list[str], 
     sort = params.get("sort", "-created")
     desc = sort.startswith("-")
     field = sort.lstrip("-")
-    metric_cols = [c for c in params.get("cols", "").split(",") if c][:5]
-    if field.startswith("metric:") and len(field) > 7:
-        key = field[7:]
+    metric_cols = [c.strip() for c in params.get("cols", "").split(",") if c.strip()][:5]
+    conditions, _problem = metric_filters(params.get("mf", ""))
+    for i, (key, lookup, value) in enumerate(conditions):
+        qs = qs.annotate(**{f"filter_metric_{i}": _metric_annotation(key)}).filter(**{f"filter_metric_{i}__{lookup}": value})
+        if key not in metric_cols:
+            metric_cols.append(key)
+    if field.startswith(("metric:", "best:")) and len(field.split(":", 1)[1]) > 0:
+        kind, key = field.split(":", 1)
         metric_cols = [key, *[c for c in metric_cols if c != key]]
-        qs = qs.annotate(sort_metric=_metric_annotation(key))
+        qs = qs.annotate(sort_metric=_metric_annotation(key, "last_value" if kind == "metric" else _best_field(key)))
         order = F("sort_metric").desc(nulls_last=True) if desc else F("sort_metric").asc(nulls_last=True)
         qs = qs.order_by(order, "-id")
     else:
@@ -116,15 +144,42 @@ def _list_row(run: Run, metric_values: list[Any], now: datetime) -> dict[str, An
         "version": run.template.version, "family": run.family,
         "tags": [f"{k}={v}" for k, v in (run.tags or {}).items()],
         "pct": pct, "steps": f"{run.steps_done} / {run.total_steps}",
-        "metrics": ["–" if v is None else floatformat(v, -4) for v in metric_values],
+        "metrics": [{"last": _metric_text(None if v is None else v["last"]), "best": None if v is None else _metric_text(v["best"])}
+                    for v in metric_values],
         "created": run.created_at.isoformat(), "ago": timesince(run.created_at, now),
     }
+
+
+def _without(query: Any, name: str) -> str:
+    rest = query.copy()
+    rest.pop(name, None)
+    return str(rest.urlencode())
+
+
+def _metric_text(value: Any) -> str:
+    if value is None:
+        return "–"
+    return floatformat(value, -4) if isinstance(value, int | float) else str(value)
+
+
+def _metric_cell(summary: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """A metric column's cell: the run's last value and its best (min of a loss, max of the rest)."""
+    if summary is None:
+        return None
+    return {"last": summary.get("last"), "best": summary.get(_best_field(key))}
+
+
+def _column_sort(key: str, sort: str) -> str:
+    """Where a metric column's heading links: best first, then the other way on a second click."""
+    best_first = f"{'' if metric_lower_is_better(key) else '-'}best:{key}"
+    return (best_first[1:] if best_first.startswith("-") else f"-{best_first}") if sort == best_first else best_first
 
 
 def _sort_choices(metric_keys: list[str]) -> list[tuple[str, str]]:
     out = [("-created", "newest first"), ("created", "oldest first"), ("name", "name"), ("status", "status")]
     for key in metric_keys:
-        out += [(f"-metric:{key}", f"{key} (high first)"), (f"metric:{key}", f"{key} (low first)")]
+        out += [(f"-metric:{key}", f"{key} (high first)"), (f"metric:{key}", f"{key} (low first)"),
+                (f"{'' if metric_lower_is_better(key) else '-'}best:{key}", f"{key}, best first")]
     return out
 
 
@@ -139,12 +194,16 @@ def _list_page(request: HttpRequest) -> dict[str, Any]:
     # The API's ?metrics= reads the same summaries (apps.tracking.api.run_metrics).
     summaries = selectors.metrics_summary(run_ids=[r.pk for r in runs], keys=metric_cols) if metric_cols else {}
     now = timezone.now()
-    rows = [_list_row(r, [(summaries[r.pk][k] or {}).get("last") for k in metric_cols] if metric_cols else [], now)
-            for r in runs]
+    rows = [_list_row(r, [_metric_cell(summaries[r.pk][k], k) for k in metric_cols], now) for r in runs]
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)
     return {"page": page, "rows": rows, "metric_cols": metric_cols, "sort": sort, "query": query.urlencode(),
+            "metric_filter_problem": metric_filters(request.GET.get("mf", ""))[1],
+            "metric_heads": [{"key": k, "best": _best_field(k), "sort": _column_sort(k, sort),
+                              "order": ("descending" if sort.startswith("-") else "ascending")
+                              if sort.lstrip("-") in (f"best:{k}", f"metric:{k}") else ""} for k in metric_cols],
+            "sort_query": _without(query, "sort"),
             "columns": len(metric_cols) + LIST_COLUMNS, "active": sum(r["status"] in ACTIVE for r in rows)}
 
 

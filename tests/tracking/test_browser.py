@@ -123,6 +123,19 @@ def test_run_chart_updates_live_and_compare_view(live_stack: LiveStack, page: An
     assert "smooth=0.6" in page.url
     page.screenshot(path=str(ARTIFACTS / "tracking-compare.png"), full_page=True)
 
+    # Metric columns (issue 29): last · best of chosen keys, a heading sorts, a condition filters.
+    page.goto(f"{live_stack.url}/runs/?family=browser-sweep")
+    page.fill("#f-cols", "val_accuracy, loss")
+    page.fill("#f-mf", "val_accuracy >= 0.5")
+    page.click("#run-filters button[type=submit]")
+    page.wait_for_selector('th.metric-col[data-key="loss"]')
+    page.click('th.metric-col[data-key="val_accuracy"] a')
+    page.wait_for_selector('th.metric-col[data-key="val_accuracy"][aria-sort="descending"]')
+    shown = page.eval_on_selector_all("#run-rows tr[data-run]", "rs => rs.map(r => +r.dataset.run)")
+    assert shown and set(shown) < set(ids["compare"]), shown  # lr=0.02 ends below 0.5
+    assert " · " in page.inner_text("#run-rows td.metric-cell")
+    page.screenshot(path=str(ARTIFACTS / "runs-table-metric-columns.png"), full_page=True)
+
     page.goto(f"{live_stack.url}/runs/?family=browser-sweep&sort=-metric:val_accuracy")
     for pk in ids["compare"][:2]:
         page.check(f'input[name="runs"][value="{pk}"]')
