@@ -19,6 +19,7 @@ from apps.jobtemplates.models import JobTemplate
 from apps.nodes.models import NodePool
 from apps.nodes.services import join_token_create
 from apps.runs.models import Run, RunStatus
+from apps.runs.services.rerun import run_resources
 from apps.scheduling.services import scheduling_pass
 from tests.runs.factories import body, make_template
 from tests.scheduling.test_django_scheduling import make, start
@@ -77,6 +78,8 @@ def test_a_multi_pool_run_is_placed_in_the_faster_pool_and_its_page_and_api_say_
     # The move is in the audit log.
     event = AuditEvent.objects.get(action="run.pool_chosen", object_id=str(run.pk))
     assert event.before == {"pool": "a100"} and event.after["pool"] == "h100"
+    # A rerun may use the same pools again.
+    assert run_resources(run=run)["pools"] == ["a100", "h100"] and run_resources(run=run)["pool"] == "h100"
 
 
 def test_an_idle_slower_pool_wins_when_the_faster_one_is_held_long(cast: Any, fleet: Any) -> None:

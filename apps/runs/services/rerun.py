@@ -35,6 +35,8 @@ def run_resources(*, run: Run) -> dict[str, Any]:
         resources["memory_gib_per_device"] = source.memory_bytes_per_device / GIB
     if source.cpus_per_device:
         resources["cpus_per_device"] = source.cpus_per_device
+    if len(source.pools or []) > 1:
+        resources["pools"] = list(source.pools)
     return resources
 
 
