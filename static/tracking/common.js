@@ -69,6 +69,9 @@ window.Trainyard = Object.assign(window.Trainyard || {}, (function () {
                   name: name });
     return traces;
   }
-  const CONFIG = { displaylogo: false, responsive: true };
+  // On a phone Plotly's toolbar sat over the charts' titles (issue 29): there the page's own
+  // controls (smoothing, log scale, Reset zoom) and a double tap do what it did.
+  const narrow = window.matchMedia ? window.matchMedia("(max-width: 600px)").matches : false;
+  const CONFIG = { displaylogo: false, responsive: true, displayModeBar: narrow ? false : "hover" };
   return { num, plottable, getJSON, cookie, fmt, bytes, duration, color, rgba, el, bandTraces, CONFIG };
 })());

@@ -180,3 +180,29 @@ def test_the_log_is_searched_on_the_server_and_downloaded(cast: Any, live_server
     assert download.suggested_filename == f"run-{run.pk}-log.txt"
     with open(download.path(), encoding="utf-8") as f:
         assert f.read() == "".join("\n".join(lines[n * 100:(n + 1) * 100]) + "\n" for n in range(6))
+
+
+def test_on_a_phone_no_toolbar_covers_a_chart_title(cast: Any, live_server: Any, chromium: Any) -> None:
+    """At 390 px Plotly's toolbar covered the charts' titles (issue 29): there is none on a phone,
+    and every title is whole on the screen; on a desktop the toolbar is still there on hover."""
+    run = _charted(cast)
+    client = Client()
+    client.force_login(cast.alice)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    with page_in_new_context(chromium, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True) as page:
+        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
+        page.goto(f"{live_server.url}/runs/{run.pk}/")
+        page.wait_for_function("() => document.querySelectorAll('#metric-charts .js-plotly-plot').length === 2")
+        page.locator('.metric-chart[data-key="loss"]').tap()
+        assert page.locator(".modebar-btn").count() == 0
+        titles = page.evaluate("() => [...document.querySelectorAll('#metric-charts .gtitle')].map((t) => {"
+                               " const b = t.getBoundingClientRect(); return [b.left, b.right]; })")
+        assert len(titles) == 2 and all(0 <= left and right <= 390 for left, right in titles), titles
+        page.locator("#metric-charts").scroll_into_view_if_needed()
+        screenshot(page, "phone-run-charts")
+    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
+        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
+        page.goto(f"{live_server.url}/runs/{run.pk}/")
+        page.wait_for_function("() => document.querySelectorAll('#metric-charts .js-plotly-plot').length === 2")
+        page.hover('.metric-chart[data-key="loss"]')
+        assert page.locator('.metric-chart[data-key="loss"] .modebar-btn').count() > 0
