@@ -154,3 +154,14 @@ def test_the_forecast_of_a_multi_pool_run_uses_the_pool_it_would_finish_first_in
     # One pool: nothing to choose, nothing said.
     one = alice.post("/api/v1/queue/forecast/", {**place, "resources": {"pool": "h100"}}, format="json").json()
     assert one["pool"] == "h100" and one["pool_reason"] == "" and not one["starts_now"]
+
+
+def test_a_multi_pool_run_no_pool_can_hold_has_no_estimate_and_says_so(cast: Any, fleet: Any) -> None:
+    reply = _submit(cast, pools=["a100", "h100"], nodes=2)  # each pool has one node
+    assert reply.status_code == 201, reply.content
+    scheduling_pass()
+    run = Run.objects.get(pk=reply.json()["id"])
+    assert run.pool.name == "a100" and run.reason_code == "no_hardware"
+    assert run.estimated_start is None and run.estimated_start_low is None and run.estimated_start_high is None
+    assert "needs 2 nodes with 1 device each; pool a100 has 1 such ready node" in run.status_reason
+    assert run.pool_reason == "in a100: none of a100, h100 can hold it as it stands"
