@@ -34,16 +34,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
 
 from _pgcluster import create_database, postgres_server, postmaster_pid  # noqa: E402
 from _procstat import Window  # noqa: E402
 from _results import write_result  # noqa: E402
 
+from tests.mlflow.venv import MLFLOW_VENV, REQUIREMENTS, VENV_PYTHON, mlflow_python, python_imports  # noqa: E402
+
 BATCH = 10_000
 MLFLOW_BATCH = 1_000
 CLIENT = HERE / "_ingest_client.py"
-MLFLOW_VENV = HERE / ".venv-mlflow"
-REQUIREMENTS = ROOT / "requirements-bench.txt"
+# The MLflow server side also needs PostgreSQL's driver.
+MLFLOW_MODULES = ("mlflow", "psycopg2")
 
 
 def _free_port() -> int:
@@ -191,23 +194,16 @@ def _mlflow_version(python: str) -> str:
 
 
 def _mlflow_python(explicit: str | None) -> tuple[str | None, str]:
-    """An interpreter with MLflow: --mlflow-python, else bench/.venv-mlflow (created here from
-    requirements-bench.txt when missing). Returns (python or None, why not)."""
-    def works(python: str) -> bool:
-        return Path(python).exists() and subprocess.run([python, "-c", "import mlflow, psycopg2"], capture_output=True).returncode == 0
-
+    """An interpreter with MLflow: --mlflow-python, else bench/.venv-mlflow (created from
+    requirements-bench.txt when missing, by the helper the tests use). Returns (python or None, why not)."""
     if explicit:
-        return (explicit, "") if works(explicit) else (None, f"{explicit} cannot import mlflow and psycopg2")
-    python = str(MLFLOW_VENV / "bin" / "python")
-    if works(python):
-        return python, ""
-    print(f"creating {MLFLOW_VENV} from {REQUIREMENTS.name} (one time, a few minutes)...", flush=True)
-    steps = [[sys.executable, "-m", "venv", str(MLFLOW_VENV)], [python, "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)]]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True)
-        if done.returncode != 0:
-            return None, f"could not install MLflow ({' '.join(step[-3:])}): {(done.stderr or done.stdout).strip()[-300:]}"
-    return (python, "") if works(python) else (None, "MLflow installed but does not import")
+        return (explicit, "") if python_imports(explicit, MLFLOW_MODULES) else (None, f"{explicit} cannot import mlflow and psycopg2")
+    if not python_imports(VENV_PYTHON, MLFLOW_MODULES):
+        print(f"creating {MLFLOW_VENV} from {REQUIREMENTS.name} (one time, a few minutes)...", flush=True)
+    try:
+        return mlflow_python(MLFLOW_MODULES), ""
+    except (RuntimeError, subprocess.SubprocessError) as exc:
+        return None, str(exc)[-300:]
 
 
 def main() -> int:
