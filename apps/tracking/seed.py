@@ -45,10 +45,12 @@ def seed_tracking(*, users: dict[str, Any], teams: dict[str, Any], stdout: Any) 
     if project is None or template is None or pool is None:
         stdout.write("tracking: no project, template or pool yet; demo sweep skipped")
         return
-    # One after the other, starting an hour ago: the smoke test, then the sweep.
+    # One after the other, 30 s apart, the last one ending as the stack is seeded: the smoke test,
+    # then the sweep. Started an hour back, a fresh stack's runs said "1 hour ago" (issue 29).
     plan = [("digits smoke test", SMOKE_FAMILY, 0.1, SMOKE_STEPS)] + [
         (f"digits lr={lr}", DEMO_FAMILY, lr, DEMO_STEPS) for lr in (0.3, 0.1, 0.03)]
-    started = timezone.now() - timedelta(hours=1)
+    took = sum(START_UP_S + steps * SECONDS_PER_STEP for *_, steps in plan) + 30 * (len(plan) - 1)
+    started = timezone.now() - timedelta(seconds=math.ceil(took) + 5)
     with transaction.atomic():
         runs = []
         for i, (name, family, lr, steps) in enumerate(plan):

@@ -210,3 +210,26 @@ def test_seed_demo_history_fills_finances_wh_per_step_and_final_metric(db: Any) 
     counts = MetricSummary.objects.count()
     call_command("seed_demo", "--history", stdout=StringIO())
     assert MetricSummary.objects.count() == counts
+
+
+def test_seed_demo_runs_on_a_fresh_stack_are_minutes_old_not_an_hour(db: Any) -> None:
+    """The demo smoke test and sweep end as they are seeded: a fresh stack's runs list says
+    "2 minutes ago", not "1 hour ago" (issue 29). They stay one after the other, none in the future."""
+    import re
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.utils import timezone
+
+    from apps.runs.models import Run
+
+    before = timezone.now()
+    call_command("seed_demo", stdout=StringIO())
+    runs = list(Run.objects.filter(family__in=["demo-lr-sweep", "demo-smoke-test"]).order_by("started_at"))
+    assert len(runs) == 4
+    assert all(before - timedelta(minutes=5) <= r.created_at <= r.started_at < r.finished_at <= timezone.now() for r in runs)
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="alice"))
+    html = client.get("/runs/?q=digits").content.decode()
+    ages = re.findall(r"<td title=\"[^\"]+\">([^<]+) ago</td>", html)
+    assert ages and all("hour" not in a and "day" not in a for a in ages), ages
