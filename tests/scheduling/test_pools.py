@@ -109,3 +109,12 @@ def test_a_pool_that_cannot_hold_it_is_not_chosen() -> None:
 def test_the_current_pool_is_kept_when_another_is_barely_faster() -> None:
     choice = pool_choose("j", [PoolOption("a100", 0.0, HOUR), PoolOption("h100", 0.0, HOUR - 30.0)], current="a100")
     assert choice.pool == "a100" and "about when h100 would" in choice.reason
+
+
+def test_the_cli_sends_several_pools_as_resources_pools() -> None:
+    from trainyard import cli
+
+    args = cli.build_parser().parse_args(["submit", "digits-classifier", "-p", "vision/digits", "--pools", "a100, h100"])
+    assert cli._submission(args)["resources"] == {"pools": ["a100", "h100"]}
+    one = cli.build_parser().parse_args(["submit", "digits-classifier", "-p", "vision/digits"])
+    assert "resources" not in cli._submission(one)
