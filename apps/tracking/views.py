@@ -139,7 +139,7 @@ def _list_row(run: Run, metric_values: list[Any], now: datetime) -> dict[str, An
     pct = None if run.progress is None else round(run.progress * 100)
     return {
         "pk": run.pk, "name": run.name, "label": run_label(pk=run.pk, name=run.name), "status": run.status,
-        "status_reason": run.status_reason,
+        "status_reason": run.status_reason, "tracked_only": run.tracked_only,
         "project": run.project.full_slug, "template": run.template.slug,
         "version": run.template.version, "family": run.family,
         "tags": [f"{k}={v}" for k, v in (run.tags or {}).items()],

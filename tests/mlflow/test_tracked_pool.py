@@ -63,3 +63,22 @@ def test_the_tracked_pool_is_no_choice_on_the_form_queue_or_nodes(cast: Any, tra
     assert TRACKED_POOL not in str(api.get("/api/v1/nodes/").json())
     refused = api.get("/api/v1/queue/", {"pool": TRACKED_POOL})
     assert refused.status_code == 400 and REASON in refused.json()["error"]["fields"]["pool"][0]
+
+
+def test_tracked_runs_say_so_in_the_api_the_run_page_and_the_runs_list(cast: Any, tracked_pool: Any) -> None:
+    tracked = Run.objects.get(tracked_only=True)
+    api = cast.client(cast.alice)
+    scheduled = api.post("/api/v1/runs/", body(cast), format="json").json()["id"]
+    assert api.get(f"/api/v1/runs/{tracked.pk}/").json()["tracked_only"] is True
+    assert api.get(f"/api/v1/runs/{scheduled}/").json()["tracked_only"] is False
+    listed = {r["id"]: r["tracked_only"] for r in api.get("/api/v1/runs/").json()["results"]}
+    assert listed == {tracked.pk: True, scheduled: False}
+    page = Client()
+    page.force_login(cast.alice)
+    html = page.get(f"/runs/{tracked.pk}/").content.decode()
+    assert 'id="run-tracked"' in html and "Tracked by an MLflow client" in html
+    assert 'id="run-tracked"' not in page.get(f"/runs/{scheduled}/").content.decode()
+    rows = page.get("/runs/").content.decode()
+    tracked_row = rows.split(f'data-run="{tracked.pk}"', 1)[1].split("</tr>", 1)[0]
+    scheduled_row = rows.split(f'data-run="{scheduled}"', 1)[1].split("</tr>", 1)[0]
+    assert "Tracked by an MLflow client" in tracked_row and "Tracked by an MLflow client" not in scheduled_row

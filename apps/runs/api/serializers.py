@@ -120,13 +120,15 @@ class RunSerializer(serializers.ModelSerializer[Run]):
     parent = serializers.IntegerField(source="parent_id", read_only=True, allow_null=True)  # type: ignore[assignment]
     progress = serializers.FloatField(read_only=True, allow_null=True, help_text="0..1 from steps_done / total_steps.")
     tags = serializers.DictField(child=serializers.CharField(), read_only=True)
+    tracked_only = serializers.BooleanField(read_only=True, help_text="Logged through /mlflow/ by an MLflow client: never "
+                                            "scheduled or run by Trainyard, holds no devices, costs nothing.")
 
     class Meta:
         model = Run
         fields = [
             "id", "name", "project", "project_slug", "template", "template_version", "submitted_by", "status", "reason_code",
             "status_reason", "priority", "tags", "family", "parent", "progress", "steps_done", "total_steps", "created_at",
-            "queued_at", "started_at", "finished_at", "updated_at",
+            "queued_at", "started_at", "finished_at", "updated_at", "tracked_only",
         ]
         read_only_fields = fields
 
