@@ -263,6 +263,57 @@ def _health_news(previous: Any, devices: list[Any]) -> bool:
     return any(before.get(index) != health for index, health in now.items())
 
 
+def _health_signature(devices: list[Any]) -> str:
+    """The reported health of the devices in one string ("0:1,1:1"), kept in last_status["health"]
+    so the snapshot heartbeat can fence on "no health news" in SQL."""
+    return ",".join(f"{index}:{int(healthy)}" for index, (healthy, _) in sorted(_health_reported(devices).items()))
+
+
+def _status(devices: list[Any], data: dict[str, Any], now: datetime) -> dict[str, Any]:
+    return {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat(),
+            "health": _health_signature(devices)}
+
+
+def _health_field_sql() -> str | None:
+    """SQL for last_status["health"] as text, by database (None: no snapshot heartbeats there)."""
+    if connection.vendor == "postgresql":
+        return "last_status ->> 'health'"
+    if connection.vendor == "sqlite":
+        return "json_extract(last_status, '$.health')"
+    return None
+
+
+def node_heartbeat_quick(*, node: Node, data: dict[str, Any]) -> str | None:
+    """The heartbeat of a node known only from a snapshot (apps.nodes.auth's credential cache):
+    its state, or None when it cannot be recorded from the snapshot (the caller then looks the
+    credential up afresh and takes node_heartbeat_record's path).
+
+    Only the quiet heartbeat qualifies: the session and state the snapshot has, no state change
+    asked, no device reported unhealthy. One UPDATE, fenced on the row still having the
+    snapshot's credential, session and state and the same device health as reported now (so no
+    health news: the health path is not needed), records it; then the devices' readings.
+    """
+    health_sql = _health_field_sql()
+    devices = data.get("devices") or []
+    if (health_sql is None or data.get("offline") or int(data.get("session", -1)) != node.session or not node.credential_hash
+            or _heartbeat_state(node.state, data, drained_by_admin=node.drained_by_admin) != node.state
+            or any(not healthy for healthy, _ in _health_reported(devices).values())):
+        return None
+    now = timezone.now()
+    status = _status(devices, data, now)
+    ops = connection.ops
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Node._meta.db_table} SET last_heartbeat_at = %s, last_status = %s "
+            f"WHERE id = %s AND credential_hash = %s AND session = %s AND state = %s AND {health_sql} = %s",
+            [ops.adapt_datetimefield_value(now), ops.adapt_json_value(status, None), node.pk, node.credential_hash, node.session,
+             node.state, status["health"]])
+        if not cursor.rowcount:
+            return None
+    _devices_update(node.pk, devices)
+    return node.state
+
+
 def _node_touch(node: Node, now: Any, status: dict[str, Any]) -> bool:
     """The quiet heartbeat's UPDATE, if the node is still in the state and session read."""
     ops = connection.ops
@@ -324,7 +375,7 @@ def node_heartbeat_record(*, node: Node, data: dict[str, Any]) -> str:
         raise Conflict(f"session {data.get('session')} was superseded by {node.session}; register again", code="stale_session")
     now = timezone.now()
     devices = data.get("devices") or []
-    status = {"devices": devices[:64], "running": (data.get("running") or [])[:256], "at": now.isoformat()}
+    status = _status(devices, data, now)
     offline = bool(data.get("offline"))
     state: str = node.state
     quiet = _heartbeat_state(node.state, data, drained_by_admin=node.drained_by_admin) == node.state and not offline

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.http import FileResponse
 from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,8 +25,8 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
-from apps.fleet.services import node_claim_wait, node_heartbeat, node_register
-from apps.nodes.auth import AgentAPIView
+from apps.fleet.services import node_claim_wait, node_heartbeat, node_heartbeat_from_snapshot, node_register
+from apps.nodes.auth import AgentAPIView, AgentPrincipal, CachedNodeAuthentication, node_by_credential, node_cache_forget
 from apps.nodes.models import Node, NodeState
 from apps.nodes.services import HEARTBEAT_INTERVAL_S
 from apps.runs.models import Attempt, Checkpoint
@@ -113,11 +114,27 @@ class RegisterView(AgentAPIView):
 
 
 class HeartbeatView(AgentView):
+    """The usual heartbeat comes from a node the credential cache knows and is recorded from that
+    snapshot, fenced (node_heartbeat_from_snapshot); anything else, or a fence that misses (a
+    revoked credential, a drain, a new session, health news), is redone with the row read afresh."""
+
+    authentication_classes = [CachedNodeAuthentication]
+
     @extend_schema(request=None, responses=None)
     def post(self, request: Request) -> Response:
         data = _body(request)
         _int(data, "session")
-        return Response(node_heartbeat(node=self.node, data=data))
+        node = self.node
+        if isinstance(request.user, AgentPrincipal) and request.user.cached:
+            answer = node_heartbeat_from_snapshot(node=node, data=data)
+            if answer is not None:
+                return Response(answer)
+            node_cache_forget(node.credential_hash)
+            fresh = node_by_credential(node.credential_hash) if node.credential_hash else None
+            if fresh is None:
+                raise AuthenticationFailed("Unknown or revoked node credential.")
+            node = fresh
+        return Response(node_heartbeat(node=node, data=data))
 
 
 class ClaimView(AgentView):
