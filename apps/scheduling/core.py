@@ -93,13 +93,17 @@ from apps.scheduling.policies import (
     guarantees_by_team,
     key_standing,
     limits_by_team,
+    min_attempt,
     order_keys,
     running_standings,
     runs_within_guarantee,
+    service,
     service_level,
+    service_words,
     standing,
     starved,
     team_usage_devices,
+    threshold_words,
     virtual_deadline,
 )
 from apps.scheduling.preempt import VictimIndex, plan_preemption
@@ -320,18 +324,19 @@ class _PoolPass:
                 if j.predicted_runtime < shortest.get(shape, INF):
                     shortest[shape] = j.predicted_runtime
                 klass: int = j.priority_class
-                if klass <= normal and j.attained_s >= demote_after and not (
+                attained = service(j.attained_s, j.devices, policy)
+                if klass <= normal and attained >= demote_after and not (
                         j.requeued_at is not None and starved(j, self.now, policy)):
-                    if j.attained_s < least_service.get(klass, INF):
-                        least_service[klass] = j.attained_s
+                    if attained < least_service.get(klass, INF):
+                        least_service[klass] = attained
                     continue
                 if klass == low and j.submitted_at <= promote_before:
                     klass = normal
                 if klass > top_class:
                     top_class = klass
         top_standing: float = top_class * STANDING_STEP if top_class >= 0 else -INF
-        for demoted_class, service in least_service.items():
-            top_standing = max(top_standing, standing(demoted_class, service_level(service, policy)))
+        for demoted_class, least in least_service.items():
+            top_standing = max(top_standing, standing(demoted_class, service_level(least, policy)))
         self.top_standing = top_standing
         return shortest
 
@@ -494,7 +499,7 @@ class _PoolPass:
         return False
 
     def _try_preempt(self, walk: _Walk, job: QueuedJob, klass: PriorityClass, mine: int, reclaim: bool, position: int) -> bool:
-        now, min_attempt, standings = self.now, self.policy.demoted_min_attempt_s, self.run_standing
+        now, policy, standings = self.now, self.policy, self.run_standing
 
         def eligible(run: RunningJob) -> bool:
             # (The index holds only preemptible runs beyond their guarantee, none stopping.)
@@ -504,7 +509,7 @@ class _PoolPass:
                 return True
             if standings.get(run.id, mine) < mine:
                 # Demoted for its service: fair game once this attempt has had its minimum.
-                return now - run.started_at >= min_attempt
+                return now - run.started_at >= min_attempt(run.preemptions, policy)
             return reclaim and run.team != job.team
 
         cap = walk.cap
@@ -556,14 +561,14 @@ class _PoolPass:
             )
         elif self.run_standing.get(victim.id, mine) < mine:
             kind = PreemptionKind.DEMOTED
-            ran = hours_minutes(victim.service(self.now))
+            ran = service_words(victim.service(self.now), victim.devices, self.policy)
             if job.attained_s > 0:
-                who = f"job {job.id}, which has run for {hours_minutes(job.attained_s)}"
+                who = f"job {job.id}, which has run for {service_words(job.attained_s, job.devices, self.policy)}"
             else:
                 who = f"new job {job.id}"
             reason = (
                 f"demoted: run {victim.id} (team {victim.team}) has run for {ran} in all, more than pool "
-                f"{self.pool}'s {hours_minutes(self.policy.demote_after_s)}, and is beyond its team's guarantee; the job "
+                f"{self.pool}'s {threshold_words(self.policy)}, and is beyond its team's guarantee; the job "
                 f"that has run less goes first, so it makes room for {who}, and resumes from its latest checkpoint"
             )
         else:
@@ -693,8 +698,8 @@ class _PoolPass:
             return
         if demoted(job, self.policy, self.now):
             msg = (
-                f"It has run for {hours_minutes(job.attained_s)} in all, more than pool {self.pool}'s "
-                f"{hours_minutes(self.policy.demote_after_s)}: jobs that have run less go first. "
+                f"It has run for {service_words(job.attained_s, job.devices, self.policy)} in all, more than pool "
+                f"{self.pool}'s {threshold_words(self.policy)}: jobs that have run less go first. "
                 "It resumes from its latest checkpoint."
             )
             self._entry(job, position, WaitCode.DEMOTED, msg)

@@ -290,6 +290,16 @@ class Policy:
     # default: at 4 it more than doubled the trace replay's avg JCT and cut Jain's index from
     # 0.92 to 0.25-0.41 on every sample (README, issue 28), so a pool must ask for it.
     starve_factor: float = 0.0
+    # 2-D least attained service (Tiresias): service counts device-seconds, so a run on 64
+    # devices reaches `demote_after_s` (then read as device-seconds) 64 times sooner than one on
+    # a single device, which behaves as before. A run's width is fixed across its attempts, so
+    # its device-seconds are its seconds (`attained_s`) times its devices (`policies.service`).
+    service_per_device: bool = False
+    # A run preempted n times may not be stopped again for a job of its own class in the first
+    # `demoted_min_attempt_s` x this ** n seconds of an attempt: each turn is longer than the
+    # last, so a run is stopped O(log(runtime)) times without ever becoming immovable. 1: a
+    # fixed minimum (`policies.min_attempt`).
+    min_attempt_growth: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,33 @@ def demotion_threshold(policy: Policy) -> float:
     return math.inf
 
 
+def service(seconds: float, devices: int, policy: Policy) -> float:
+    """Attained service of `seconds` run on `devices`: device-seconds under 2-D least attained
+    service (`Policy.service_per_device`), else seconds, however wide."""
+    return seconds * devices if policy.service_per_device and devices > 1 else seconds
+
+
+def service_words(seconds: float, devices: int, policy: Policy) -> str:
+    """How long a job has run, for its reasons: with its device time where that is its service."""
+    if policy.service_per_device and devices > 1:
+        return f"{hours_minutes(seconds)} on {devices} devices ({hours_minutes(seconds * devices)} of device time)"
+    return hours_minutes(seconds)
+
+
+def threshold_words(policy: Policy) -> str:
+    """The pool's demotion threshold in words (`Policy.demote_after_s`)."""
+    return hours_minutes(policy.demote_after_s) + (" of device time" if policy.service_per_device else "")
+
+
+def min_attempt(preemptions: int, policy: Policy) -> float:
+    """Seconds an attempt runs before a job of its class may stop it (it is demoted), for a run
+    preempted `preemptions` times so far: `demoted_min_attempt_s` x `min_attempt_growth` ** n."""
+    growth = policy.min_attempt_growth
+    if growth <= 1 or preemptions <= 0:
+        return policy.demoted_min_attempt_s
+    return policy.demoted_min_attempt_s * math.pow(growth, min(preemptions, 64))
+
+
 def starved(job: QueuedJob, now: float, policy: Policy) -> bool:
     """The starvation guard (`Policy.starve_factor`): whether a job that went back in line has
     waited since long enough, for its last attempt's length, to compete as if never demoted."""
@@ -99,7 +126,7 @@ def demoted(job: QueuedJob, policy: Policy, now: float | None = None) -> bool:
     return (
         demotion_threshold(policy) < math.inf
         and job.priority_class <= PriorityClass.NORMAL
-        and job.attained_s >= policy.demote_after_s
+        and service(job.attained_s, job.devices, policy) >= policy.demote_after_s
         and not (now is not None and starved(job, now, policy))
     )
 
@@ -145,9 +172,9 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
     normal = PriorityClass.NORMAL
     out: dict[str, int] = {}
     for run in running:
-        service = run.attained_s + now - run.started_at
-        demoted_run = service >= threshold and run.priority_class <= normal
-        out[run.id] = standing(int(run.priority_class), bisect_right(bounds, service) if demoted_run else 0)
+        attained = service(run.attained_s + now - run.started_at, run.devices, policy)
+        demoted_run = attained >= threshold and run.priority_class <= normal
+        out[run.id] = standing(int(run.priority_class), bisect_right(bounds, attained) if demoted_run else 0)
     return out
 
 
@@ -257,12 +284,14 @@ def order_keys(
     stretch_of, default_stretch, exponent = team_stretch.get, policy.stretch, policy.width_exponent
     append = keyed.append
     demote_after = demotion_threshold(policy)
+    per_device = policy.service_per_device
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
-        if j.attained_s >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
+        attained = j.attained_s * j.devices if per_device and j.devices > 1 else j.attained_s  # `service`
+        if attained >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
             # Demoted (see `demoted`): behind every job of its class, least service first.
-            append((-klass, DEMOTED_TIER, j.attained_s, submitted, j.id, j))
+            append((-klass, DEMOTED_TIER, attained, submitted, j.id, j))
             continue
         if klass == low and submitted <= promote_before:
             klass = normal
@@ -386,7 +415,7 @@ def _preemption_rules(policy: Policy) -> list[str]:
         )
     if demotion_threshold(policy) < math.inf and policy.preemption:
         rules.append(
-            f"A job that has run for {hours_minutes(policy.demote_after_s)} in all is demoted: while it runs, a new "
+            f"A job that has run for {threshold_words(policy)} in all is demoted: while it runs, a new "
             "job of its class (or higher) that cannot start otherwise may stop it (if it is preemptible and beyond "
             "its team's guarantee, never within it), and it resumes from its latest checkpoint when devices come "
             "free, behind the jobs of its class that have not been demoted. Among demoted jobs, the one that has "
@@ -396,9 +425,13 @@ def _preemption_rules(policy: Policy) -> list[str]:
             + " Most jobs are short, so they start at once instead of waiting behind long ones; long ones take "
             "turns. Urgent jobs are never demoted."
         )
+        if policy.service_per_device:
+            rules.append("Service counts device time: a job on 8 devices has run an hour of it in 7.5 minutes.")
         if policy.demoted_min_attempt_s > 0:
             rules.append(
                 f"A demoted job that has just resumed runs at least {hours_minutes(policy.demoted_min_attempt_s)} "
-                "before it can be stopped again."
+                "before it can be stopped again"
+                + (f", {policy.min_attempt_growth:g} times as long after each time it is stopped."
+                   if policy.min_attempt_growth > 1 else ".")
             )
     return rules

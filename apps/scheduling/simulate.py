@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
 from apps.scheduling.estimate import MAX_AHEAD, QueueLag, queue_estimates
@@ -61,7 +62,7 @@ from apps.scheduling.model import (
     TeamQuota,
     TeamUsage,
 )
-from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team
+from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team, min_attempt, service
 from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
 
 POOL = "trace"
@@ -452,7 +453,7 @@ class Replay:
             last_run_s=self.requeued[job.id][1] if job.id in self.requeued else 0.0,
         )
         self.queued_by_type[job.job_type][job.id] = None
-        if self.attained.get(job.id, 0.0) < demotion_threshold(self.policy):
+        if service(self.attained.get(job.id, 0.0), job.gpus, self.policy) < demotion_threshold(self.policy):
             self.fresh_waiting.add(job.id)
 
     def _next_wake(self, after: float) -> float:
@@ -650,11 +651,20 @@ class Replay:
         self.ends[job_id] = end
         heapq.heappush(self.completions, (end, job_id))
         heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
-        if self.policy.preemption and not 0 < self.policy.max_preemptions <= queued.preemptions:
-            threshold = demotion_threshold(self.policy)
-            if threshold < math.inf:
-                ready = now + max(threshold - queued.attained_s, self.policy.demoted_min_attempt_s, 0.0)
-                heapq.heappush(self.victim_ready, (ready, job_id, now))
+        self._watch_victim(queued, now)
+
+    def _watch_victim(self, queued: QueuedJob, now: float) -> None:
+        """Wake a pass when the run just started becomes a possible victim: demoted, and past its
+        minimum attempt (`policies.min_attempt`)."""
+        policy = self.policy
+        threshold = demotion_threshold(policy)
+        if not policy.preemption or 0 < policy.max_preemptions <= queued.preemptions or threshold == math.inf:
+            return
+        # Its service grows by its width per second under 2-D least attained service.
+        rate = queued.devices if policy.service_per_device and queued.devices > 1 else 1
+        to_demotion = (threshold - service(queued.attained_s, queued.devices, policy)) / rate
+        ready = now + max(to_demotion, min_attempt(queued.preemptions, policy), 0.0)
+        heapq.heappush(self.victim_ready, (ready, queued.id, now))
 
     def _stop(self, job_id: str, now: float) -> None:
         """A preempted job: it exits within its grace (or ends by itself first) and requeues."""
@@ -984,6 +994,21 @@ def format_variants(results: dict[str, dict[str, Summary]]) -> str:
     return "\n".join(lines)
 
 
+def policy_with(policy: Policy, overrides: Sequence[str]) -> Policy:
+    """`policy` with each FIELD=VALUE of `overrides` set, the value read as the field's type."""
+    changes: dict[str, Any] = {}  # each value of its field's type, read below
+    for item in overrides:
+        name, _, text = item.partition("=")
+        if name not in Policy.__dataclass_fields__ or not text:
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE with a field of Policy")
+        current = getattr(policy, name)
+        if isinstance(current, bool):
+            changes[name] = text.lower() in ("1", "true", "yes", "on")
+        else:
+            changes[name] = type(current)(text)
+    return replace(policy, **changes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("trace")
@@ -1000,6 +1025,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="replays at once with --variants")
     parser.add_argument("--reuse", metavar="JSON",
                         help="with --variants and one --policy: the other policies' figures from this earlier --json")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="replay trainyard with this `Policy` field changed (repeatable), e.g. starve_factor=3")
     defaults = Preemptible()
     parser.add_argument("--checkpoint-every", type=float, default=defaults.checkpoint_every_s, metavar="S",
                         help="seconds between a job's checkpoints (work since the last one is lost when it is stopped)")
@@ -1010,6 +1037,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         resume = Preemptible(checkpoint_every_s=args.checkpoint_every, grace_s=args.grace, restart_s=args.restart)
+        POLICIES["trainyard"] = policy_with(POLICIES["trainyard"], args.overrides)
     except ValueError as exc:
         parser.error(str(exc))
     if args.variants:

@@ -271,7 +271,9 @@ def queued_runs(*, lock: bool) -> QuerySet[Run]:
 def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
     """Seconds each queued or running run ran in its ended attempts (preempted, lost, ...):
     its attained service, which demotes it past the pool's threshold (`Policy.demote_after_s`).
-    A running run's current attempt is not included; the core adds it from its start."""
+    A running run's current attempt is not included; the core adds it from its start. Seconds, not
+    device-seconds: a run's width is fixed across its attempts, so where a pool counts service in
+    device-seconds (`Policy.service_per_device`) the core multiplies by it (`policies.service`)."""
     seconds: dict[int, float] = defaultdict(float)
     rows = (
         Attempt.objects.filter(Q(run__status=RunStatus.QUEUED) | Q(run_id__in=list(running_run_ids)))
