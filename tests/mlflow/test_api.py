@@ -227,6 +227,8 @@ def test_run_page_shows_a_tracked_run(cast: Any, alice: Mlflow, tracked: dict[st
     client.force_login(cast.alice)
     html = client.get(f"/runs/{run_id}/").content.decode()
     assert "stage=acceptance" in html and '<dd class="mono">0.01</dd>' in html and "mlflow-tracked" in html
+    # Trainyard never ran it, so there is nothing to run again: no Rerun or Clone offered.
+    assert 'id="rerun-button"' not in html and 'id="clone-link"' not in html and 'id="run-tracked"' in html
     client.force_login(cast.bob)
     assert client.get(f"/runs/{run_id}/").status_code == 404
 
