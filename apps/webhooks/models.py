@@ -113,6 +113,7 @@ class WebhookDelivery(models.Model):
         ordering = ["-created_at", "-pk"]
         constraints = [models.UniqueConstraint(fields=["endpoint", "event"], name="webhook_delivery_once")]
         indexes = [models.Index(fields=["status", "next_retry_at"])]
+        verbose_name_plural = "webhook deliveries"  # the admin said "Webhook deliverys" (issue 29)
 
     def __str__(self) -> str:
         return f"{self.event_id} -> {self.endpoint_id}: {self.status}"
