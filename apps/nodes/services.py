@@ -224,10 +224,17 @@ def _devices_update(node_id: int, devices: list[Any]) -> None:
     rows = [(_number(dev.get("utilization")), _number(dev.get("power_w")), _bytes(dev.get("memory_used_bytes")), node_id,
              dev.get("index"))
             for dev in devices[:1024] if isinstance(dev, dict) and isinstance(dev.get("index"), int)]
-    if rows:
-        with connection.cursor() as cursor:
-            cursor.executemany(f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s, memory_used_bytes = %s "
-                               f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s", rows)
+    if not rows:
+        return
+    sql = (f"UPDATE {Device._meta.db_table} SET utilization = %s, power_w = %s, memory_used_bytes = %s "
+           f"WHERE node_id = %s AND {connection.ops.quote_name('index')} = %s")
+    with connection.cursor() as cursor:
+        # One device (a CPU node's usual report) is a plain execute: executemany's batching
+        # costs more than the one statement.
+        if len(rows) == 1:
+            cursor.execute(sql, rows[0])
+        else:
+            cursor.executemany(sql, rows)
 
 
 def _bytes(value: Any) -> int | None:

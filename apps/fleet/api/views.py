@@ -18,6 +18,7 @@ from django.http import FileResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -119,6 +120,7 @@ class HeartbeatView(AgentView):
     revoked credential, a drain, a new session, health news), is redone with the row read afresh."""
 
     authentication_classes = [CachedNodeAuthentication]
+    renderer_classes = [JSONRenderer]  # agents read JSON only: no browsable API to negotiate
 
     @extend_schema(request=None, responses=None)
     def post(self, request: Request) -> Response:
@@ -143,6 +145,8 @@ class ClaimView(AgentView):
     The wait is on Redis, not the database (node_claim_wait); a draining (or lost) node gets
     nothing and an answer at once, so a stopping agent need not wait out the poll.
     """
+
+    renderer_classes = [JSONRenderer]  # agents read JSON only: no browsable API to negotiate
 
     @extend_schema(request=None, responses=None)
     def post(self, request: Request) -> Response:
