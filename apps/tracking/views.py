@@ -62,8 +62,8 @@ PAGE_SIZE = 50
 LIST_COLUMNS = 9  # the list's columns besides the chosen metrics: tick, run, status, ... created
 SORTS = {"created": "created_at", "name": "name", "status": "status", "id": "id"}
 # The columns the list page shows (templates/tracking/runs_list.html).
-LIST_FIELDS = ("id", "name", "status", "status_reason", "family", "tags", "steps_done", "total_steps", "created_at", "project__slug",
-               "project__team__slug", "template__slug", "template__version")
+LIST_FIELDS = ("id", "name", "status", "status_reason", "tracked_only", "family", "tags", "steps_done", "total_steps", "created_at",
+               "project__slug", "project__team__slug", "template__slug", "template__version")
 
 
 def _metric_annotation(key: str, field: str = "last_value") -> Subquery:
