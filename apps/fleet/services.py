@@ -10,6 +10,7 @@ only sequences them, and sits above both, so apps.nodes never imports apps.runs.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from datetime import timedelta
@@ -316,19 +317,60 @@ def _ref(ckpt: Checkpoint | None) -> protocol.CheckpointRef | None:
     return {"id": ckpt.pk, "run_id": ckpt.run_id, "step": ckpt.step, "file": ckpt.file_name, "size": ckpt.size, "sha256": ckpt.sha256}
 
 
+def _pending_sql() -> str:
+    """A statement true when the node (parameter) has an assignment to claim (parameters: the
+    pending state, the starting status). The FROM ... INNER JOIN spelling is the ORM's:
+    bench/load.py counts claim statements by it."""
+    q = connection.ops.quote_name
+    a, t = q(Assignment._meta.db_table), q(Attempt._meta.db_table)
+    return (f"SELECT 1 FROM {a} INNER JOIN {t} ON ({a}.{q('attempt_id')} = {t}.{q('id')}) "
+            f"WHERE {a}.{q('node_id')} = %s AND {a}.{q('state')} = %s AND {t}.{q('status')} = %s")
+
+
 def _pending_exists(node_id: int) -> bool:
     """Whether the node has an assignment to claim: one plain statement. Most claims find none
     (an idle agent claims again each time its wait ends), and the ORM's query for the specs,
     five tables joined, cost more CPU to build than the database took to answer it."""
-    q = connection.ops.quote_name
     with connection.cursor() as cursor:
-        # The FROM ... INNER JOIN spelling is the ORM's: bench/load.py counts claim statements by it.
-        cursor.execute(f"SELECT 1 FROM {q(Assignment._meta.db_table)} INNER JOIN {q(Attempt._meta.db_table)} "
-                       f"ON ({q(Assignment._meta.db_table)}.{q('attempt_id')} = {q(Attempt._meta.db_table)}.{q('id')}) "
-                       f"WHERE {q(Assignment._meta.db_table)}.{q('node_id')} = %s AND {q(Assignment._meta.db_table)}.{q('state')} = %s "
-                       f"AND {q(Attempt._meta.db_table)}.{q('status')} = %s LIMIT 1",
-                       [node_id, AssignmentState.PENDING, AttemptStatus.STARTING])
+        cursor.execute(_pending_sql() + " LIMIT 1", [node_id, AssignmentState.PENDING, AttemptStatus.STARTING])
         return cursor.fetchone() is not None
+
+
+class _ClaimCheck(NamedTuple):
+    """The node's row as a claim needs it, read with the credential check and the pending check."""
+
+    state: str
+    session: int
+    pending: bool
+
+
+def _claim_check(node_id: int, credential_hash: str) -> _ClaimCheck | None:
+    """One statement: the node's state and session, and whether work is pending, if the node still
+    holds this credential (None: revoked or gone)."""
+    table = connection.ops.quote_name(Node._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT state, session, EXISTS ({_pending_sql()}) FROM {table} WHERE id = %s AND credential_hash = %s",
+                       [node_id, AssignmentState.PENDING, AttemptStatus.STARTING, node_id, credential_hash])
+        row = cursor.fetchone()
+    return None if row is None else _ClaimCheck(str(row[0]), int(row[1]), bool(row[2]))
+
+
+def node_claim_wait_from_snapshot(*, node: Node, session: Any,
+                                  wait_s: float) -> tuple[list[protocol.AssignmentSpec], Node] | None:
+    """node_claim_wait for a node known from the credential cache's snapshot (apps.nodes.auth):
+    its credential, state, session and pending work are read in one statement, so the usual
+    claim (nothing pending: it goes on to wait on Redis) costs that statement alone. None: the
+    credential is no longer the node's (the caller looks it up afresh and refuses it)."""
+    if not node.credential_hash:
+        return None
+    if wait_s > 0:
+        wakeups.claim_wakes_clear(node_id=node.pk)  # before the read, as node_claim_wait does
+    check = _claim_check(node.pk, node.credential_hash)
+    if check is None:
+        return None
+    fresh = copy.copy(node)  # the cached snapshot itself stays as it was read
+    fresh.state, fresh.session = check.state, check.session
+    return node_claim_wait(node=fresh, session=session, wait_s=wait_s, read=check.pending)
 
 
 def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
@@ -345,7 +387,8 @@ def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
     return out
 
 
-def node_claim_wait(*, node: Node, session: Any, wait_s: float) -> tuple[list[protocol.AssignmentSpec], Node]:
+def node_claim_wait(*, node: Node, session: Any, wait_s: float,
+                    read: bool | None = None) -> tuple[list[protocol.AssignmentSpec], Node]:
     """node_claim, waiting up to wait_s for work; also answers at once for a node no longer ready
     or a superseded session. Returns the claimed specs and the node as last read.
 
@@ -354,14 +397,18 @@ def node_claim_wait(*, node: Node, session: Any, wait_s: float) -> tuple[list[pr
     registrations commit, and holds no database connection. A wait that times out answers without
     reading: the agent claims again at once, and that claim's first read finds work whose wake-up
     was lost. With Redis down the wait reads the database every CLAIM_FALLBACK_POLL_S instead.
+
+    `read` (node_claim_wait_from_snapshot): the node was just read, its wake-ups cleared first, and
+    work found pending (True) or not (False: the first claim attempt is skipped).
     """
     deadline = time.monotonic() + wait_s
-    if wait_s > 0:
+    if wait_s > 0 and read is None:
         wakeups.claim_wakes_clear(node_id=node.pk)  # what they announced, the read below sees
     while True:
         if node.session != session:
             return [], node
-        found = node_claim(node=node)
+        found = node_claim(node=node) if read is not False else []
+        read = None
         left = deadline - time.monotonic()
         if found or node.state != NodeState.READY or left <= 0:
             return found, node

@@ -136,11 +136,13 @@ def test_a_waiting_claim_makes_no_database_query(db: Any, redis_settings: str) -
     pool = NodePool.objects.create(name="local")
     client, reg = register(pool, "n1")
     body = {"session": reg["session"], "free_devices": [0]}
+    # The first claim puts the node in the credential cache (apps.nodes.auth); both measured use it.
+    assert client.post(A + "claim/", {**body, "wait_s": 0}, format="json").status_code == 200
     with CaptureQueriesContext(connection) as at_once:
         assert client.post(A + "claim/", {**body, "wait_s": 0}, format="json").json()["assignments"] == []
     started = time.monotonic()
     with CaptureQueriesContext(connection) as waited:
         assert client.post(A + "claim/", {**body, "wait_s": 1.5}, format="json").json()["assignments"] == []
     assert time.monotonic() - started >= 1.4  # it did wait, on Redis
-    # The same reads as a claim that does not wait (authentication, the pending check): none while waiting.
+    # The same read as a claim that does not wait (the credential, state and pending check): none while waiting.
     assert [q["sql"] for q in waited.captured_queries] == [q["sql"] for q in at_once.captured_queries]

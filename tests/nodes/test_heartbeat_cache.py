@@ -82,9 +82,10 @@ def test_a_drained_node_hears_drain_from_its_next_heartbeat_and_claims_nothing(c
     run = make_run(cast, pool)
     assert placement_pass() == 1  # an assignment is pending for the node ...
     node_drain(node=node, user=cast.admin)  # ... when an administrator drains it
-    assert beat(client, reg["session"]).json()["drain"] is True
+    # The claim comes first, from the snapshot that still says ready: refused all the same.
     resp = client.post(A + "claim/", {"session": reg["session"], "wait_s": 0, "free_devices": [0]}, format="json")
     assert resp.status_code == 200 and resp.json() == {"assignments": [], "drain": True}
+    assert beat(client, reg["session"]).json()["drain"] is True
     assert Node.objects.get(pk=node.pk).state == NodeState.DRAINING
     run.refresh_from_db()
     assert run.status != "running"
@@ -112,13 +113,26 @@ def test_health_news_takes_the_health_path_though_the_node_is_cached(pool: NodeP
     assert AuditEvent.objects.filter(action="device.healthy", object_type="nodes.node", object_id=str(device.node_id)).exists()
 
 
-def test_an_idle_claim_is_authentication_and_one_plain_statement(cast: Any, pool: NodePool) -> None:
+def test_an_idle_claim_is_one_statement_and_a_changed_node_is_read_afresh(cast: Any, pool: NodePool) -> None:
     client, reg = register(pool, "n1")
-    with CaptureQueriesContext(connection) as ctx:
-        resp = client.post(A + "claim/", {"session": reg["session"], "wait_s": 0, "free_devices": [0]}, format="json")
-    assert resp.status_code == 200 and resp.json() == {"assignments": [], "drain": False}
-    assert len(statements(ctx)) == 2, statements(ctx)
+
+    def claim(session: int = reg["session"]) -> Any:
+        return client.post(A + "claim/", {"session": session, "wait_s": 0, "free_devices": [0]}, format="json")
+
+    with CaptureQueriesContext(connection) as cold:
+        assert claim().json() == {"assignments": [], "drain": False}
+    assert len(statements(cold)) == 2, statements(cold)  # the credential lookup, the pending check
+    with CaptureQueriesContext(connection) as cached:
+        assert claim().json() == {"assignments": [], "drain": False}
+    assert len(statements(cached)) == 1, statements(cached)  # credential, state, session and pending work in one
     run = make_run(cast, pool)
     assert placement_pass() == 1
-    resp = client.post(A + "claim/", {"session": reg["session"], "wait_s": 0, "free_devices": [0]}, format="json")
-    assert [a["run_id"] for a in resp.json()["assignments"]] == [run.pk]
+    assert [a["run_id"] for a in claim().json()["assignments"]] == [run.pk]
+    # A new session under the cached old one: the old session is told so, the new one is served.
+    again = reregister(client, "n1")
+    assert claim().status_code == 409
+    assert claim(again["session"]).status_code == 200
+    # A revoked credential is refused by the next claim, though cached.
+    node = Node.objects.get(agent_uid="n1")
+    Node.objects.filter(pk=node.pk).update(credential_hash=None)
+    assert claim(again["session"]).status_code == 401

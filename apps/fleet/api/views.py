@@ -26,7 +26,13 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
-from apps.fleet.services import node_claim_wait, node_heartbeat, node_heartbeat_from_snapshot, node_register
+from apps.fleet.services import (
+    node_claim_wait,
+    node_claim_wait_from_snapshot,
+    node_heartbeat,
+    node_heartbeat_from_snapshot,
+    node_register,
+)
 from apps.nodes.auth import AgentAPIView, AgentPrincipal, CachedNodeAuthentication, node_by_credential, node_cache_forget
 from apps.nodes.models import Node, NodeState
 from apps.nodes.services import HEARTBEAT_INTERVAL_S
@@ -131,12 +137,18 @@ class HeartbeatView(AgentView):
             answer = node_heartbeat_from_snapshot(node=node, data=data)
             if answer is not None:
                 return Response(answer)
-            node_cache_forget(node.credential_hash)
-            fresh = node_by_credential(node.credential_hash) if node.credential_hash else None
-            if fresh is None:
-                raise AuthenticationFailed("Unknown or revoked node credential.")
-            node = fresh
+            node = _refresh(node)
         return Response(node_heartbeat(node=node, data=data))
+
+
+def _refresh(node: Node) -> Node:
+    """The node of a cached snapshot that did not hold, read afresh by its credential; a 401 if
+    the credential is no longer any node's."""
+    node_cache_forget(node.credential_hash)
+    fresh = node_by_credential(node.credential_hash) if node.credential_hash else None
+    if fresh is None:
+        raise AuthenticationFailed("Unknown or revoked node credential.")
+    return fresh
 
 
 class ClaimView(AgentView):
@@ -146,6 +158,7 @@ class ClaimView(AgentView):
     nothing and an answer at once, so a stopping agent need not wait out the poll.
     """
 
+    authentication_classes = [CachedNodeAuthentication]
     renderer_classes = [JSONRenderer]  # agents read JSON only: no browsable API to negotiate
 
     @extend_schema(request=None, responses=None)
@@ -154,7 +167,12 @@ class ClaimView(AgentView):
         wait = data.get("wait_s", 10)
         if not isinstance(wait, int | float) or not 0 <= wait <= protocol.MAX_CLAIM_WAIT_S:
             raise FieldError("wait_s", f"a number from 0 to {protocol.MAX_CLAIM_WAIT_S}")
-        found, node = node_claim_wait(node=self.node, session=data.get("session"), wait_s=float(wait))
+        node, session, answer = self.node, data.get("session"), None
+        if isinstance(request.user, AgentPrincipal) and request.user.cached:
+            answer = node_claim_wait_from_snapshot(node=node, session=session, wait_s=float(wait))
+            if answer is None:
+                node = _refresh(node)  # the credential changed under the snapshot: a 401 unless found afresh
+        found, node = answer or node_claim_wait(node=node, session=session, wait_s=float(wait))
         if node.session != data.get("session"):
             return Response({"assignments": [], "stale_session": True}, status=409)
         return Response({"assignments": found, "drain": node.state != NodeState.READY})
