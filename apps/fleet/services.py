@@ -25,6 +25,7 @@ from apps.audit.context import acting_as
 from apps.core.queueing import request_scheduling_pass
 from apps.jobtemplates.models import LaunchMode
 from apps.nodes import wakeups
+from apps.nodes.auth import node_by_credential
 from apps.nodes.models import Device, Node, NodeState
 from apps.nodes.services import (
     devices_health_news,
@@ -368,7 +369,14 @@ def node_claim_wait_from_snapshot(*, node: Node, session: Any,
     check = _claim_check(node.pk, node.credential_hash)
     if check is None:
         return None
-    fresh = copy.copy(node)  # the cached snapshot itself stays as it was read
+    if check.session != node.session:
+        # A new registration (hostname, address may have changed too): the whole row afresh.
+        reread = node_by_credential(node.credential_hash)
+        if reread is None:
+            return None
+        fresh = reread
+    else:
+        fresh = copy.copy(node)  # the cached snapshot itself stays as it was read
     fresh.state, fresh.session = check.state, check.session
     return node_claim_wait(node=fresh, session=session, wait_s=wait_s, read=check.pending)
 
