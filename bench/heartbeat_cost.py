@@ -8,7 +8,8 @@ A private PostgreSQL cluster (or DATABASE_URL's server) gets a fresh database, m
 like bench/load.py --idle-agents (_setup_idle.py). The agents are visited round-robin, so every
 request authenticates a node other than the previous one (as 1,000 agents do); the per-process
 credential cache (apps.nodes.auth) is then warm for all of them, as it is in a web process under
-load. The first round (cold cache) is reported apart. CPU time is this process's (Django +
+load. The first round (cold cache) is reported apart; the claims run after the heartbeats, so
+theirs is warm too. CPU time is this process's (Django +
 psycopg), not the database server's. Writes bench/results/heartbeat_cost.json.
 """
 
@@ -54,6 +55,9 @@ def main() -> int:
         setup = json.loads(out.stdout.strip().splitlines()[-1])
         os.environ.update({k: v for k, v in env.items() if k != "BENCH_AGENTS"})
         figures = measure(args, setup["agents"])
+    if args.profile:
+        print("not written to bench/results: the profiler inflates the CPU times")
+        return 0
     path = write_result("heartbeat_cost", figures)
     print(f"wrote {path}")
     return 0
