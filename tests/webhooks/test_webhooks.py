@@ -137,6 +137,8 @@ def test_failing_receiver_is_retried_with_backoff_and_logged(cast: Any, django_c
     page.force_login(cast.alice)
     html = page.get(f"/projects/{cast.digits.pk}/webhooks/").content.decode()
     assert 'data-status="succeeded" data-attempts="3"' in html and "HTTP 204" in html
+    # Its times are <time class="when">, written in the viewer's zone as on every page (issue 29).
+    assert html.count('<time class="when" datetime=') >= 3
     other = PageClient()
     other.force_login(cast.bob)
     assert other.get(f"/projects/{cast.digits.pk}/webhooks/").status_code == 404
