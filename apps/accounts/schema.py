@@ -24,8 +24,6 @@ class NodeCredentialScheme(OpenApiAuthenticationExtension):
     """Agent endpoints (apps.nodes.auth); documented here so every scheme is in one place."""
 
     target_class = "apps.nodes.auth.NodeAuthentication"
-    # Heartbeat and claim use a caching subclass: the same credential, the same scheme.
-    match_subclasses = True
     name = "nodeAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:

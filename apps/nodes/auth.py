@@ -94,8 +94,6 @@ def node_by_credential(credential_hash: str) -> Node | None:
 
 class NodeAuthentication(authentication.BaseAuthentication):
     keyword = "Node"
-    # Whether a snapshot from the credential cache will do (the heartbeat's fenced path only).
-    use_cache = False
 
     def authenticate(self, request: Request) -> tuple[AgentPrincipal, Node] | None:
         header = authentication.get_authorization_header(request).split()
@@ -107,7 +105,10 @@ class NodeAuthentication(authentication.BaseAuthentication):
         if not secret.startswith(NODE_CREDENTIAL_PREFIX):
             raise exceptions.AuthenticationFailed("Not a node credential.")
         hashed = hash_secret(secret)
-        if self.use_cache:
+        # A snapshot from the credential cache will do only for views that say so (heartbeat and
+        # claim: their writes are fenced on it and redone from a fresh lookup when the fence misses).
+        # A view attribute, not a subclass: one class keeps one scheme in the OpenAPI schema.
+        if getattr(request.parser_context.get("view"), "node_credential_cache", False):
             cached = node_cache_get(hashed)
             if cached is not None:
                 return AgentPrincipal(cached, cached=True), cached
@@ -118,13 +119,6 @@ class NodeAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
-
-
-class CachedNodeAuthentication(NodeAuthentication):
-    """NodeAuthentication that may answer from the credential cache: only for views whose writes
-    are fenced on the snapshot and that redo the request from a fresh lookup when the fence misses."""
-
-    use_cache = True
 
 
 class IsNode(permissions.BasePermission):

@@ -33,7 +33,7 @@ from apps.fleet.services import (
     node_heartbeat_from_snapshot,
     node_register,
 )
-from apps.nodes.auth import AgentAPIView, AgentPrincipal, CachedNodeAuthentication, node_by_credential, node_cache_forget
+from apps.nodes.auth import AgentAPIView, AgentPrincipal, node_by_credential, node_cache_forget
 from apps.nodes.models import Node, NodeState
 from apps.nodes.services import HEARTBEAT_INTERVAL_S
 from apps.runs.models import Attempt, Checkpoint
@@ -125,7 +125,7 @@ class HeartbeatView(AgentView):
     snapshot, fenced (node_heartbeat_from_snapshot); anything else, or a fence that misses (a
     revoked credential, a drain, a new session, health news), is redone with the row read afresh."""
 
-    authentication_classes = [CachedNodeAuthentication]
+    node_credential_cache = True
     renderer_classes = [JSONRenderer]  # agents read JSON only: no browsable API to negotiate
 
     @extend_schema(request=None, responses=None)
@@ -158,7 +158,7 @@ class ClaimView(AgentView):
     nothing and an answer at once, so a stopping agent need not wait out the poll.
     """
 
-    authentication_classes = [CachedNodeAuthentication]
+    node_credential_cache = True
     renderer_classes = [JSONRenderer]  # agents read JSON only: no browsable API to negotiate
 
     @extend_schema(request=None, responses=None)
