@@ -101,6 +101,8 @@
       root.querySelectorAll("section[data-pool] details").forEach(function (d) { if (open[d.closest("section").dataset.pool]) { d.open = true; } });
     });
     lastHtml = html;
+    // The estimates in the one time format, the viewer's zone named (static/core/times.js).
+    if (window.trainyardLocalizeTimes) { window.trainyardLocalizeTimes(root); }
     draw();
   }
 
