@@ -57,7 +57,6 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from apps.core.text import hours_minutes, plural  # plain Python, no Django
 from apps.scheduling.model import (
@@ -138,19 +137,6 @@ __all__ = [
 
 # A team without a quota row in a pool has no cap there (guarantee 0, borrows freely).
 UNLIMITED = 1 << 62
-
-
-def _fmt_clock(at: float, now: float) -> str:
-    """An epoch time as a UTC clock time to the minute ("14:05 UTC"), dated when not `now`'s day.
-
-    Reasons are stored at the pass and read minutes or hours later (the run page, the API, the
-    CLI), so a time in them is named, never counted from the pass: "in about 40 seconds" would
-    still say so long after those seconds are gone."""
-    when = datetime.fromtimestamp(round(at / 60) * 60, tz=UTC)
-    clock = f"{when:%H:%M} UTC"
-    if when.date() == datetime.fromtimestamp(now, tz=UTC).date():
-        return clock
-    return f"{clock} on {when.day} {when:%b %Y}"
 
 
 @dataclass(slots=True)
@@ -654,7 +640,9 @@ class _PoolPass:
         )
 
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
-        when = "" if start is None else f" Reserved to start at about {_fmt_clock(start, self.now)}."
+        # No clock here: the reservation counts predicted runtimes, while the estimate shown beside
+        # this reason counts the live ETA of the runs ahead; two times for one start would disagree.
+        when = "" if start is None else " Devices are reserved for it: it starts next, as the runs ahead end (see its estimated start)."
         if demoted(job, self.policy, self.now):
             when += f" It has run for {hours_minutes(job.attained_s)} in all and resumes from its latest checkpoint."
         short = self._short_of(job, cap)

@@ -301,15 +301,14 @@ def test_easy_backfill_never_delays_the_reserved_head() -> None:
     assert entry(d, "long").code == WaitCode.BACKFILL_TOO_LONG
 
 
-def test_a_reserved_start_is_named_by_the_clock_not_counted_from_the_pass() -> None:
-    # The message is stored and read long after the pass: "in about 15 minutes" would go stale.
+def test_a_reserved_start_is_said_without_a_time_of_its_own() -> None:
+    # The message is stored and read long after the pass ("in about 15 minutes" would go stale),
+    # and the estimate beside it names the time from the live ETA of the runs ahead: one time only.
     head = entry(backfill_cluster(Policy(ordering=Ordering.FIFO, preemption=False, guarantee_first=False)), "head")
-    assert head.message.endswith(" Reserved to start at about 00:17 UTC."), head.message  # t=1000 s, to the minute
-    assert "in about" not in head.message
-    # A reservation on another day than the pass's says which day.
-    nodes = [node("n1", 0)]
-    late = schedule(state(nodes, [job("head", devices=8)], [run("r1", (("n1", 8),), end=2 * 86400 + 3600)], now=100))
-    assert entry(late, "head").message.endswith(" Reserved to start at about 01:00 UTC on 3 Jan 1970."), entry(late, "head").message
+    assert head.reserved_start == 1000
+    assert head.message.endswith(" Devices are reserved for it: it starts next, as the runs ahead end (see its estimated start)."), \
+        head.message
+    assert "in about" not in head.message and "UTC" not in head.message
 
 
 def test_backfill_may_use_devices_the_reservation_does_not_need() -> None:
