@@ -118,6 +118,22 @@ def size_text(size: float) -> str:
     return f"{size:.1f} {BYTE_UNITS[unit]}" if unit else f"{size:.0f} {BYTE_UNITS[unit]}"
 
 
+def keep_best_text(keep_best: tuple[str, str]) -> str:
+    """A ``keep_best`` rule in words: ("val_loss", "min") is "lowest val_loss"."""
+    metric, mode = keep_best
+    return f"{'highest' if mode == 'max' else 'lowest'} {metric}"
+
+
+def retention_text(*, keep_last: int, keep_best: tuple[str, str] | None) -> str:
+    """What a run's checkpoint retention keeps, said once on its Checkpoints card."""
+    if not keep_last:
+        return "Retention keeps every checkpoint."
+    last = "the last checkpoint" if keep_last == 1 else f"the last {keep_last} checkpoints"
+    if keep_best is None:
+        return f"Retention keeps {last}."
+    return f"Retention keeps {last} and, beside them, the best: the one with the {keep_best_text(keep_best)}."
+
+
 def deleted_checkpoints_text(*, count: int, first_step: int, last_step: int) -> str:
     """The one line that stands for the checkpoints retention deleted, folded on the run page."""
     steps = f"step {first_step}" if first_step == last_step else f"steps {first_step}–{last_step}"

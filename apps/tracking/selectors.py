@@ -21,7 +21,7 @@ from apps.runs import selectors as run_selectors
 from apps.runs.detail_selectors import run_cost, run_energy
 from apps.runs.models import Attempt, Checkpoint, EnergySample, LogChunk, Run, RunStatus
 from apps.tracking.display import energy_text, energy_unit, run_label, value_text
-from apps.tracking.downsample import Bucket, downsample, encode, extremes, point_bucket
+from apps.tracking.downsample import Bucket, decode, downsample, encode, extremes, point_bucket
 from apps.tracking.energy_selectors import runs_energy
 from apps.tracking.environment_selectors import environment_compare
 from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
@@ -416,8 +416,55 @@ def checkpoint_overview(*, run: Run, with_deleted: bool = False) -> dict[str, An
     rows = None
     if with_deleted and deleted["count"]:
         rows = checkpoint_rows(run=run, checkpoints=ordered.filter(deleted_at__isnull=False))
-    return {"kept": checkpoint_rows(run=run, checkpoints=ordered.filter(deleted_at__isnull=True)),
-            "deleted": deleted if deleted["count"] else None, "deleted_rows": rows}
+    kept_ckpts = list(ordered.filter(deleted_at__isnull=True))
+    kept = checkpoint_rows(run=run, checkpoints=kept_ckpts)
+    retention = checkpoint_retention(run.checkpoint_policy)
+    best = None
+    if retention["keep_last"] and retention["keep_best"]:
+        # By the metrics the job recorded with each checkpoint, the only ones its SDK ranks by
+        # (not those the card fills in from the run's points at that step).
+        best = best_checkpoint([{"id": c.pk, "metrics": c.metrics} for c in kept_ckpts], retention["keep_best"])
+    return {"kept": kept, "deleted": deleted if deleted["count"] else None, "deleted_rows": rows,
+            "retention": retention, "best_id": best}
+
+
+def checkpoint_retention(policy: Any) -> dict[str, Any]:
+    """What a run's ``checkpoint_policy`` keeps, as the job's SDK reads it (agents/runner.py passes
+    keep_last and keep_best on): the last ``keep_last`` (0: every one) and, beside them, the one
+    with the best ``keep_best = (metric, "min"|"max")`` (None when unset or unreadable)."""
+    policy = policy if isinstance(policy, dict) else {}
+    try:
+        keep_last = max(0, int(policy.get("keep_last") or 0))
+    except (TypeError, ValueError):
+        keep_last = 0
+    raw = policy.get("keep_best")
+    keep_best: tuple[str, str] | None = None
+    if isinstance(raw, str):
+        metric, _, mode = raw.strip().rpartition(":")
+        if metric and mode in ("min", "max"):
+            keep_best = (metric, mode)
+    return {"keep_last": keep_last, "keep_best": keep_best}
+
+
+def best_checkpoint(rows: Sequence[dict[str, Any]], keep_best: tuple[str, str]) -> int | None:
+    """The id of the checkpoint row whose recorded metrics have the best ``keep_best`` value
+    (lowest for "min", highest for "max"), as the SDK keeps it (sdk/trainyard/_job_checkpoints.py
+    best_record): NaN or a missing value is never best, and the latest of equals wins. ``rows``
+    (id and metrics) in step order; None if none carries the metric."""
+    metric, mode = keep_best
+    chosen: tuple[float, int] | None = None
+    for row in rows:
+        raw = row["metrics"].get(metric) if isinstance(row.get("metrics"), dict) else None
+        try:
+            value = decode(raw) if raw is not None else math.nan
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        score = value if mode == "max" else -value
+        if chosen is None or score >= chosen[0]:
+            chosen = (score, row["id"])
+    return chosen[1] if chosen else None
 
 
 def checkpoint_rows(*, run: Run, checkpoints: Iterable[Checkpoint]) -> list[dict[str, Any]]:

@@ -44,7 +44,9 @@ from apps.tracking.display import (
     deleted_checkpoints_text,
     energy_text,
     eta_text,
+    keep_best_text,
     metric_text,
+    retention_text,
     run_color,
     run_label,
     size_text,
@@ -283,7 +285,12 @@ def _checkpoints_fragment(request: HttpRequest, run: Run) -> HttpResponse:
 def _checkpoint_card(run: Run, *, with_deleted: bool = False) -> dict[str, Any]:
     overview = selectors.checkpoint_overview(run=run, with_deleted=with_deleted)
     deleted = overview["deleted"]
-    return {"kept": [_checkpoint_row(c) for c in overview["kept"]],
+    retention = overview["retention"]
+    kept = [_checkpoint_row(c) for c in overview["kept"]]
+    for row, c in zip(kept, overview["kept"], strict=True):
+        if c["id"] == overview["best_id"]:
+            row["best"] = f"kept as best: {keep_best_text(retention['keep_best'])}"
+    return {"kept": kept, "retention_text": retention_text(**retention),
             "deleted": deleted["count"] if deleted else 0,
             "deleted_text": deleted_checkpoints_text(**deleted) if deleted else "",
             "deleted_rows": None if overview["deleted_rows"] is None else [_checkpoint_row(c) for c in overview["deleted_rows"]]}
