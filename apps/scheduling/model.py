@@ -300,6 +300,9 @@ class Policy:
     # last, so a run is stopped O(log(runtime)) times without ever becoming immovable. 1: a
     # fixed minimum (`policies.min_attempt`).
     min_attempt_growth: float = 1.0
+    # The growth starts after this many preemptions: the first ones, which most stopped runs
+    # never pass, keep the fixed minimum and leave whole nodes free for wide jobs to take.
+    min_attempt_growth_after: int = 0
 
 
 @dataclass(frozen=True, slots=True)

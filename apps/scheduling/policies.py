@@ -105,11 +105,12 @@ def threshold_words(policy: Policy) -> str:
 
 def min_attempt(preemptions: int, policy: Policy) -> float:
     """Seconds an attempt runs before a job of its class may stop it (it is demoted), for a run
-    preempted `preemptions` times so far: `demoted_min_attempt_s` x `min_attempt_growth` ** n."""
-    growth = policy.min_attempt_growth
-    if growth <= 1 or preemptions <= 0:
+    preempted `preemptions` times so far: `demoted_min_attempt_s` x `min_attempt_growth` ** n, n
+    counted from `min_attempt_growth_after`."""
+    growth, grown = policy.min_attempt_growth, preemptions - max(0, policy.min_attempt_growth_after)
+    if growth <= 1 or grown <= 0:
         return policy.demoted_min_attempt_s
-    return policy.demoted_min_attempt_s * math.pow(growth, min(preemptions, 64))
+    return policy.demoted_min_attempt_s * math.pow(growth, min(grown, 64))
 
 
 def starved(job: QueuedJob, now: float, policy: Policy) -> bool:
@@ -431,7 +432,8 @@ def _preemption_rules(policy: Policy) -> list[str]:
             rules.append(
                 f"A demoted job that has just resumed runs at least {hours_minutes(policy.demoted_min_attempt_s)} "
                 "before it can be stopped again"
-                + (f", {policy.min_attempt_growth:g} times as long after each time it is stopped."
-                   if policy.min_attempt_growth > 1 else ".")
+                + (f", {policy.min_attempt_growth:g} times as long after each time it is stopped"
+                   + (f" beyond the first {policy.min_attempt_growth_after}" if policy.min_attempt_growth_after > 0 else "")
+                   + "." if policy.min_attempt_growth > 1 else ".")
             )
     return rules

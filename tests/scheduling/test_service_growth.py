@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from apps.scheduling.core import Policy, PriorityClass, TeamQuota, WaitCode, queue_order, schedule
+from apps.scheduling.core import Policy, PriorityClass, TeamQuota, WaitCode, explain_policy, queue_order, schedule
 from apps.scheduling.policies import demoted, min_attempt, running_standings, service
 from tests.scheduling.test_core import POOL, entry, job, node, run, state
 from tests.scheduling.test_service_guards import long_among_short
@@ -48,6 +48,10 @@ def test_a_waiting_wide_job_is_demoted_by_its_device_seconds() -> None:
 def test_the_minimum_attempt_doubles_with_each_preemption() -> None:
     assert [min_attempt(n, GROWING) for n in (0, 1, 2, 3)] == [900.0, 1800.0, 3600.0, 7200.0]
     assert min_attempt(5, Policy()) == 900.0  # growth 1, the default: a fixed minimum
+    later = Policy(min_attempt_growth=8.0, min_attempt_growth_after=4)
+    assert [min_attempt(n, later) for n in (0, 4, 5, 6)] == [900.0, 900.0, 7200.0, 57600.0]
+    assert any("8 times as long after each time it is stopped beyond the first 4." in rule
+               for rule in explain_policy(later))
     # Demoted (ran 3 h in all), resumed an hour ago: stopped twice before, it may be stopped
     # (minimum 1 h); stopped three times, not yet (minimum 2 h), but still for an urgent job.
     old = replace(run("old", (("n1", 8),), started=NOW - HOUR, end=NOW + 50 * HOUR), attained_s=2 * HOUR)
