@@ -5,28 +5,15 @@ tests/billing/test_budget_one_truth.py has the rules (re-arming, one message nam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 
 from apps.billing.services import budget_alerts_check, budget_update
 from tests.billing.test_budget_one_truth import overspent  # noqa: F401 - fixture
-from tests.fixtures.browser import VIEWPORT, page_in_new_context, screenshot
+from tests.fixtures.browser import screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def as_alice(cast: Any, live_server: Any, chromium: Any) -> Iterator[Any]:
-    client = Client()
-    client.force_login(cast.alice)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
-        yield page
 
 
 def test_a_raised_budget_lists_only_the_alerts_crossed_at_its_amount(cast: Any, overspent: Any, live_server: Any,  # noqa: F811

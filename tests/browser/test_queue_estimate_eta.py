@@ -6,13 +6,10 @@ queue-run-ahead-eta.png. tests/scheduling/test_estimate_consistency.py has the r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 from django.utils import timezone
 
 from apps.nodes.models import NodePool
@@ -20,20 +17,10 @@ from apps.runs.models import Attempt, Run, RunStatus
 from apps.scheduling.services import scheduling_pass
 from apps.tracking.selectors import run_progress
 from tests.agents.server import register
-from tests.fixtures.browser import VIEWPORT, page_in_new_context, screenshot
+from tests.fixtures.browser import screenshot
 from tests.scheduling.test_estimate_consistency import PASS_S, _run, _start
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def as_alice(cast: Any, live_server: Any, chromium: Any) -> Iterator[Any]:
-    client = Client()
-    client.force_login(cast.alice)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
-        yield page
 
 
 def test_the_queue_puts_a_waiting_run_at_the_live_eta_of_the_run_ahead(cast: Any, live_server: Any, as_alice: Any) -> None:

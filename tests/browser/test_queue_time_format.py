@@ -7,13 +7,10 @@ Django's live_server; screenshot test-artifacts/queue-time-format.png."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 from django.utils import timezone
 
 from apps.nodes.models import NodePool
@@ -21,20 +18,10 @@ from apps.runs.models import Attempt, Run, RunStatus
 from apps.scheduling.services import scheduling_pass
 from tests.agents.server import register
 from tests.browser.test_time_format import LOCAL_TIME
-from tests.fixtures.browser import VIEWPORT, page_in_new_context, screenshot
+from tests.fixtures.browser import screenshot
 from tests.scheduling.test_estimate_consistency import _run, _start
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def as_alice(cast: Any, live_server: Any, chromium: Any) -> Iterator[Any]:
-    client = Client()
-    client.force_login(cast.alice)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
-        yield page
 
 
 def test_the_queue_writes_its_estimates_in_the_one_time_format(cast: Any, live_server: Any, as_alice: Any) -> None:

@@ -6,27 +6,14 @@ tests/tracking/test_checkpoint_best.py has the rules."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 
-from tests.fixtures.browser import VIEWPORT, page_in_new_context, screenshot
+from tests.fixtures.browser import screenshot
 from tests.tracking.test_checkpoint_best import make_checkpointed_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def as_alice(cast: Any, live_server: Any, chromium: Any) -> Iterator[Any]:
-    client = Client()
-    client.force_login(cast.alice)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
-        yield page
 
 
 def test_the_checkpoints_card_marks_the_best_kept_beside_the_last_k(cast: Any, live_server: Any, as_alice: Any) -> None:

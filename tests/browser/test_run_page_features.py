@@ -8,7 +8,6 @@ test-artifacts/."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -26,17 +25,6 @@ from tests.fixtures.browser import VIEWPORT, page_in_new_context, screenshot
 from tests.tracking.conftest import make_node, make_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def as_alice(cast: Any, live_server: Any, chromium: Any) -> Iterator[Any]:
-    """A page signed in as alice (her session's cookie, made here rather than through the form)."""
-    client = Client()
-    client.force_login(cast.alice)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
-        yield page
 
 
 def _placed(cast: Any, **fields: Any) -> tuple[Run, Attempt, Assignment]:

@@ -6,16 +6,14 @@ Django's live_server; screenshot test-artifacts/tokens-local-time.png."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.test import Client
 
 from apps.accounts.services import api_token_create
 from apps.runs.models import RunStatus
-from tests.fixtures.browser import VIEWPORT, page_in_new_context, screenshot
+from tests.fixtures.browser import screenshot
 from tests.tracking.conftest import make_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -23,16 +21,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 # What the run page's times look like in Chromium's en-US (tests/tracking/test_browser.py),
 # with or without the zone's name after it.
 LOCAL_TIME = r"^[A-Z][a-z]{2} \d{1,2}, \d{4}, \d{1,2}:\d{2}:\d{2} [AP]M( \S+)?$"
-
-
-@pytest.fixture
-def as_alice(cast: Any, live_server: Any, chromium: Any) -> Iterator[Any]:
-    client = Client()
-    client.force_login(cast.alice)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    with page_in_new_context(chromium, viewport=VIEWPORT) as page:
-        page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": live_server.url}])
-        yield page
 
 
 def test_server_rendered_times_read_as_the_run_pages(cast: Any, live_server: Any, as_alice: Any) -> None:
