@@ -210,10 +210,15 @@ def log_batches(attempt_id: int, number: int, chunks: list[protocol.LogChunkMsg]
 def _open_job_file(path: Path) -> Any:
     """A file the job names, opened for the agent (root) without following a link the job may
     have put there (a checkpoint 'file' pointing at the node credential would upload it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    return _regular_file(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), path.name)
+
+
+def _regular_file(fd: int, name: str) -> Any:
+    """The open descriptor as a binary file if it is a regular file (not a FIFO or device that
+    would block or never end); closed and refused otherwise."""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
+            raise OSError(f"{name} is not a regular file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -236,14 +241,7 @@ def _open_job_file_in(root: Path, name: str) -> Any:
         file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
     finally:
         os.close(fd)
-    try:
-        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-            raise OSError(f"{name} is not a regular file")
-        os.set_blocking(file_fd, True)
-        return os.fdopen(file_fd, "rb")
-    except BaseException:
-        os.close(file_fd)
-        raise
+    return _regular_file(file_fd, name)
 
 
 def _read_new(path: Path, offset: int, *, final: bool, limit: int = 8 << 20) -> tuple[bytes, int]:
