@@ -50,10 +50,12 @@ TICK_S = 0.5
 # The web server: gunicorn's threaded worker. Every agent keeps a claim open (a long poll that
 # waits on Redis, apps.nodes.wakeups), and so holds a thread: threads start only as connections
 # need them, a waiting one costs tens of KB, and with a thread for every agent a worker may
-# hold, no heartbeat or page queues behind the long polls. bench/load.py --idle-agents
-# measures 1,000 agents on exactly this command (README "Performance").
-WEB_WORKERS = 2
-WEB_THREADS = 1000
+# hold, no heartbeat or page queues behind the long polls. Four processes, not two: requests
+# queue on each process's interpreter lock, and with 1,000 agents 2 × 1,000 threads gave a
+# heartbeat p99 of 0.9 s where 4 × 500 gave 0.2-0.6 s over three runs (6 × 350: 0.3 s, with more memory).
+# bench/load.py --idle-agents measures 1,000 agents on exactly this command (README "Performance").
+WEB_WORKERS = 4
+WEB_THREADS = 500
 
 
 def web_argv(host: str, port: int) -> list[str]:
