@@ -641,8 +641,8 @@ class _PoolPass:
 
     def _head(self, job: QueuedJob, position: int, start: float | None, cap: PoolCapacity) -> None:
         # No clock here: the reservation counts predicted runtimes, while the estimate shown beside
-        # this reason counts the live ETA of the runs ahead; two times for one start would disagree.
-        when = "" if start is None else " Devices are reserved for it: it starts next, as the runs ahead end (see its estimated start)."
+        # this reason counts the live ETA of the running runs; two times for one start would disagree.
+        when = "" if start is None else " Devices are reserved for it: it starts next, as running runs end (see its estimated start)."
         if demoted(job, self.policy, self.now):
             when += f" It has run for {hours_minutes(job.attained_s)} in all and resumes from its latest checkpoint."
         short = self._short_of(job, cap)

@@ -306,7 +306,7 @@ def test_a_reserved_start_is_said_without_a_time_of_its_own() -> None:
     # and the estimate beside it names the time from the live ETA of the runs ahead: one time only.
     head = entry(backfill_cluster(Policy(ordering=Ordering.FIFO, preemption=False, guarantee_first=False)), "head")
     assert head.reserved_start == 1000
-    assert head.message.endswith(" Devices are reserved for it: it starts next, as the runs ahead end (see its estimated start)."), \
+    assert head.message.endswith(" Devices are reserved for it: it starts next, as running runs end (see its estimated start)."), \
         head.message
     assert "in about" not in head.message and "UTC" not in head.message
 
