@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
+from apps.core.errors import FieldError
 from apps.core.text import is_id
 from apps.tenants.models import ROLE_RANK, Membership, Project, Role, Team
 
@@ -56,6 +57,14 @@ def project_ref_problem(ref: Any) -> str:
     """The error for a project reference that `project_by_ref` did not find, naming what was given."""
     given = str(ref if ref is not None else "").strip()
     return f"no such project {given!r} in your teams (give its id or team/project, e.g. vision/digits)"
+
+
+def project_by_ref_or_error(*, user: AnyUser, ref: Any, field: str = "project") -> Project:
+    """`project_by_ref`, or a 400 on `field` naming what was given."""
+    project = project_by_ref(user=user, ref=ref)
+    if project is None:
+        raise FieldError(field, project_ref_problem(ref))
+    return project
 
 
 def role_for(*, user: AnyUser, team_id: int) -> str | None:

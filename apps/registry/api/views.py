@@ -28,18 +28,12 @@ from apps.registry.api.serializers import (
 )
 from apps.registry.models import ModelVersion, RegisteredModel
 from apps.tenants.api.scoped import ScopedModelViewSet, UnscopedAPIMixin
-from apps.tenants.models import Project
-from apps.tenants.selectors import project_by_ref, project_ref_problem
+from apps.tenants.selectors import project_by_ref_or_error
 
 VERSIONS = Prefetch("versions", queryset=ModelVersion.objects.select_related("source_run", "created_by", "replaced", "model__project"))
 NUMBER = r"versions/(?P<number>[0-9]+)"
 
 
-def _project(*, user: Any, ref: Any) -> Project:
-    project = project_by_ref(user=user, ref=ref)
-    if project is None:
-        raise FieldError("project", project_ref_problem(ref))
-    return project
 
 
 class RegisteredModelViewSet(ScopedModelViewSet):
@@ -56,7 +50,7 @@ class RegisteredModelViewSet(ScopedModelViewSet):
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.request.query_params.get("project"):
-            queryset = queryset.filter(project=_project(user=self.request.user, ref=self.request.query_params["project"]))
+            queryset = queryset.filter(project=project_by_ref_or_error(user=self.request.user, ref=self.request.query_params["project"]))
         return super().filter_queryset(queryset)
 
     def _version(self, number: str) -> ModelVersion:
@@ -81,7 +75,7 @@ class RegisteredModelViewSet(ScopedModelViewSet):
         data = body.validated_data
         if "project" not in data:
             raise FieldError("project", "required")
-        project = _project(user=request.user, ref=data["project"])
+        project = project_by_ref_or_error(user=request.user, ref=data["project"])
         services.registry_edit_check(user=request.user, project=project)  # 403 before any field error
         model = services.model_create(project=project, name=data.get("name"), user=request.user,
                                       description=data.get("description", ""), thresholds=data.get("thresholds"))

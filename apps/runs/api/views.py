@@ -39,16 +39,7 @@ from apps.runs.services.submission import TAG_KEY_RE, Submission, submission_fro
 from apps.runs.services.submit import run_submit
 from apps.runs.services.sweep import sweep_trial_count
 from apps.tenants.api.scoped import ScopedMixin
-from apps.tenants.models import Project
-from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
-
-
-def project_from_ref(*, user: AnyUser, ref: Any, field: str = "project") -> Project:
-    """A project of the user's teams by id or 'team/slug'; anything else is a 400 on `field`."""
-    project = project_by_ref(user=user, ref=ref)
-    if project is None:
-        raise FieldError(field, project_ref_problem(ref))
-    return project
+from apps.tenants.selectors import has_role, project_by_ref_or_error
 
 
 def submission_from_request(request: Request) -> Submission:
@@ -94,7 +85,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         params = self.request.query_params
         if params.get("project"):
-            queryset = queryset.filter(project=project_from_ref(user=self.request.user, ref=params["project"]))
+            queryset = queryset.filter(project=project_by_ref_or_error(user=self.request.user, ref=params["project"]))
         if params.get("status"):
             wanted = [s.strip() for s in params["status"].split(",") if s.strip()]
             bad = [s for s in wanted if s not in RunStatus.values]
@@ -173,7 +164,7 @@ class RunViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         body.is_valid(raise_exception=True)
         data = body.validated_data
         if "project" in data:  # as a submission would: another team's project is answered as a missing one
-            project_from_ref(user=request.user, ref=data["project"])
+            project_by_ref_or_error(user=request.user, ref=data["project"])
         try:
             template = template_get(user=request.user, slug=data["template"], version=data.get("template_version"))
         except NotFound as err:
@@ -214,7 +205,7 @@ class CodeSnapshotViewSet(ScopedMixin, mixins.ListModelMixin, mixins.RetrieveMod
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = CodeSnapshotUploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        project = project_from_ref(user=request.user, ref=body.validated_data["project"])
+        project = project_by_ref_or_error(user=request.user, ref=body.validated_data["project"])
         upload = body.validated_data["file"]
         snapshot = snapshot_create(project=project, user=request.user, fileobj=upload, size=upload.size,
                                    git_commit=body.validated_data["git_commit"])

@@ -33,7 +33,7 @@ from apps.runs.services.params import params_resolve
 from apps.runs.services.sweep import sweep_points
 from apps.runs.services.transitions import run_new
 from apps.tenants.models import Project
-from apps.tenants.selectors import AnyUser, has_role, project_by_ref, project_ref_problem
+from apps.tenants.selectors import AnyUser, has_role, project_by_ref_or_error
 
 REQUIRED_TAGS = ("task", "dataset", "candidate", "family")
 CANDIDATE_VALUES = ("baseline", "candidate", "promoted", "rejected")
@@ -307,10 +307,7 @@ def submitter_check(*, user: AnyUser, project: Project) -> None:
 def _project_resolve(*, user: AnyUser, ref: Any) -> Project:
     if isinstance(ref, Project):
         return ref
-    project = project_by_ref(user=user, ref=ref)
-    if project is None:
-        raise FieldError("project", project_ref_problem(ref))
-    return project
+    return project_by_ref_or_error(user=user, ref=ref)
 
 
 def _template_resolve(*, user: AnyUser, ref: Any, version: int | None) -> JobTemplate:

@@ -16,8 +16,7 @@ from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.errors import FieldError, Forbidden
 from apps.core.text import is_id
 from apps.tenants.api.scoped import ScopedModelViewSet, ScopedReadOnlyViewSet
-from apps.tenants.models import Project
-from apps.tenants.selectors import has_role, project_by_ref, project_ref_problem
+from apps.tenants.selectors import has_role, project_by_ref_or_error
 from apps.webhooks import services
 from apps.webhooks.api.serializers import (
     WebhookDeliverySerializer,
@@ -26,13 +25,6 @@ from apps.webhooks.api.serializers import (
     WebhookEndpointWriteSerializer,
 )
 from apps.webhooks.models import DeliveryStatus, EventType, WebhookDelivery, WebhookEndpoint
-
-
-def _project(*, user: Any, ref: Any) -> Project:
-    project = project_by_ref(user=user, ref=ref)
-    if project is None:
-        raise FieldError("project", project_ref_problem(ref))
-    return project
 
 
 class WebhookEndpointViewSet(ScopedModelViewSet):
@@ -49,7 +41,7 @@ class WebhookEndpointViewSet(ScopedModelViewSet):
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.request.query_params.get("project"):
-            queryset = queryset.filter(project=_project(user=self.request.user, ref=self.request.query_params["project"]))
+            queryset = queryset.filter(project=project_by_ref_or_error(user=self.request.user, ref=self.request.query_params["project"]))
         return super().filter_queryset(queryset)  # ?ordering=, ?updated_after=
 
     @extend_schema(parameters=[OpenApiParameter("project", OpenApiTypes.STR, description="Project id or 'team/project'.")])
@@ -65,7 +57,7 @@ class WebhookEndpointViewSet(ScopedModelViewSet):
             raise FieldError("project", "required")
         if "url" not in data:
             raise FieldError("url", "required")
-        project = _project(user=request.user, ref=data["project"])
+        project = project_by_ref_or_error(user=request.user, ref=data["project"])
         if not has_role(user=request.user, team_id=project.team_id, at_least="admin"):
             raise Forbidden("Only team admins may manage webhooks.")
         endpoint = services.webhook_endpoint_create(project=project, user=request.user, url=data["url"],
@@ -114,7 +106,7 @@ class WebhookDeliveryViewSet(ScopedReadOnlyViewSet):
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         params = self.request.query_params
         if params.get("project"):
-            queryset = queryset.filter(endpoint__project=_project(user=self.request.user, ref=params["project"]))
+            queryset = queryset.filter(endpoint__project=project_by_ref_or_error(user=self.request.user, ref=params["project"]))
         if params.get("status"):
             if params["status"] not in DeliveryStatus.values:
                 raise FieldError("status", f"one of {', '.join(DeliveryStatus.values)}")
