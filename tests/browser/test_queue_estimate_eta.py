@@ -23,8 +23,9 @@ from tests.scheduling.test_estimate_consistency import PASS_S, _run, _start
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_queue_puts_a_waiting_run_at_the_live_eta_of_the_run_ahead(cast: Any, live_server: Any, as_alice: Any) -> None:
-    page = as_alice
+def running_ahead(cast: Any) -> tuple[NodePool, Run, datetime]:
+    """A one-device pool with a history of three ~5-minute runs and one run "ahead" placed and
+    started 20 s ago; its start time is returned for the caller to report progress from."""
     pool = NodePool.objects.create(name="local")
     register(pool, "n1")
     now = timezone.now()
@@ -36,6 +37,12 @@ def test_the_queue_puts_a_waiting_run_at_the_live_eta_of_the_run_ahead(cast: Any
     attempt = _start(ahead)
     began = timezone.now() - timedelta(seconds=20)
     Attempt.objects.filter(pk=attempt.pk).update(started_at=began)
+    return pool, ahead, began
+
+
+def test_the_queue_puts_a_waiting_run_at_the_live_eta_of_the_run_ahead(cast: Any, live_server: Any, as_alice: Any) -> None:
+    page = as_alice
+    pool, ahead, began = running_ahead(cast)
     reported = timezone.now()
     Run.objects.filter(pk=ahead.pk).update(started_at=began, total_steps=1000, steps_done=400, progress_at=reported,
                                            progress_from_at=reported - timedelta(seconds=5), progress_from_step=350)

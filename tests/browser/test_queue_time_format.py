@@ -11,32 +11,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
-from apps.nodes.models import NodePool
-from apps.runs.models import Attempt, Run, RunStatus
+from apps.runs.models import Run
 from apps.scheduling.services import scheduling_pass
-from tests.agents.server import register
+from tests.browser.test_queue_estimate_eta import running_ahead
 from tests.browser.test_time_format import LOCAL_TIME
 from tests.fixtures.browser import screenshot
-from tests.scheduling.test_estimate_consistency import _run, _start
+from tests.scheduling.test_estimate_consistency import _run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_queue_writes_its_estimates_in_the_one_time_format(cast: Any, live_server: Any, as_alice: Any) -> None:
     page = as_alice
-    pool = NodePool.objects.create(name="local")
-    register(pool, "n1")
-    now = timezone.now()
-    for seconds in (290, 300, 310):
-        _run(cast, pool, status=RunStatus.SUCCEEDED, started_at=now - timedelta(seconds=seconds + 60),
-             finished_at=now - timedelta(seconds=60))
-    ahead = _run(cast, pool, name="ahead")
-    assert scheduling_pass().placed == [ahead.pk]
-    attempt = _start(ahead)
-    began = timezone.now() - timedelta(seconds=20)
-    Attempt.objects.filter(pk=attempt.pk).update(started_at=began)
+    pool, ahead, began = running_ahead(cast)
     Run.objects.filter(pk=ahead.pk).update(started_at=began)
     waiting = _run(cast, pool, name="waiting")
     scheduling_pass()
