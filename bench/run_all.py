@@ -20,6 +20,8 @@ from bench._results import RESULTS, measured, stamp_file  # noqa: E402
 # Benches that measure GPUs: without one they are skipped, not turned into CPU figures.
 GPU_ONLY = {"gpu_check.py": "python bench/gpu_check.py --cpu runs its CPU dry run",
             "lm_gpu.py": "python bench/lm_gpu.py --cpu runs its CPU dry run"}
+# Benches with a second scenario the README reports: run again with these arguments.
+SCENARIOS = {"load.py": [["--idle-agents", "1000", "--duration", "120"]]}
 
 
 def main() -> int:
@@ -33,15 +35,18 @@ def main() -> int:
             print(f"\n=== {script.name} === skipped: no GPU (NVML shows none); {GPU_ONLY[script.name]}", flush=True)
             benches[script.stem] = {"skipped": "no GPU"}
             continue
-        print(f"\n=== {script.name} ===", flush=True)
-        began, wall = time.time(), time.perf_counter()
-        ok = subprocess.run([sys.executable, str(script)], cwd=HERE.parent).returncode == 0
-        if not ok:
-            failures.append(script.name)
-        written = sorted(p.name for p in RESULTS.glob("*.json") if p.stat().st_mtime >= began)
-        for name in written:
-            stamp_file(RESULTS / name)
-        benches[script.stem] = {"ok": ok, "seconds": round(time.perf_counter() - wall), "wrote": written}
+        for extra in [[], *SCENARIOS.get(script.name, [])]:
+            label = " ".join([script.name, *extra])
+            print(f"\n=== {label} ===", flush=True)
+            began, wall = time.time(), time.perf_counter()
+            ok = subprocess.run([sys.executable, str(script), *extra], cwd=HERE.parent).returncode == 0
+            if not ok:
+                failures.append(label)
+            written = sorted(p.name for p in RESULTS.glob("*.json") if p.stat().st_mtime >= began)
+            for name in written:
+                stamp_file(RESULTS / name)
+            key = script.stem if not extra else f"{script.stem} {' '.join(extra)}"
+            benches[key] = {"ok": ok, "seconds": round(time.perf_counter() - wall), "wrote": written}
     end = measured()
     if end["commit"] != start["commit"]:
         print(f"\nWARNING: HEAD moved during the run ({start['commit']} -> {end['commit']}): not one commit's figures")
