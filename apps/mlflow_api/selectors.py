@@ -12,6 +12,7 @@ from typing import Any
 
 from apps.core.text import is_id
 from apps.mlflow_api.errors import does_not_exist, invalid
+from apps.mlflow_api.models import SupersededPoint
 from apps.runs.models import Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
@@ -125,10 +126,17 @@ def runs_search(*, user: AnyUser, experiment_ids: Sequence[Any], filter_string: 
 
 
 def metric_history(*, run: Run, key: str, offset: int = 0, max_results: int | None = None) -> tuple[list[dict[str, Any]], int | None]:
-    """Every stored point of `key`, by step: (points, next offset or None)."""
+    """Every value logged for `key`, by step, then timestamp, with the values a step holds besides
+    its point (SupersededPoint): (points, next offset or None)."""
     limit = min(max_results or HISTORY_PAGE_MAX, HISTORY_PAGE_MAX)
-    rows = list(MetricPoint.objects.filter(run_id=run.pk, key=key).order_by("step")
-                .values_list("step", "value", "flag", "wall_time")[offset:offset + limit + 1])
+    columns = ("step", "value", "flag", "wall_time")
+    points_qs = MetricPoint.objects.filter(run_id=run.pk, key=key).values_list(*columns)
+    if SupersededPoint.objects.filter(run_id=run.pk, key=key).exists():
+        extra = SupersededPoint.objects.filter(run_id=run.pk, key=key).values_list(*columns)
+        points_qs = points_qs.union(extra, all=True).order_by("step", "wall_time", "flag", "value")
+    else:
+        points_qs = points_qs.order_by("step")
+    rows = list(points_qs[offset:offset + limit + 1])
     more = len(rows) > limit
     points = [{"key": key, "value": metric_value(value, flag), "timestamp": int(round(wall * 1000)), "step": step}
               for step, value, flag, wall in rows[:limit]]

@@ -3,8 +3,10 @@
 A run created here is tracked only (``Run.tracked_only``): born running, holding no devices, in
 the ``tracked`` pool at no price, of the unpublished template ``mlflow-tracked``; the scheduler,
 billing and the node sweeps never act on it. Params and tags go to the run's ``params`` and
-``tags``, metrics through apps.tracking's ingest (one row per key and step: a step logged twice
-keeps the last value).
+``tags``, metrics through apps.tracking's ingest, which keeps one point per key and step: the
+value with the latest timestamp (on a tie, the last logged). MLflow keeps every value logged at a
+step (``log_metric`` without a step logs step 0), so the others go to ``SupersededPoint`` and
+metrics/get-history returns them all; no value is dropped, only exact repeats.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.jobtemplates.models import JobTemplate
 from apps.mlflow_api.errors import MlflowError, invalid
+from apps.mlflow_api.models import SupersededPoint
 from apps.nodes.models import NodePool
 from apps.runs.models import Run, RunStatus
 from apps.runs.services.transitions import run_new, run_transition
 from apps.tenants.models import Project, Role, Team
 from apps.tenants.selectors import AnyUser, has_role, project_list
 from apps.tenants.services import project_create
+from apps.tracking.models import MetricPoint
 from apps.tracking.services import KEY_PATTERN, MAX_KEY_LENGTH, MAX_STEP, PointRow, metric_points_store
 
 TRACKED_TEMPLATE = "mlflow-tracked"
@@ -216,8 +220,9 @@ def run_log(*, user: AnyUser, run: Run, batch: Batch) -> None:
     """Store a checked batch in one transaction: params (immutable once set, as in MLflow), tags, metric points."""
     require_writer(user=user, run=run)
     with transaction.atomic():
+        # The run's row lock also orders concurrent metric calls: each reads its steps' points first.
+        locked = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
         if batch.params or batch.tags:
-            locked = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
             params, tags = dict(locked.params), dict(locked.tags)
             for key, value in batch.params:
                 if key in params and str(params[key]) != value:
@@ -235,4 +240,34 @@ def run_log(*, user: AnyUser, run: Run, batch: Batch) -> None:
             locked.save(update_fields=fields)
             run.params, run.tags, run.name = locked.params, locked.tags, locked.name
         if batch.metrics:
-            metric_points_store(run_id=run.pk, attempt=0, rows=batch.metrics)
+            keep, superseded = _metric_split(run_id=run.pk, rows=batch.metrics)
+            metric_points_store(run_id=run.pk, attempt=0, rows=keep)
+            SupersededPoint.objects.bulk_create(SupersededPoint(run_id=run.pk, key=k, step=s, value=v, flag=f, wall_time=w)
+                                                for k, s, v, f, w in superseded)
+
+
+def _metric_split(*, run_id: int, rows: Sequence[PointRow]) -> tuple[list[PointRow], list[PointRow]]:
+    """Split a batch into the points that become their step's value (the latest timestamp; on a
+    tie, the last logged) and the values that step keeps besides (a stored point displaced by the
+    batch included). A value already stored, exactly, is a repeat (a client's retry) and is skipped."""
+    keys, steps = {r[0] for r in rows}, {r[1] for r in rows}
+    current: dict[tuple[str, int], PointRow] = {
+        (k, s): (k, s, v, f, w) for k, s, v, f, w in MetricPoint.objects.filter(run_id=run_id, key__in=keys, step__in=steps)
+        .values_list("key", "step", "value", "flag", "wall_time")}
+    stored = set(current.values()) | set(SupersededPoint.objects.filter(run_id=run_id, key__in=keys, step__in=steps)
+                                         .values_list("key", "step", "value", "flag", "wall_time"))
+    winner = dict(current)
+    superseded: list[PointRow] = []
+    for row in rows:
+        if row in stored:
+            continue
+        stored.add(row)
+        held = winner.get((row[0], row[1]))
+        if held is not None and held[4] > row[4]:
+            superseded.append(row)
+            continue
+        if held is not None:
+            superseded.append(held)
+        winner[(row[0], row[1])] = row
+    keep = [row for pair, row in winner.items() if current.get(pair) != row]
+    return keep, superseded

@@ -261,3 +261,23 @@ def test_artifact_proxy_stores_lists_and_serves(cast: Any, alice: Mlflow, tracke
     wrong_experiment = where.replace(f"{cast.digits.pk}/", f"{cast.tinylm.pk}/", 1)
     error(alice.client.get(f"{root}/{wrong_experiment}/eval/report.json", headers=alice.headers), 404, "RESOURCE_DOES_NOT_EXIST")
     error(Mlflow(None).client.get(f"{root}/{where}/eval/report.json"), 401, "UNAUTHENTICATED")
+
+
+def test_values_at_one_step_are_all_kept(alice: Mlflow, tracked: dict[str, Any]) -> None:
+    """MLflow keeps every value logged at a step (log_metric without a step logs step 0): the
+    history returns them all, by timestamp; the step's point (charts, latest) is the latest one."""
+    run_id = tracked["info"]["run_id"]
+    for value, timestamp in ((0.5, 1_000), (0.7, 3_000), (0.6, 2_000)):
+        assert alice.post("runs/log-metric", {"run_id": run_id, "key": "acc", "value": value, "timestamp": timestamp}).status_code == 200
+    # The same step twice in one batch, and a client's retry of a value already stored.
+    batch = [{"key": "acc", "value": v, "timestamp": t, "step": 1} for v, t in ((0.8, 4_000), (0.9, 5_000))]
+    assert alice.post("runs/log-batch", {"run_id": run_id, "metrics": batch}).status_code == 200
+    assert alice.post("runs/log-metric", {"run_id": run_id, "key": "acc", "value": 0.5, "timestamp": 1_000}).status_code == 200
+    history = alice.get("metrics/get-history", run_id=run_id, metric_key="acc").json()["metrics"]
+    assert [(m["step"], m["value"], m["timestamp"]) for m in history] == [
+        (0, 0.5, 1_000), (0, 0.6, 2_000), (0, 0.7, 3_000), (1, 0.8, 4_000), (1, 0.9, 5_000)]
+    page = alice.get("metrics/get-history", run_id=run_id, metric_key="acc", max_results=2, page_token="2").json()
+    assert [m["value"] for m in page["metrics"]] == [0.7, 0.8] and page["next_page_token"] == "4"
+    assert sorted(MetricPoint.objects.filter(run_id=run_id, key="acc").values_list("step", "value")) == [(0, 0.7), (1, 0.9)]
+    latest = alice.get("runs/get", run_id=run_id).json()["run"]["data"]["metrics"]
+    assert latest == [{"key": "acc", "value": 0.9, "timestamp": 5_000, "step": 1}]
