@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
-from apps.core.text import fmt_duration
+from apps.core.text import fmt_duration, plural
 from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
-from apps.runs.models import Run, RunStatus
+from apps.runs.models import Attempt, Run, RunStatus
 from apps.scheduling.model import UNESTIMATED, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.policies import explain_policy
@@ -34,6 +35,9 @@ ACCURACY_SHARE_OF_WAIT = 0.25
 # A start this soon after its estimate was given came from the next pass or the one after (a beat
 # is 10 s): the run did not wait, its estimate was right by construction, and it is not scored.
 WAITED_MIN_S = 20.0
+# Runs that really waited, scored apart: the trace replay's buckets (`simulate.WAITED_BUCKETS`,
+# kept equal by tests/scheduling/test_accuracy_buckets.py), as API field names.
+WAITED_BUCKETS = (("over_10m", 600.0), ("over_1h", 3600.0))
 UTILIZATION_HOURS = 24
 UTILIZATION_POINTS = 288
 
@@ -95,27 +99,91 @@ def _accuracy_summary(errors: list[float], within: int, days: int, at_once: int 
             "median_abs_error_s": median, "started_at_once": at_once, "summary": summary}
 
 
+def _span(seconds: float) -> str:
+    """ "10 minutes", "1 hour": a bucket's floor in words (fmt_duration says "60 minutes")."""
+    return plural(int(seconds // 3600), "hour") if seconds % 3600 == 0 else fmt_duration(seconds)
+
+
+@dataclass
+class _Tally:
+    """The scored estimates of one bucket: absolute errors, how many were close, and how many a
+    guess of "starts now" (the estimate's moment itself) would have put as close."""
+
+    errors: list[float] = field(default_factory=list)
+    within: int = 0
+    starts_now: int = 0
+    at_once: int = 0
+
+    def add(self, *, error: float, wait: float) -> None:
+        close = max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait)
+        self.errors.append(abs(error))
+        self.within += abs(error) <= close
+        self.starts_now += wait <= close
+
+
+def _bucket(tally: _Tally, *, label: str, min_wait_s: float, days: int, requeue: bool = False) -> dict[str, Any]:
+    n, within = len(tally.errors), tally.within
+    median = statistics.median(tally.errors) if tally.errors else None
+    if n == 0:
+        text = f"{label}: none in the last {days} days yet."
+    else:
+        text = (f"{label}: {within} of {n} {'restarted' if requeue else 'started'} within {fmt_duration(ACCURACY_FLOOR_S)} "
+                f"(or a quarter of the wait) of the estimate {'given when they went back in line' if requeue else 'given at submission'} "
+                f"({round(100 * within / n)}%); median error {fmt_duration(median or 0.0)}.")
+    if requeue and tally.at_once:
+        text += f" Not counted: {tally.at_once} that restarted within {fmt_duration(WAITED_MIN_S)}, without waiting."
+    out = {"label": label, "min_wait_s": min_wait_s, "runs": n, "within": within, "share": (within / n) if n else None,
+           "median_abs_error_s": median, "starts_now_share": (tally.starts_now / n) if n else None, "summary": text}
+    if requeue:
+        out["started_at_once"] = tally.at_once
+    return out
+
+
 def estimate_accuracies(*, pools: list[NodePool], days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[int, dict[str, Any]]:
-    """Per pool, how the estimates given at submission compared with actual starts over the last
-    `days`: one read for all pools (the queue page shows them all). Only runs that waited count:
-    one placed within `WAITED_MIN_S` of its estimate is counted apart (`started_at_once`)."""
+    """Per pool, how the estimates given when runs entered the queue compared with actual starts
+    over the last `days`: one read for all pools (the queue page shows them all).
+
+    Scored as the trace replay scores them (`simulate.waited_estimates`): right when the start
+    fell within max(10 min, 25% of the wait) of the estimate. The first wait of a run (its
+    estimate at submission) is scored overall and in the buckets of runs that waited over 10
+    minutes and over an hour (`WAITED_BUCKETS`); the new estimate a preempted or lost
+    run got when it went back in line is scored apart, against its restart (`at_requeue`). Only
+    runs that waited count: one placed within `WAITED_MIN_S` of its estimate is counted apart."""
     now = now or timezone.now()
-    rows = QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
-                                        error_s__isnull=False, run__pool__in=pools)
-    errors: dict[int, list[float]] = defaultdict(list)
-    within: dict[int, int] = defaultdict(int)
-    at_once: dict[int, int] = defaultdict(int)
-    for pool_id, error, recorded, actual in rows.values_list("run__pool_id", "error_s", "recorded_at", "actual_start"):
+    # Recorded after an attempt of the run was placed: the estimate of a requeue, not of the submission
+    # (a run placed at once on submit has no submission estimate, so "not its first row" would not do).
+    requeued = Attempt.objects.filter(run=OuterRef("run"), created_at__lt=OuterRef("recorded_at"))
+    rows = (QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
+                                         error_s__isnull=False, run__pool__in=pools)
+            .annotate(requeue=Exists(requeued)))
+    first: dict[int, _Tally] = defaultdict(_Tally)
+    waited: dict[tuple[int, float], _Tally] = defaultdict(_Tally)
+    again: dict[int, _Tally] = defaultdict(_Tally)
+    for pool_id, error, recorded, actual, requeue in rows.values_list("run__pool_id", "error_s", "recorded_at",
+                                                                       "actual_start", "requeue"):
         if error is None or actual is None:
             continue
         wait = max(0.0, (actual - recorded).total_seconds())
+        tally = again[pool_id] if requeue else first[pool_id]
         if wait <= WAITED_MIN_S:
-            at_once[pool_id] += 1
+            tally.at_once += 1
             continue
-        errors[pool_id].append(abs(error))
-        if abs(error) <= max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait):
-            within[pool_id] += 1
-    return {p.pk: _accuracy_summary(errors[p.pk], within[p.pk], days, at_once[p.pk]) for p in pools}
+        tally.add(error=error, wait=wait)
+        if not requeue:
+            for _, floor in WAITED_BUCKETS:
+                if wait > floor:
+                    waited[pool_id, floor].add(error=error, wait=wait)
+    out: dict[int, dict[str, Any]] = {}
+    for p in pools:
+        overall = first[p.pk]
+        summary = _accuracy_summary(overall.errors, overall.within, days, overall.at_once)
+        summary["starts_now_share"] = (overall.starts_now / len(overall.errors)) if overall.errors else None
+        for name, floor in WAITED_BUCKETS:
+            summary[name] = _bucket(waited[p.pk, floor], label=f"Waited over {_span(floor)}", min_wait_s=floor, days=days)
+        summary["at_requeue"] = _bucket(again[p.pk], label="Requeued (preempted, or its node failed)",
+                                        min_wait_s=WAITED_MIN_S, days=days, requeue=True)
+        out[p.pk] = summary
+    return out
 
 
 def estimate_accuracy(*, pool: NodePool, days: int = ACCURACY_DAYS, now: datetime | None = None) -> dict[str, Any]:

@@ -65,16 +65,44 @@ class QueueEntrySerializer(serializers.Serializer):
     ahead = AheadSerializer(required=False, help_text="Only on your own runs: who is ahead, by team.")
 
 
+WITHIN_HELP = "Of those, started within max(10 min, 25% of their wait) of the estimate."
+
+
+class AccuracyBucketSerializer(serializers.Serializer):
+    label = serializers.CharField(help_text="The bucket in a few words.")  # type: ignore[assignment]
+    min_wait_s = serializers.FloatField(help_text="Runs counted waited longer than this, from the estimate to the start.")
+    runs = serializers.IntegerField(help_text="Runs in the bucket that started in the window.")
+    within = serializers.IntegerField(help_text=WITHIN_HELP)
+    share = serializers.FloatField(allow_null=True, help_text="within / runs; null when no run is in the bucket yet.")
+    median_abs_error_s = serializers.FloatField(allow_null=True, help_text="Median of |actual start - estimate|.")
+    starts_now_share = serializers.FloatField(
+        allow_null=True, help_text="The share a guess of \"starts now\" would have put as close: the baseline to beat.")
+    summary = serializers.CharField(help_text="The bucket in one sentence; says so when it has no run yet.")
+
+
+class RequeueAccuracySerializer(AccuracyBucketSerializer):
+    started_at_once = serializers.IntegerField(help_text="Requeued runs that restarted within 20 s of their new "
+                                                         "estimate, without waiting: not counted in `runs`.")
+
+
 class AccuracySerializer(serializers.Serializer):
     window_days = serializers.IntegerField()
-    runs = serializers.IntegerField(help_text="Runs that waited (started over 20 s after their estimate) and started "
-                                              "in the window.")
-    within = serializers.IntegerField(help_text="Of those, started within max(10 min, 25% of their wait) of the estimate.")
+    runs = serializers.IntegerField(help_text="Runs that waited (started over 20 s after their estimate at submission) "
+                                              "and started in the window. A requeued run's later wait is in "
+                                              "`at_requeue`, not here.")
+    within = serializers.IntegerField(help_text=WITHIN_HELP)
     share = serializers.FloatField(allow_null=True)
     median_abs_error_s = serializers.FloatField(allow_null=True)
+    starts_now_share = serializers.FloatField(
+        allow_null=True, help_text="The share a guess of \"starts now\" would have put as close: the baseline to beat.")
     started_at_once = serializers.IntegerField(help_text="Runs that started within 20 s of their estimate, without "
                                                          "waiting: not counted in `runs`.")
     summary = serializers.CharField()
+    over_10m = AccuracyBucketSerializer(help_text="The estimates at submission of runs that waited over 10 minutes "
+                                                  "(scored as the trace replay's `waited[\"10m\"]`).")
+    over_1h = AccuracyBucketSerializer(help_text="The same for runs that waited over an hour.")
+    at_requeue = RequeueAccuracySerializer(help_text="The new estimate a run got when it went back in line (preempted, "
+                                                     "or its node failed), against its restart.")
 
 
 class UtilizationSerializer(serializers.Serializer):
