@@ -128,7 +128,7 @@ def _bucket(tally: _Tally, *, label: str, min_wait_s: float, days: int, requeue:
         text = f"{label}: none in the last {days} days yet."
     else:
         text = (f"{label}: {within} of {n} {'restarted' if requeue else 'started'} within {fmt_duration(ACCURACY_FLOOR_S)} "
-                f"(or a quarter of the wait) of the estimate {'given when they went back in line' if requeue else 'given at submission'} "
+                f"(or a quarter of the wait) of {'the new estimate given then' if requeue else 'their estimate'} "
                 f"({round(100 * within / n)}%); median error {fmt_duration(median or 0.0)}.")
     if requeue and tally.at_once:
         text += f" Not counted: {tally.at_once} that restarted within {fmt_duration(WAITED_MIN_S)}, without waiting."

@@ -80,7 +80,7 @@ def test_the_buckets_are_the_replays(cast: Any, pool: NodePool) -> None:
     assert (again["runs"], again["within"], again["started_at_once"]) == (2, 1, 1)
     assert again["median_abs_error_s"] == pytest.approx(17.5 * MIN)
     assert over_10m["summary"] == ("Waited over 10 minutes: 3 of 5 started within 10 minutes (or a quarter of the wait) "
-                                   "of the estimate given at submission (60%); median error 15 minutes.")
+                                   "of their estimate (60%); median error 15 minutes.")
     assert over_1h["summary"].startswith("Waited over 1 hour: 1 of 2 started within")
     assert again["summary"].startswith("Requeued (preempted, or its node failed): 1 of 2 restarted within")
     assert "Not counted: 1 that restarted within 20 seconds" in again["summary"]
