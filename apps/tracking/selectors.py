@@ -419,13 +419,23 @@ def checkpoint_overview(*, run: Run, with_deleted: bool = False) -> dict[str, An
     kept_ckpts = list(ordered.filter(deleted_at__isnull=True))
     kept = checkpoint_rows(run=run, checkpoints=kept_ckpts)
     retention = checkpoint_retention(run.checkpoint_policy)
-    best = None
-    if retention["keep_last"] and retention["keep_best"]:
-        # By the metrics the job recorded with each checkpoint, the only ones its SDK ranks by
-        # (not those the card fills in from the run's points at that step).
-        best = best_checkpoint([{"id": c.pk, "metrics": c.metrics} for c in kept_ckpts], retention["keep_best"])
+    best = checkpoint_best_id(run=run, kept=[(c.pk, c.metrics) for c in kept_ckpts])
     return {"kept": kept, "deleted": deleted if deleted["count"] else None, "deleted_rows": rows,
             "retention": retention, "best_id": best}
+
+
+def checkpoint_best_id(*, run: Run, kept: Sequence[tuple[int, Any]] | None = None) -> int | None:
+    """The checkpoint retention keeps as the run's best (the page's badge, the API's ``best``):
+    only when its policy keeps the last K and a best; None otherwise. ``kept``: the kept
+    checkpoints' (id, metrics) in step order, when the caller has them already."""
+    retention = checkpoint_retention(run.checkpoint_policy)
+    if not (retention["keep_last"] and retention["keep_best"]):
+        return None
+    if kept is None:
+        kept = list(Checkpoint.objects.filter(run=run, deleted_at__isnull=True).order_by("step", "id").values_list("id", "metrics"))
+    # By the metrics the job recorded with each checkpoint, the only ones its SDK ranks by
+    # (not those the card fills in from the run's points at that step).
+    return best_checkpoint([{"id": pk, "metrics": metrics} for pk, metrics in kept], retention["keep_best"])
 
 
 def checkpoint_retention(policy: Any) -> dict[str, Any]:
@@ -467,8 +477,9 @@ def best_checkpoint(rows: Sequence[dict[str, Any]], keep_best: tuple[str, str]) 
     return chosen[1] if chosen else None
 
 
-def checkpoint_rows(*, run: Run, checkpoints: Iterable[Checkpoint]) -> list[dict[str, Any]]:
-    """Rows for these checkpoints of ``run`` (attempt joined), in the order given (the API pages them)."""
+def checkpoint_rows(*, run: Run, checkpoints: Iterable[Checkpoint], best_id: int | None = None) -> list[dict[str, Any]]:
+    """Rows for these checkpoints of ``run`` (attempt joined), in the order given (the API pages
+    them); ``best`` marks the one whose id is ``best_id`` (checkpoint_best_id)."""
     ckpts = list(checkpoints)
     need = [c.step for c in ckpts if not c.metrics]
     at_step: dict[int, dict[str, Any]] = {}
@@ -481,6 +492,7 @@ def checkpoint_rows(*, run: Run, checkpoints: Iterable[Checkpoint]) -> list[dict
             "metrics": c.metrics or at_step.get(c.step, {}), "attempt": c.attempt.number, "created_at": c.created_at.isoformat(),
             "deleted": c.deleted_at is not None, "available": bool(c.stored_path) and c.deleted_at is None,
             "download_url": f"/api/v1/runs/{run.pk}/checkpoints/{c.pk}/download/" if c.stored_path and c.deleted_at is None else None,
+            "best": c.pk == best_id,
         }
         for c in ckpts
     ]

@@ -114,3 +114,21 @@ def test_max_rules_and_runs_without_a_best_rule(cast: Any) -> None:
     every, _ = make_checkpointed_run(cast.digits, policy={"keep_best": "val_loss:min"})
     card = _card(cast, every)
     assert "data-best" not in card and "Retention keeps every checkpoint.</p>" in card
+
+
+def test_the_api_flags_the_same_best_on_every_page_and_documents_it(cast: Any) -> None:
+    run, ckpts = make_checkpointed_run(cast.digits, policy={"every_steps": 100, "keep_last": 2, "keep_best": "val_loss:min"},
+                                       deleted=(100, 300, 400))
+    api = cast.client(cast.alice)
+    url = f"/api/v1/runs/{run.pk}/checkpoints/"
+    rows = api.get(url).json()["results"]
+    assert [(r["step"], r["best"]) for r in rows] == [(100, False), (200, True), (300, False), (400, False), (500, False),
+                                                      (600, False)]
+    # A page without the best still knows which it is (no row of it flagged), the page with it flags it.
+    assert [r["best"] for r in api.get(url, {"page_size": 2, "page": 3}).json()["results"]] == [False, False]
+    assert [r["id"] for r in api.get(url, {"ordering": "-step", "page_size": 5, "page": 1}).json()["results"] if r["best"]] == [
+        ckpts[200].pk]
+    plain, _ = make_checkpointed_run(cast.digits, policy={"keep_last": 3})
+    assert not any(r["best"] for r in api.get(f"/api/v1/runs/{plain.pk}/checkpoints/").json()["results"])
+    schema = api.get("/api/schema/", {"format": "json"}).json()
+    assert schema["components"]["schemas"]["Checkpoint"]["properties"]["best"]["type"] == "boolean"

@@ -123,6 +123,8 @@ class CheckpointSerializer(serializers.Serializer[Any]):
     deleted = serializers.BooleanField(help_text="Removed by retention; the record stays.")
     available = serializers.BooleanField(help_text="The file can be downloaded.")
     download_url = serializers.CharField(allow_null=True)
+    best = serializers.BooleanField(help_text="Kept by retention as the run's best under checkpoint_policy.keep_best "
+                                    "(the run page's best badge); false for every checkpoint when the policy keeps no best.")
 
 
 class CheckpointPageSerializer(serializers.Serializer[Any]):

@@ -206,7 +206,7 @@ class RunCheckpointsView(_RunScoped):
                                   fields=CHECKPOINT_ORDERING, default=["step", "id"])
         page = self.paginate_queryset(queryset)
         assert page is not None  # the project's pagination is always on
-        rows = selectors.checkpoint_rows(run=run, checkpoints=page)
+        rows = selectors.checkpoint_rows(run=run, checkpoints=page, best_id=selectors.checkpoint_best_id(run=run))
         response = self.get_paginated_response(rows)
         response.data["checkpoints"] = rows  # the pre-pagination key, for older clients and the run page
         return response
