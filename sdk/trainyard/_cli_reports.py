@@ -132,9 +132,14 @@ def cmd_queue(args: argparse.Namespace) -> int:
         rows = _queue_rows(pool, now)
         if rows:
             _table(["#", "class", "team", "run", "devices", "runtime", "waiting because", "estimated start"], rows, max_width=90)
-        accuracy = (pool.get("accuracy") or {}).get("summary")
-        if accuracy:
-            print(accuracy, file=sys.stderr)
+        accuracy = pool.get("accuracy") or {}
+        if accuracy.get("summary"):
+            print(accuracy["summary"], file=sys.stderr)
+        # The buckets the queue page lists too: long waits and requeues, scored the same way.
+        for bucket in ("over_10m", "over_1h", "at_requeue"):
+            line = (accuracy.get(bucket) or {}).get("summary")
+            if line:
+                print(f"  {line}", file=sys.stderr)
     if not pools:
         print("no pools", file=sys.stderr)
     return EXIT_OK

@@ -469,3 +469,12 @@ def test_a_sweep_waits_in_runs(cast: Any, templates: None, as_user: Any) -> None
     assert code == 7, err
     assert "0/2 runs" in err and "steps" not in err.split("submitted run")[1].split("still")[0]
 
+
+
+def test_queue_prints_the_accuracy_of_long_waits_and_requeues(cast: Any, templates: None, as_user: Any) -> None:
+    # With no estimate scored yet every bucket still says so, as the queue page does.
+    code, _out, err = as_user(cast.alice)("queue")
+    assert code == 0
+    assert "No estimates to check yet" in err
+    for label in ("Waited over 10 minutes", "Waited over 1 hour", "Requeued"):
+        assert f"  {label}" in err, err
