@@ -48,6 +48,101 @@ class Estimate:
     low: float | None
     high: float | None
     extrapolated: bool = False
+    # The replay's (or lag's) own estimate before `WaitCalibration` corrected it; None when
+    # no calibration was applied (then `start` is that estimate).
+    raw_start: float | None = None
+
+
+# Waits within this of the truth, or within this share of the wait, count as right (issue 28).
+CLOSE_S, CLOSE_SHARE = 600.0, 0.25
+
+
+def _close(guess: float, wait: float) -> bool:
+    return abs(guess - wait) <= max(CLOSE_S, CLOSE_SHARE * wait)
+
+
+def _best_point(waits: Sequence[float]) -> tuple[float, int]:
+    """The wait that the most of `waits` would call right (within max(CLOSE_S, CLOSE_SHARE of
+    it)), and how many: the densest spot of the distribution at the resolution the estimate is
+    judged by, found by sweeping the intervals' ends."""
+    edges: list[tuple[float, int]] = []
+    for wait in waits:
+        margin = max(CLOSE_S, CLOSE_SHARE * wait)
+        edges.append((wait - margin, 0))
+        edges.append((wait + margin, 1))
+    edges.sort()
+    count = best = 0
+    point = 0.0
+    for at, end in edges:
+        if end:
+            count -= 1
+            continue
+        count += 1
+        if count > best:
+            best, point = count, at
+    return max(0.0, point), best
+
+
+CalibrationKey = tuple[bool, int, int]
+
+
+class WaitCalibration:
+    """A learned correction of estimated waits, from how the waits of comparable runs turned out.
+
+    The replay cannot know the work submitted after a run, nor how long running jobs really
+    last; under least attained service both decide when a run starts, so the replay's figure
+    is biased in ways that change with the load. This keeps, per class of estimate (back in
+    line after a preemption or new; the replay's estimated wait, in factor-of-two bins; one
+    device, a node or less, or more), the waits that estimates of that class were followed by
+    (`observe`, called when such a run starts, so only what was known by then is used), and
+    `adjust` replaces an estimate by the wait that the most of its class's recent outcomes
+    would have called right (`_best_point`). Classes with fewer than `min_samples` outcomes
+    keep the replay's figure.
+    """
+
+    def __init__(self, *, window: int = 300, min_samples: int = 20, refresh: int = 10) -> None:
+        self.window = window
+        self.min_samples = min_samples
+        self.refresh = refresh
+        # Per class: (estimated wait, actual wait) of the latest outcomes.
+        self._outcomes: dict[CalibrationKey, deque[tuple[float, float]]] = defaultdict(lambda: deque(maxlen=window))
+        self._seen: dict[CalibrationKey, int] = defaultdict(int)
+        # Per class: (outcomes seen when fitted, corrected wait or None to keep the estimate).
+        self._points: dict[CalibrationKey, tuple[int, float | None]] = {}
+
+    @staticmethod
+    def key(*, estimated_wait: float, requeued: bool, devices: int) -> CalibrationKey:
+        wait_bin = -1 if estimated_wait < 60.0 else min(16, int(estimated_wait // 60.0).bit_length())
+        width = 0 if devices <= 1 else 1 if devices <= 8 else 2
+        return requeued, wait_bin, width
+
+    def observe(self, key: CalibrationKey, estimated_wait: float, wait: float) -> None:
+        """A run whose estimate was of class `key` (and said `estimated_wait`) started after `wait`."""
+        self._outcomes[key].append((max(0.0, estimated_wait), max(0.0, wait)))
+        self._seen[key] += 1
+
+    def adjust(self, key: CalibrationKey, estimated_wait: float) -> float:
+        """The corrected wait: the class's best point where, over its recent outcomes, that point
+        would have been right more often than the estimates were; else the estimate itself."""
+        outcomes = self._outcomes.get(key)
+        if outcomes is None or len(outcomes) < self.min_samples:
+            return estimated_wait
+        seen = self._seen[key]
+        cached = self._points.get(key)
+        if cached is None or seen - cached[0] >= self.refresh:
+            point, hits = _best_point([wait for _, wait in outcomes])
+            raw_hits = sum(1 for guess, wait in outcomes if _close(guess, wait))
+            cached = self._points[key] = (seen, point if hits > raw_hits else None)
+        return estimated_wait if cached[1] is None else cached[1]
+
+
+Calibrations = WaitCalibration | Mapping[str, WaitCalibration] | None
+
+
+def _calibration_of(calibration: Calibrations, pool: str) -> WaitCalibration | None:
+    if calibration is None or isinstance(calibration, WaitCalibration):
+        return calibration
+    return calibration.get(pool)
 
 
 class QueueLag:
@@ -558,9 +653,14 @@ def queue_estimates(
     max_passes: int = 5000,
     step_ratio: float = 0.05,
     max_ahead: int | None = None,
+    calibration: Calibrations = None,
 ) -> dict[str, Estimate]:
     """Estimated start and range for every queued job (or just `jobs`); none (all three None)
     for the jobs no pass can start as the pool stands (`unestimated`).
+
+    With `calibration` (one for every pool, or one per pool), each start found is corrected by
+    what comparable estimates were followed by (`WaitCalibration`); the replay's own figure is
+    kept as `raw_start`, and the range is widened to hold the corrected start.
 
     With `max_ahead`, only the jobs that many places from the front of their pool, or closer,
     are replayed; the rest are placed by `lags` (see `simulate_starts`). Replayed jobs get their
@@ -582,6 +682,7 @@ def queue_estimates(
     low = replay(low_scale, again) if ranges and again else point
     high = replay(high_scale, again) if ranges and again else point
     now = state.now
+    jobs_by_id = {j.id: j for j in state.queued} if calibration is not None else {}
     out: dict[str, Estimate] = {}
     for job_id in wanted:
         if job_id in never:
@@ -601,5 +702,15 @@ def queue_estimates(
         if start is not None:
             lo = start if lo is None else min(lo, start)
             hi = None if hi is None else max(hi, start)
-        out[job_id] = Estimate(job_id=job_id, start=start, low=lo, high=hi, extrapolated=job_id in point.extrapolated)
+        raw = None
+        job = jobs_by_id.get(job_id)
+        pool_calibration = None if job is None else _calibration_of(calibration, job.pool)
+        if start is not None and job is not None and pool_calibration is not None:
+            raw = start
+            key = WaitCalibration.key(estimated_wait=start - now, requeued=job.attained_s > 0, devices=job.devices)
+            start = now + pool_calibration.adjust(key, start - now)
+            lo = start if lo is None else min(lo, start)
+            hi = None if hi is None else max(hi, start)
+        out[job_id] = Estimate(job_id=job_id, start=start, low=lo, high=hi, extrapolated=job_id in point.extrapolated,
+                               raw_start=raw)
     return out

@@ -28,7 +28,7 @@ from apps.scheduling.pools import PoolChoice
 from apps.scheduling.predict import RuntimeQuery
 from apps.scheduling.selectors import reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
-from apps.scheduling.snapshot import CLASS_OF, budget_blocks, dt, lags_load, params_key, snapshot_load, total_steps
+from apps.scheduling.snapshot import CLASS_OF, budget_blocks, calibrations_load, dt, lags_load, params_key, snapshot_load, total_steps
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser
 
@@ -129,8 +129,10 @@ def _probe_estimate(
     estimate = None
     if code not in UNESTIMATED:
         lags = lags_load(now=now, policies=dict(state.policies))
+        # The same learned correction the passes apply, so the forecast is what a pass would say.
+        calibration = calibrations_load(now=now, pools=state.policies)
         estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
-                                   max_ahead=MAX_AHEAD).get(PROBE)
+                                   max_ahead=MAX_AHEAD, calibration=calibration).get(PROBE)
     if not estimate:
         return None, None, None
     return dt(estimate.start), dt(estimate.low), dt(estimate.high)

@@ -26,6 +26,9 @@ class QueueEstimate(models.Model):
     estimated_start = models.DateTimeField(null=True, blank=True)
     estimated_start_low = models.DateTimeField(null=True, blank=True)
     estimated_start_high = models.DateTimeField(null=True, blank=True)
+    # The replay's own estimate before the learned correction (`estimate.WaitCalibration`),
+    # which later estimates learn from; null where no correction applied.
+    raw_estimated_start = models.DateTimeField(null=True, blank=True)
     # Filled when the run is placed: the error is actual minus estimate (positive = later).
     actual_start = models.DateTimeField(null=True, blank=True, db_index=True)
     error_s = models.FloatField(null=True, blank=True)

@@ -36,7 +36,7 @@ from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import UNESTIMATED, Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.pool_choice import pools_choose_apply
-from apps.scheduling.snapshot import Snapshot, dt, lags_load, snapshot_load
+from apps.scheduling.snapshot import Snapshot, calibrations_load, dt, lags_load, snapshot_load
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,8 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
         if kind is not None and estimates:
             history.append(QueueEstimate(run=run, recorded_at=now, kind=kind, position=position[entry.pool],
                                          reason_code=entry.code.value, estimated_start=start, estimated_start_low=low,
-                                         estimated_start_high=high))
+                                         estimated_start_high=high,
+                                         raw_estimated_start=dt(e.raw_start) if e is not None else None))
     for run in changed:
         # One small UPDATE per changed run: faster than bulk_update's CASE expressions at this size,
         # and conditional, so a run that left the queue meanwhile is not touched.
@@ -327,8 +328,9 @@ def _queue_estimates(snap: Snapshot, waiting: list[QueueEntry], timings: dict[st
     mark = time.perf_counter()
     try:
         lags = lags_load(now=snap.now, policies=dict(snap.state.policies))
+        calibration = calibrations_load(now=snap.now, pools=snap.state.policies)
         est = queue_estimates(snap.state, jobs=[e.job_id for e in waiting], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
-                              max_ahead=MAX_AHEAD)
+                              max_ahead=MAX_AHEAD, calibration=calibration)
     except (ValueError, KeyError, ZeroDivisionError):
         log.exception("queue estimates failed; positions and reasons are still written")
     if timings is not None:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
-from apps.scheduling.estimate import MAX_AHEAD, QueueLag, queue_estimates
+from apps.scheduling.estimate import MAX_AHEAD, CalibrationKey, QueueLag, WaitCalibration, queue_estimates
 from apps.scheduling.model import (
     ClusterState,
     Node,
@@ -365,6 +365,10 @@ class Replay:
         self.estimate_max_ahead = MAX_AHEAD
         # Starts of jobs that waited, behind their rank times (deadline, or submission under FIFO).
         self.lag = QueueLag()
+        # The estimator's learned correction, fed each estimated run's wait when it starts:
+        # job id -> (its estimate's class, the estimated wait, when it joined the line).
+        self.calibration = WaitCalibration()
+        self.calibrating: dict[str, tuple[CalibrationKey, float, float]] = {}
         # Preemption: progress saved (seconds of the job's own duration), seconds run over ended
         # attempts, each job's fixed deadline, and the figures.
         self.saved: dict[str, float] = defaultdict(float)
@@ -619,6 +623,10 @@ class Replay:
         if back is not None:
             back.start = now
         bisect.insort(self.waits_seen, now - (queued.submitted_at if back is None else back.at))
+        calibrating = self.calibrating.pop(job_id, None)
+        if calibrating is not None:
+            key, estimated_wait, since = calibrating
+            self.calibration.observe(key, estimated_wait, now - since)
         if first and self.estimates and now > queued.submitted_at:
             rank = queued.deadline if queued.deadline is not None and self.policy.ordering != Ordering.FIFO else None
             self.lag.observe(now, queued.submitted_at if rank is None else rank)
@@ -725,7 +733,14 @@ class Replay:
             max_passes=self.estimate_passes,
             step_ratio=self.estimate_step_ratio,
             max_ahead=self.estimate_max_ahead,
+            calibration=self.calibration,
         )
+        for job_id in waiting:
+            raw = result[job_id].raw_start
+            queued = self.queued.get(job_id)
+            if raw is not None and queued is not None:
+                key = WaitCalibration.key(estimated_wait=raw - now, requeued=queued.attained_s > 0, devices=queued.devices)
+                self.calibrating[job_id] = (key, raw - now, now)
         for back in self.requeued_now:
             if back.estimate is None:
                 back.estimate = result[back.job_id].start

@@ -36,7 +36,7 @@ from apps.runs.models import (
 )
 from apps.runs.selectors import run_live_eta_s, run_live_measure
 from apps.scheduling import model as core
-from apps.scheduling.estimate import QueueLag
+from apps.scheduling.estimate import QueueLag, WaitCalibration
 from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.policies import decay_usage
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
@@ -495,3 +495,34 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
             continue
         lag.observe(ts(started), ts(rank))
     return lags
+
+
+# How far back `calibrations_load` learns from, and from at most how many outcomes a pool.
+CALIBRATION_WINDOW = timedelta(days=14)
+CALIBRATION_ROWS = 5000
+
+
+def calibrations_load(*, now: datetime, pools: Iterable[str]) -> dict[str, WaitCalibration]:
+    """Per pool, the estimator's learned correction (`WaitCalibration`), fed the recent runs whose
+    at-submission (or at-requeue) estimate was corrected and that have since started: the class
+    of that estimate (the replay's own wait, back in line or new, width) and the wait that
+    followed, oldest first, as the trace replay feeds it."""
+    calibrations = {pool: WaitCalibration() for pool in pools}
+    earlier = QueueEstimate.objects.filter(run=OuterRef("run"), kind=EstimateKind.AT_SUBMISSION,
+                                           recorded_at__lt=OuterRef("recorded_at"))
+    rows = list(
+        QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - CALIBRATION_WINDOW,
+                                     actual_start__lte=now, raw_estimated_start__isnull=False,
+                                     run__pool__name__in=list(calibrations))
+        .annotate(requeued=Exists(earlier))
+        .order_by("-actual_start", "-pk")
+        .values_list("run__pool__name", "recorded_at", "raw_estimated_start", "actual_start", "requeued", "run__nodes",
+                     "run__devices_per_node")[:CALIBRATION_ROWS * max(1, len(calibrations))]
+    )
+    for pool, recorded, raw, started, requeued, nodes, per_node in reversed(rows):
+        if raw is None or started is None:
+            continue
+        estimated_wait = (raw - recorded).total_seconds()
+        key = WaitCalibration.key(estimated_wait=estimated_wait, requeued=bool(requeued), devices=nodes * per_node)
+        calibrations[pool].observe(key, estimated_wait, (started - recorded).total_seconds())
+    return calibrations
