@@ -82,6 +82,7 @@ from apps.scheduling.model import (
 )
 from apps.scheduling.placement import INF, PoolCapacity
 from apps.scheduling.policies import (
+    DEMOTED_TIER,
     STANDING_STEP,
     OrderKey,
     decay_usage,
@@ -312,7 +313,7 @@ class _PoolPass:
                 klass: int = j.priority_class
                 attained = service(j.attained_s, j.devices, policy)
                 if klass <= normal and attained >= demote_after and not (
-                        j.requeued_at is not None and starved(j, self.now, policy)):
+                        policy.starved_preempt and j.requeued_at is not None and starved(j, self.now, policy)):
                     if attained < least_service.get(klass, INF):
                         least_service[klass] = attained
                     continue
@@ -335,8 +336,10 @@ class _PoolPass:
         for position, item in enumerate(ordered, start=1):
             lowest = walk.lowest_victim
             mine = key_standing(item, policy) if lowest is not None else 0
-            if by_standing and lowest is not None and mine <= lowest:
+            if by_standing and lowest is not None and mine <= lowest and (
+                    item[1] == DEMOTED_TIER or mine % STANDING_STEP == 0):
                 # Standing only falls along the line: from here on nobody outranks a possible victim.
+                # (Not so past a starved job that keeps its demoted standing: `Policy.starved_preempt`.)
                 walk.lowest_victim = lowest = None
             if not explain and self._exhausted(walk):
                 break
@@ -535,6 +538,7 @@ class _PoolPass:
             lambda r: self._movable(r) and not within_run.get(r.id, False)
             and (not by_standing or standings.get(r.id, top) < top),
             self.now,
+            per_preemption_s=self.policy.victim_preemption_cost_s,
         )
 
     def _preemption(self, victim: RunningJob, job: QueuedJob, klass: PriorityClass, mine: int) -> Preemption:

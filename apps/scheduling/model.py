@@ -305,6 +305,19 @@ class Policy:
     # The growth starts after this many preemptions: the first ones, which most stopped runs
     # never pass, keep the fixed minimum and leave whole nodes free for wide jobs to take.
     min_attempt_growth_after: int = 0
+    # Tiresias' discretized queues: waiting demoted jobs of one level go in order of submission
+    # (FIFO inside a queue) rather than least service first, so a demoted job that resumes never
+    # overtakes, and then stops, one of its level that has run a little longer. Off by default.
+    demoted_fifo: bool = False
+    # With the starvation guard on, whether a starved job may also preempt demoted runs (True, as
+    # before) or only regains its place in line, ahead of the demoted queue and by its fixed
+    # deadline among undemoted jobs, taking devices as they come free (False: no churn of
+    # demoted runs stopping one another).
+    starved_preempt: bool = True
+    # Choosing victims, each earlier preemption of a run counts as this many device-seconds of work
+    # lost (`RunningJob.work_at_risk`), so the stops spread over many runs instead of landing on
+    # the same few. 0: work lost only.
+    victim_preemption_cost_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

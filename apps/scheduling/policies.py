@@ -180,8 +180,18 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
 
 
 def key_standing(key: OrderKey, policy: Policy) -> int:
-    """A waiting job's standing from its order key (class with aging, or its service level)."""
-    return standing(-key[0], service_level(key[2], policy) if key[1] == DEMOTED_TIER else 0)
+    """A waiting job's standing from its order key (class with aging, or its service level).
+
+    A demoted job in FIFO queues (`Policy.demoted_fifo`) carries its level in the key; a starved
+    job that may not preempt (`Policy.starved_preempt` off) stands at its level, wherever it waits."""
+    if key[1] == DEMOTED_TIER:
+        return standing(-key[0], int(key[2]) if policy.demoted_fifo else service_level(key[2], policy))
+    if policy.starved_preempt or policy.starve_factor <= 0:
+        return standing(-key[0], 0)
+    job = key[5]
+    attained = service(job.attained_s, job.devices, policy)
+    low = job.priority_class <= PriorityClass.NORMAL and attained >= demotion_threshold(policy)
+    return standing(-key[0], service_level(attained, policy) if low else 0)
 
 
 def job_size(job: QueuedJob, policy: Policy) -> float:
@@ -285,14 +295,15 @@ def order_keys(
     stretch_of, default_stretch, exponent = team_stretch.get, policy.stretch, policy.width_exponent
     append = keyed.append
     demote_after = demotion_threshold(policy)
-    per_device = policy.service_per_device
+    per_device, fifo = policy.service_per_device, policy.demoted_fifo
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
         attained = j.attained_s * j.devices if per_device and j.devices > 1 else j.attained_s  # `service`
         if attained >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
-            # Demoted (see `demoted`): behind every job of its class, least service first.
-            append((-klass, DEMOTED_TIER, attained, submitted, j.id, j))
+            # Demoted (see `demoted`): behind every job of its class, least service first, or
+            # by level, then submission (`Policy.demoted_fifo`: the key holds the level).
+            append((-klass, DEMOTED_TIER, float(service_level(attained, policy)) if fifo else attained, submitted, j.id, j))
             continue
         if klass == low and submitted <= promote_before:
             klass = normal
@@ -436,4 +447,17 @@ def _preemption_rules(policy: Policy) -> list[str]:
                    + (f" beyond the first {policy.min_attempt_growth_after}" if policy.min_attempt_growth_after > 0 else "")
                    + "." if policy.min_attempt_growth > 1 else ".")
             )
+        if policy.demoted_fifo:
+            rules.append("Demoted jobs that have run about as long (the same level) resume in the order they were submitted.")
+        if policy.starve_factor > 0:
+            rules.append(
+                f"A demoted job that has waited {policy.starve_factor:g} times as long as its last turn ran goes back "
+                "ahead of the demoted jobs, by its original deadline"
+                + (", and may stop demoted runs as a new job may." if policy.starved_preempt
+                   else "; it takes devices as they come free and stops nobody.")
+            )
+        if policy.max_preemptions > 0:
+            rules.append(f"A run stopped {policy.max_preemptions} times is not stopped again but for an urgent job.")
+        if policy.victim_preemption_cost_s > 0:
+            rules.append("Among possible victims, runs stopped fewer times before go first.")
     return rules

@@ -30,9 +30,11 @@ class VictimPlan:
     victims: tuple[RunningJob, ...]
 
 
-def _victim_cost(run: RunningJob, now: float) -> tuple[float, int, float, str]:
-    # Least work lost first; then the lowest class; then the newest start (it has done the least).
-    return (run.work_at_risk(now), int(run.priority_class), -run.started_at, run.id)
+def _victim_cost(run: RunningJob, now: float, per_preemption_s: float = 0.0) -> tuple[float, int, float, str]:
+    # Least work lost first (each earlier stop of the run counting `per_preemption_s` more: see
+    # `Policy.victim_preemption_cost_s`); then the lowest class; then the newest start (it has
+    # done the least).
+    return (run.work_at_risk(now) + per_preemption_s * run.preemptions, int(run.priority_class), -run.started_at, run.id)
 
 
 class VictimIndex:
@@ -43,7 +45,7 @@ class VictimIndex:
     filters it rather than sorting every node's runs again."""
 
     def __init__(self, cap: PoolCapacity, running: Sequence[RunningJob], candidate: Callable[[RunningJob], bool],
-                 now: float) -> None:
+                 now: float, per_preemption_s: float = 0.0) -> None:
         # Per node: (run id, devices, memory, CPU cores) of each run already stopping there.
         self.stopping: dict[int, list[tuple[str, int, float, float]]] = defaultdict(list)
         per_node: dict[int, list[tuple[tuple[float, int, float, str], RunningJob, int]]] = defaultdict(list)
@@ -57,7 +59,7 @@ class VictimIndex:
                     self.stopping[i].append((run.id, count, run.memory_per_device * count, run.cpus_per_device * count))
                 elif candidate(run):
                     if cost is None:
-                        cost = _victim_cost(run, now)
+                        cost = _victim_cost(run, now, per_preemption_s)
                     per_node[i].append((cost, run, count))
         self.by_node: dict[int, list[tuple[float, RunningJob, int]]] = {
             i: [(cost[0], run, count) for cost, run, count in sorted(rows, key=lambda row: row[0])]

@@ -950,19 +950,20 @@ def _waited_rows(attr: str, when: str) -> list[tuple[str, Callable[[Summary], st
     return rows
 
 
-def _variant_replay(task: tuple[Variant, str, str, int, int, Preemptible, int | None]) -> Summary:
-    variant, policy, trace, nodes, gpus_per_node, resume, limit = task
+def _variant_replay(task: tuple[Variant, str, str, int, int, Preemptible, int | None, bool]) -> Summary:
+    variant, policy, trace, nodes, gpus_per_node, resume, limit, estimates = task
     jobs = variant.jobs(load_trace(trace, limit))
-    # The goals judge the trainyard estimator; the baselines' replays skip the estimates.
+    # The goals judge the trainyard estimator; the baselines' replays skip the estimates (and
+    # trainyard's too with `estimates` off: `--no-estimates`, for the policy's figures alone).
     return replay_trace(jobs, nodes=variant.nodes or nodes, gpus_per_node=gpus_per_node, policy=policy,
-                        estimates=policy == "trainyard", preemptible=resume)[0]
+                        estimates=estimates and policy == "trainyard", preemptible=resume)[0]
 
 
 def run_variants(trace: str, *, nodes: int, gpus_per_node: int = 8, resume: Preemptible = Preemptible(),
                  limit: int | None = None, workers: int = 1, variants: Sequence[Variant] = VARIANTS,
-                 policies: Sequence[str] = tuple(POLICIES)) -> dict[str, dict[str, Summary]]:
+                 policies: Sequence[str] = tuple(POLICIES), estimates: bool = True) -> dict[str, dict[str, Summary]]:
     """Every policy on every variant: {variant name: {policy: summary}}."""
-    tasks = [(v, p, trace, nodes, gpus_per_node, resume, limit) for v in variants for p in policies]
+    tasks = [(v, p, trace, nodes, gpus_per_node, resume, limit, estimates) for v in variants for p in policies]
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             summaries = list(pool.map(_variant_replay, tasks))
@@ -1076,7 +1077,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main_variants(args: argparse.Namespace, resume: Preemptible) -> int:
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     results = run_variants(args.trace, nodes=args.nodes, gpus_per_node=args.gpus_per_node, resume=resume,
-                           limit=args.limit, workers=args.workers, policies=policies)
+                           limit=args.limit, workers=args.workers, policies=policies,
+                           estimates=not args.no_estimates)
     if args.reuse:
         for variant in json.loads(Path(args.reuse).read_text())["variants"]:
             for row in variant["results"]:

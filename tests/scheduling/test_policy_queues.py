@@ -1,0 +1,118 @@
+"""Issue 28: Tiresias' discretized queues (`Policy.demoted_fifo`), a starvation guard that only
+lifts a job in line (`Policy.starved_preempt` off), victims spread over runs
+(`Policy.victim_preemption_cost_s`), and device-second service for a 64-device job."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from apps.scheduling.core import Policy, TeamQuota, queue_order, schedule
+from apps.scheduling.policies import demoted
+from tests.scheduling.test_core import POOL, job, node, run, state
+from tests.scheduling.test_service_guards import long_among_short
+
+HOUR = 3600.0
+NOW = 100 * HOUR
+QUOTAS = (TeamQuota(team="vision", pool=POOL, guaranteed_devices=0), TeamQuota(team="nlp", pool=POOL, guaranteed_devices=0))
+# Two queues (one demoted level), FIFO inside each.
+QUEUES = Policy(demotion_factor=1.0, demoted_fifo=True)
+# ...with the guard that only lifts a starved job in line.
+LIFT = replace(QUEUES, starve_factor=4.0, starved_preempt=False)
+
+
+def _order(policy: Policy, *jobs: object) -> list[str]:
+    return [j.id for j in queue_order(state([node("n1", 0)], jobs, now=NOW, quotas=QUOTAS, policy=policy))[POOL]]
+
+
+def test_demoted_jobs_of_one_queue_go_in_submission_order() -> None:
+    older = replace(job("older", submitted=0.0), attained_s=20 * HOUR)
+    newer = replace(job("newer", submitted=HOUR), attained_s=2 * HOUR)
+    fresh = job("fresh", submitted=NOW - 60)
+    assert _order(Policy(demotion_factor=1.0), older, newer, fresh) == ["fresh", "newer", "older"]  # least service
+    assert _order(QUEUES, older, newer, fresh) == ["fresh", "older", "newer"]
+
+
+def test_with_several_levels_fifo_orders_inside_a_level_and_levels_still_preempt() -> None:
+    policy = Policy(demoted_fifo=True)  # levels at 1 h, 4 h, 16 h of service
+    deep = replace(job("deep", submitted=0.0), attained_s=20 * HOUR)
+    shallow_late = replace(job("late", submitted=2 * HOUR), attained_s=2 * HOUR)
+    shallow_early = replace(job("early", submitted=HOUR), attained_s=3 * HOUR)
+    assert _order(policy, deep, shallow_late, shallow_early) == ["early", "late", "deep"]
+    # A waiting level-1 job may stop a level-2 run (its level is read from the key), not a level-1 one.
+    waiting = replace(job("gang", devices=8, team="vision", submitted=0.0), attained_s=1.5 * HOUR)
+    deeper = run("old", (("n1", 8),), started=NOW - 10 * HOUR, end=NOW + 50 * HOUR)
+    same = run("old", (("n1", 8),), started=NOW - 3 * HOUR, end=NOW + 50 * HOUR)
+    assert [p.victim_id for p in schedule(state([node("n1", 0)], [waiting], [deeper], now=NOW, quotas=QUOTAS,
+                                                policy=policy)).preemptions] == ["old"]
+    assert schedule(state([node("n1", 0)], [waiting], [same], now=NOW, quotas=QUOTAS, policy=policy)).preemptions == ()
+
+
+def test_a_starved_job_regains_its_place_in_line_but_stops_nobody() -> None:
+    # Back in line 5 hours after a 1-hour turn: starved (4 x 1 h), so it goes ahead of a newer job.
+    back = replace(job("back", devices=8, submitted=0.0), attained_s=3 * HOUR, requeued_at=NOW - 5 * HOUR,
+                   last_run_s=HOUR)
+    fresh = job("fresh", devices=8, submitted=NOW - 60, runtime=600.0)
+    assert _order(LIFT, fresh, back) == ["back", "fresh"]
+    recent = replace(back, requeued_at=NOW - 2 * HOUR)
+    assert _order(LIFT, fresh, recent) == ["fresh", "back"]
+    assert not demoted(back, LIFT, NOW) and demoted(recent, LIFT, NOW)
+    victim = run("v", (("n1", 8),), started=NOW - 3 * HOUR, end=NOW + 50 * HOUR)
+    # It stops no demoted run (its standing is still its service's), where the preempting guard does...
+    alone = schedule(state([node("n1", 0)], [back], [victim], now=NOW, quotas=QUOTAS, policy=LIFT))
+    assert alone.preemptions == ()
+    preempting = replace(LIFT, starved_preempt=True)
+    assert [p.victim_id for p in schedule(state([node("n1", 0)], [back], [victim], now=NOW, quotas=QUOTAS,
+                                                policy=preempting)).preemptions] == ["v"]
+    # ...and a new job behind it in line still may (the walk does not give up at the starved job,
+    # which keeps its reservation on n1, where the earliest run ends).
+    later = run("v2", (("n2", 8),), started=NOW - 3 * HOUR, end=NOW + 60 * HOUR)
+    both = schedule(state([node("n1", 0), node("n2", 0)], [back, fresh], [victim, later], now=NOW, quotas=QUOTAS,
+                          policy=LIFT))
+    assert [(p.victim_id, p.for_job_id) for p in both.preemptions] == [("v2", "fresh")]
+
+
+def test_victims_spread_over_runs_stopped_fewer_times() -> None:
+    # Two demoted runs, one per node; the one stopped 6 times before loses a little less work now.
+    often = replace(run("often", (("n1", 8),), started=NOW - 2 * HOUR + 60, end=NOW + 50 * HOUR), preemptions=6)
+    never = run("never", (("n2", 8),), started=NOW - 2 * HOUR, end=NOW + 50 * HOUR)
+    new = job("new", devices=8, submitted=NOW - 60, team="vision")
+    nodes = [node("n1", 0), node("n2", 0)]
+
+    def victims(policy: Policy) -> list[str]:
+        return [p.victim_id for p in schedule(state(nodes, [new], [often, never], now=NOW, quotas=QUOTAS,
+                                                    policy=policy)).preemptions]
+
+    assert victims(QUEUES) == ["often"]
+    assert victims(replace(QUEUES, victim_preemption_cost_s=HOUR)) == ["never"]
+
+
+def test_device_seconds_demote_a_64_device_job_64_times_sooner() -> None:
+    policy = Policy(service_per_device=True, demote_after_s=4 * HOUR)  # 4 device-hours
+    wide = replace(job("wide", devices=8, nodes=8, submitted=0.0), attained_s=5 * 60.0)  # 64 x 5 min = 5.3 device-h
+    narrow = replace(job("narrow", devices=1, submitted=0.0), attained_s=3 * HOUR)  # 3 device-hours
+    assert demoted(wide, policy) and not demoted(narrow, policy)
+    assert not demoted(wide, Policy(demote_after_s=4 * HOUR))  # wall-clock service: 5 minutes
+    assert demoted(replace(narrow, attained_s=4 * HOUR), policy)
+
+
+def test_a_long_job_among_a_stream_of_short_ones_finishes_within_a_bound_and_the_cap() -> None:
+    # A steady week of short jobs (10 devices wanted for 8): with the guard that lifts it in line,
+    # the 30-hour job finishes within 4 days and is stopped at most 10 times; without, it waits
+    # out the whole stream.
+    guarded = long_among_short(replace(LIFT, max_preemptions=10))
+    assert guarded.preempted <= 10, guarded.preempted
+    assert guarded.jct <= 4 * 24 * HOUR, guarded.jct / HOUR
+    unguarded = long_among_short(replace(QUEUES, max_preemptions=10))
+    assert unguarded.jct > 7 * 24 * HOUR > guarded.jct, (unguarded.jct / HOUR, guarded.jct / HOUR)
+    # Bursts with quiet hours between: the cap holds.
+    bursts = long_among_short(replace(LIFT, max_preemptions=10), days=5.0, quiet_h=1.0)
+    assert bursts.preempted <= 10, bursts.preempted
+
+
+def test_the_options_are_off_by_default_and_a_pools_json_sets_them() -> None:
+    from apps.scheduling.snapshot import policy_from_json
+
+    default = Policy()
+    assert (default.demoted_fifo, default.starved_preempt, default.victim_preemption_cost_s) == (False, True, 0.0)
+    policy = policy_from_json({"demoted_fifo": True, "starved_preempt": False, "victim_preemption_cost_s": 3600})
+    assert (policy.demoted_fifo, policy.starved_preempt, policy.victim_preemption_cost_s) == (True, False, 3600.0)
