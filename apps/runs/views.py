@@ -20,6 +20,7 @@ from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.jobtemplates.selectors import template_list
 from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
+from apps.runs.drafts import annotate_draft_keep
 from apps.runs.forms import (
     RESOURCE_FIELDS,
     TAG_FIELDS,
@@ -145,20 +146,22 @@ def run_annotate_page(request: HttpRequest, pk: int) -> HttpResponse:
     """The run page's notes and tags form (tags as key=value lines); back to the run's page,
     with what was saved or refused said at its top."""
     run = get_object_or_404(run_list(user=request.user).select_related("project"), pk=pk)
-    tags, problems = extra_tags_from_text(request.POST.get("tags", ""))
-    if problems:
-        for problem in problems:
-            flash.error(request, f"Tags: {problem}")
-        return redirect(f"/runs/{run.pk}/")
-    try:
-        run_annotate(run=run, user=request.user, notes=request.POST.get("notes", "").replace("\r\n", "\n"), tags=tags)
-    except Forbidden as err:
-        raise PermissionDenied(err.message) from err
-    except ServiceError as err:
-        for field, field_messages in err.fields.items():
-            label = field.replace("_", " ").replace(".", " ").capitalize()
-            for message in field_messages:
-                flash.error(request, f"{label}: {message}")
+    notes, tags_text = request.POST.get("notes", "").replace("\r\n", "\n"), request.POST.get("tags", "").replace("\r\n", "\n")
+    tags, problems = extra_tags_from_text(tags_text)
+    errors = [f"Tags: {problem}" for problem in problems]
+    if not errors:
+        try:
+            run_annotate(run=run, user=request.user, notes=notes, tags=tags)
+        except Forbidden as err:
+            raise PermissionDenied(err.message) from err
+        except ServiceError as err:
+            errors = [f"{field.replace('_', ' ').replace('.', ' ').capitalize()}: {message}"
+                      for field, field_messages in err.fields.items() for message in field_messages] or [err.message]
+    if errors:
+        for error in errors:
+            flash.error(request, error)
+        # The run page shows the form open again with what was typed, not the saved notes.
+        annotate_draft_keep(request, run_id=run.pk, notes=notes, tags=tags_text, errors=errors)
         return redirect(f"/runs/{run.pk}/")
     flash.success(request, "Notes and tags saved.")
     return redirect(f"/runs/{run.pk}/")

@@ -27,6 +27,7 @@ from apps.core.text import is_id, plural
 from apps.core.users import signed_in_user
 from apps.jobtemplates.models import JobTemplate, TemplateKind
 from apps.runs.detail_selectors import run_energy
+from apps.runs.drafts import annotate_draft_take
 from apps.runs.models import Assignment, Attempt, Run, RunStatus
 from apps.runs.panels import run_panels
 from apps.runs.selectors import run_list
@@ -249,6 +250,7 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     environments = environment_selectors.run_environments(run=run)
     energy = None if sweep is not None else run_energy_figures(run=run)
     return render(request, "tracking/run_detail.html", {
+        "annotate_draft": annotate_draft_take(request, run_id=run.pk),
         "energy": energy, "energy_text": energy.as_dict() if energy is not None else None,
         "environments": environments, "package_sets": _package_sets(environments),
         "run": run, "progress": selectors.run_progress(run=run), "events": events, "older_events": older_events,

@@ -41,8 +41,18 @@ def test_rerun_clone_cancel_notes_and_tags_from_the_run_page(live_stack: Any, br
     login(page, live_stack, "alice")
     page.goto(f"{live_stack.url}/runs/{run['id']}/")
 
-    # Notes and tags, edited in the header's form.
+    # A refused save comes back with the form open, what was typed still in it, and the error.
     page.click("#run-annotate summary")
+    page.fill("#id_run_notes", "Typed before a refused save.")
+    original_tags = page.input_value("#id_run_tags")
+    page.fill("#id_run_tags", original_tags + "\nno equals sign")
+    with page.expect_navigation():
+        page.click("#annotate-save")
+    assert page.input_value("#id_run_notes") == "Typed before a refused save."
+    assert "key=value" in page.inner_text("#annotate-errors")
+    page.fill("#id_run_tags", original_tags)
+
+    # Notes and tags, edited in the header's form.
     page.fill("#id_run_notes", "Wider hidden layer; same seed as the baseline.")
     page.fill("#id_run_tags", page.input_value("#id_run_tags").replace("candidate=baseline", "candidate=candidate")
               + "\nwhy=wider")

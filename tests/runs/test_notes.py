@@ -93,3 +93,25 @@ def test_cli_submit_sends_notes(cast: Any, digits: Any, monkeypatch: pytest.Monk
     assert Run.objects.get().notes == NOTES
     assert cli.main(["submit", "digits-classifier", "--project", "vision/digits", *tags, "--notes", "x" * 2001]) == 6
     assert "notes" in capsys.readouterr().err
+
+
+def test_a_refused_edit_keeps_the_typed_text_in_the_box_beside_the_error(cast: Any, digits: Any) -> None:
+    run_id = cast.client(cast.alice).post("/api/v1/runs/", body(cast, notes=NOTES), format="json").json()["id"]
+    client = page_client(cast.alice)
+    tags = Run.objects.get(pk=run_id).tags
+    lines = "\r\n".join(f"{k}={v}" for k, v in {**tags, "why": "wider"}.items() if k != "owner")
+    typed = "A long account of the ablation. " * 63  # 2,016 characters
+    response = client.post(f"/runs/{run_id}/annotate/", {"notes": typed, "tags": lines}, follow=True)
+    page = response.content.decode()
+    assert response.redirect_chain == [(f"/runs/{run_id}/", 302)]
+    form = page[page.index('id="run-annotate"'):page.index("</details>", page.index('id="run-annotate"'))]
+    assert form.startswith('id="run-annotate" open>'), form[:200]
+    assert '<li>Notes: must be at most 2000 characters (got 2016)</li>' in form
+    assert f'<textarea name="notes" id="id_run_notes" maxlength="2000" rows="4">{typed}</textarea>' in form
+    assert "why=wider" in form and Run.objects.get(pk=run_id).notes == NOTES
+    # Shown once: the page read again holds the saved notes, closed.
+    again = client.get(f"/runs/{run_id}/").content.decode()
+    assert 'id="run-annotate">' in again and 'id="annotate-errors"' not in again and "ablation" not in again
+    # Bad tags keep the notes typed beside them too.
+    refused = client.post(f"/runs/{run_id}/annotate/", {"notes": "short and new", "tags": "no equals sign"}, follow=True).content.decode()
+    assert ">short and new</textarea>" in refused and ">no equals sign</textarea>" in refused and "key=value" in refused
