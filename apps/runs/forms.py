@@ -22,6 +22,12 @@ INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 TAG_FIELDS = ("task", "dataset", "candidate", "family")
 RESOURCE_FIELDS = ("pool", "nodes", "devices_per_node", "max_runtime_s", "memory_gib_per_device", "cpus_per_device")
+# Resources a clone carries in hidden inputs (the form has no input for them): preemptible
+# ("true"/"false") and the acceptable pools (comma-separated).
+CARRIED_RESOURCES = ("preemptible", "pools")
+# The hidden input pinning a clone to its source's template version, as "slug@version" (a form
+# switched to another template takes that one's latest published version).
+TEMPLATE_VERSION = "template_version"
 # Resources that take fractions (1.5 GiB, half a core); the others are whole numbers.
 FRACTIONAL_RESOURCES = ("memory_gib_per_device", "cpus_per_device")
 
@@ -178,6 +184,13 @@ def resources_from_post(post: QueryDict) -> dict[str, Any]:
         text = (post.get(f"res_{name}") or "").strip()
         if text:
             out[name] = _resource_value(name, text)
+    preemptible = (post.get("res_preemptible") or "").strip()
+    if preemptible:
+        # Anything but true/false goes on as text, for the submission's check to name the field.
+        out["preemptible"] = {"true": True, "false": False}.get(preemptible, preemptible)
+    pools = [name.strip() for name in (post.get("res_pools") or "").split(",") if name.strip()]
+    if pools:
+        out["pools"] = pools
     return out
 
 
@@ -271,11 +284,15 @@ def form_from_run(*, run: Run, link_tag: str) -> tuple[QueryDict, dict[str, Any]
         shown[f"tag_{key}"] = str(tags.get(key, ""))
     others = {key: value for key, value in tags.items() if key not in (*TAG_FIELDS, *LINK_TAGS)}
     shown["extra_tags"] = tags_text({**others, link_tag: run.pk}, skip=("owner",))
+    shown[TEMPLATE_VERSION] = f"{run.template.slug}@{run.template.version}"
     resources = run_resources(run=run)
     for name in RESOURCE_FIELDS:
         if name in resources:
             value = resources[name]
             shown[f"res_{name}"] = f"{value:g}" if isinstance(value, float) else str(value)
+    shown["res_preemptible"] = "true" if resources["preemptible"] else "false"
+    if resources.get("pools"):
+        shown["res_pools"] = ",".join(resources["pools"])
     if run.init_checkpoint is not None:
         shown["init_run"] = str(run.init_checkpoint.run_id)
     if run.code_snapshot is not None:

@@ -17,13 +17,15 @@ from django.views.decorators.http import require_POST
 from apps.core.errors import Forbidden, ServiceError
 from apps.core.text import is_id
 from apps.jobtemplates.models import JobTemplate, TemplateKind
-from apps.jobtemplates.selectors import template_list
+from apps.jobtemplates.selectors import template_list, template_versions
 from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.drafts import annotate_draft_keep
 from apps.runs.forms import (
+    CARRIED_RESOURCES,
     RESOURCE_FIELDS,
     TAG_FIELDS,
+    TEMPLATE_VERSION,
     expected_cost,
     extra_tags_from_text,
     form_from_run,
@@ -94,7 +96,7 @@ def _submit_page(request: HttpRequest, *, shown: QueryDict | None, values: dict[
     templates = list(template_list(user=request.user, published_only=True))
     source = shown if shown is not None else request.GET
     project = _chosen(projects, lambda p: str(p.pk), source.get("project"))
-    template = _chosen(templates, lambda t: t.slug, source.get("template") or "digits-classifier")
+    template = _pinned(request, _chosen(templates, lambda t: t.slug, source.get("template") or "digits-classifier"), source)
     if posted and shown is not None and shown.get("action") == "reload":
         # Another project or template was chosen: the same form for it, not a submission (so no errors).
         shown, values = _reloaded(request, post=shown, templates=templates, template=template)
@@ -109,6 +111,15 @@ def _submit_page(request: HttpRequest, *, shown: QueryDict | None, values: dict[
                        values=values, errors=errors)
     context.update({"clone_from": clone, "notice": notice})
     return render(request, "runs/submit.html", context, status=400 if errors else 200)
+
+
+def _pinned(request: HttpRequest, template: JobTemplate | None, source: QueryDict) -> JobTemplate | None:
+    """The published version of ``template``'s slug that the form pins (a clone keeps its source's
+    version), else ``template``, the latest."""
+    slug, _, version = source.get(TEMPLATE_VERSION, "").strip().rpartition("@")
+    if template is None or slug != template.slug or not is_id(version) or int(version) == template.version:
+        return template
+    return template_versions(user=request.user, slug=template.slug).filter(version=int(version), published=True).first() or template
 
 
 def _clone_source(request: HttpRequest, source: QueryDict) -> Run | None:
@@ -234,6 +245,10 @@ def _context(request: HttpRequest, *, post: QueryDict | None, projects: list[Pro
         "init_run": (post if post is not None else request.GET).get("init_run", ""),
         "snapshots": _snapshots(project, kind),
         "code_snapshot": shown.get("code_snapshot", ""),
+        # What a clone carries that the form has no input for: hidden, submitted as they were.
+        "carried": [(f"res_{name}", value) for name in CARRIED_RESOURCES if (value := shown.get(f"res_{name}", ""))]
+        + ([(TEMPLATE_VERSION, f"{template.slug}@{template.version}")]
+           if template is not None and shown.get(TEMPLATE_VERSION) == f"{template.slug}@{template.version}" else []),
         "field_errors": by_input,
         "other_errors": _other_errors(by_input),
         "has_errors": bool(errors),

@@ -5,6 +5,7 @@ and tags with the submission's rules; another team's run is a 404; each action i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -216,3 +217,26 @@ def test_rerun_of_a_sweep_and_of_a_finetune_keep_what_they_need(cast: Any, digit
     assert sweep_form.status_code == 200 and "&quot;lr&quot;: [" in sweep_form.content.decode()
     tune_form = client.get(f"/runs/new/?from={tune.pk}").content.decode()
     assert f'name="init_run" id="id_init_run" value="{done.pk}"' in tune_form
+
+
+def test_clone_keeps_the_template_version_and_preemptible(cast: Any, digits: Any) -> None:
+    """The clone form carries what it has no input for (preemptible, the template version: a newer
+    one was published since) in hidden inputs, and the submitted clone has them as the source had."""
+    source = full_run(cast)
+    latest = make_template()
+    assert (source.template.version, latest.version, source.preemptible) == (1, 2, False)
+    client = page_client(cast.alice)
+    html = client.get(f"/runs/new/?from={source.pk}").content.decode()
+    hidden = dict(re.findall(r'<input type="hidden" name="(template_version|res_preemptible)" value="([^"]*)">', html))
+    assert hidden == {"template_version": "digits-classifier@1", "res_preemptible": "false"}, hidden
+    notice = html[html.index('id="clone-notice"'):]
+    assert "(digits-classifier v1)" in notice[:notice.index("</p>")] and "latest published version" not in notice[:notice.index("</p>")]
+    post = form_data(cast, **{"from": str(source.pk), "p_steps": "40", "p_lr": "0.01", "p_hidden": "256", "p_amp": "on",
+                              "res_max_runtime_s": "900", **hidden})
+    response = client.post("/runs/new/", post)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    new = Run.objects.exclude(pk=source.pk).get()
+    assert (new.template_id, new.preemptible, new.max_runtime_s) == (source.template_id, False, 900)
+    # A pin of another version than the form's template's published ones is no pin: the latest.
+    assert client.post("/runs/new/", {**post, "template_version": "digits-classifier@7"}).status_code == 302
+    assert Run.objects.latest("pk").template_id == latest.pk
