@@ -13,7 +13,10 @@ portal and the trace simulator both call `queue_estimates`, so the simulator's a
 are the portal's.
 
 Estimates ignore work not yet submitted, so a job can be overtaken by later, higher-ranked
-arrivals; treat the high end as the more honest figure on a busy pool.
+arrivals; treat the high end as the more honest figure on a busy pool. Under least attained
+service that is most of a long wait, so a learned correction (`WaitCalibration`) replaces a
+replayed start by what the waits of comparable estimates have lately turned out to be, where
+that has been right more often than the replay; both callers feed it the same outcomes.
 """
 
 from __future__ import annotations
