@@ -110,7 +110,14 @@ if _database_url:
         _pool_size = env_int("TRAINYARD_DB_POOL_SIZE", 10)
         if _pool_size:
             DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them instead
-            DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 2, "max_size": _pool_size, "timeout": 30}
+            # While the database is down a request waits `timeout` for a connection, then answers
+            # 503: well under the agent client's 30 s timeout, so it gets the 503, not a timeout. A
+            # failed connect retries on a doubling backoff that would leave the web refusing for as
+            # long again after the database is back; giving up after `reconnect_timeout` lets the
+            # next request start afresh, so the web recovers within seconds of the database.
+            DATABASES["default"]["OPTIONS"]["pool"] = {
+                "min_size": 2, "max_size": _pool_size, "timeout": env_int("TRAINYARD_DB_POOL_TIMEOUT_S", 10),
+                "reconnect_timeout": env_int("TRAINYARD_DB_RECONNECT_S", 5)}
 else:
     DATABASES = {
         "default": {

@@ -410,6 +410,7 @@ class PrivatePostgres:
                 "-c synchronous_commit=off -c max_connections=100")
         subprocess.run(self._as_owner([str(self._bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.workdir / "pg.log"),
                                        "-w", "start"]), check=True, capture_output=True)
+        wait_for_port(self.port)  # pg_ctl -w waits for "ready" in the pid file; the tests connect over TCP
 
     def stop(self, mode: str = "fast") -> None:
         subprocess.run(self._as_owner([str(self._bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]), check=True,

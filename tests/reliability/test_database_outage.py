@@ -92,6 +92,10 @@ def test_postgres_unavailable_gives_503_then_nothing_is_lost(tmp_path: Path, red
         assert status == 503 and "database is unavailable" in body, f"HTML page: {status} {body[:300]}"
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - started)))
         pg.start()
+        # The web's pool starts afresh for a waiting request (portal.settings.base): it answers
+        # within seconds, not after the backoff of its failed connects (as long again as the outage).
+        runs = (stack.url + "/api/v1/runs/", {"Authorization": f"Token {token}"})
+        stack.wait_for(lambda: _get(plain, *runs)[0] == 200, 20, "the web to answer once the database is back")
 
         assert wait_status(stack, run, {"succeeded", "failed", "cancelled", "queued"}, steps / 10 + 90) == "succeeded"
         assert attempts(stack, run) == [(1, "succeeded")], "no requeue: the outage was the server's, not the node's"
