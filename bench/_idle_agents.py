@@ -94,6 +94,10 @@ class Tally:
     def __init__(self) -> None:
         self.measuring = False
         self.heartbeat_s: list[float] = []
+        self.heartbeat_at: list[float] = []  # epoch seconds each measured heartbeat was sent (with heartbeat_s)
+        self.placed_at: list[tuple[float, float]] = []  # each placement pass: asked, answered (epoch seconds)
+        self.loop_lag: list[tuple[float, float]] = []  # (epoch seconds, how late the client's 50 ms tick woke)
+        self.cpu_busy: list[tuple[float, float]] = []  # (epoch seconds, machine cores busy over the last tick)
         self.requests: dict[str, int] = defaultdict(int)  # in the window, by kind
         self.claim_answers: dict[str, int] = defaultdict(int)  # in the window: work, timeout, drain, refused
         self.claimed_at: dict[int, float] = {}  # attempt id -> epoch seconds the agent read the answer
@@ -124,6 +128,7 @@ async def heartbeats(port: int, agent: dict[str, Any], interval: float, tally: T
             continue
         if tally.measuring:
             tally.heartbeat_s.append(time.perf_counter() - started)
+            tally.heartbeat_at.append(time.time() - tally.heartbeat_s[-1])
             tally.count("heartbeat")
         if status != 200:
             tally.error(f"heartbeat {status}: {answer}")
@@ -157,6 +162,66 @@ async def claims(port: int, agent: dict[str, Any], tally: Tally) -> None:
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             tally.error(f"claim: {type(exc).__name__}: {exc}")
             await asyncio.sleep(1)
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+
+async def ticker(tally: Tally) -> None:
+    """Where a slow heartbeat comes from: is the client's own loop late (the harness starving),
+    and is the machine's CPU saturated at that moment?"""
+    tick = 0.05
+    loop = asyncio.get_running_loop()
+    total0, idle0 = _cpu_ticks()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(tick)
+        if tally.measuring:
+            now = time.time()
+            tally.loop_lag.append((now, loop.time() - before - tick))
+            total, idle = _cpu_ticks()
+            if total > total0:
+                tally.cpu_busy.append((now, (os.cpu_count() or 1) * (1 - (idle - idle0) / (total - total0))))
+            total0, idle0 = total, idle
+
+
+def _tail(tally: Tally, slow_s: float = 0.1) -> dict[str, Any]:
+    """The slow heartbeats against the placement passes, the client's loop lag and the machine's CPU."""
+    import bisect
+
+    passes = sorted(a for a, _ in tally.placed_at)
+    lag_t = [t for t, _ in tally.loop_lag]
+    cpu_t = [t for t, _ in tally.cpu_busy]
+
+    def since_pass(t: float) -> float | None:
+        i = bisect.bisect_right(passes, t)
+        return t - passes[i - 1] if i else None
+
+    def around(series: list[tuple[float, float]], times: list[float], t0: float, t1: float) -> float:
+        i, j = bisect.bisect_left(times, t0), bisect.bisect_right(times, t1 + 0.05)
+        return max((v for _, v in series[i:j]), default=0.0)
+
+    slow = sorted(((at, s) for at, s in zip(tally.heartbeat_at, tally.heartbeat_s, strict=True) if s >= slow_s),
+                  key=lambda x: -x[1])
+    offsets = [o for at, _ in slow if (o := since_pass(at)) is not None]
+    all_offsets = [o for at in tally.heartbeat_at if (o := since_pass(at)) is not None]
+    lags = [v for _, v in tally.loop_lag]
+    busy = [v for _, v in tally.cpu_busy]
+    return {
+        "slow_threshold_ms": slow_s * 1000, "slow": len(slow),
+        # Where in the placement cycle a heartbeat starts: all of them, and the slow ones.
+        "slow_within_1s_of_pass": sum(1 for o in offsets if o < 1.0), "all_within_1s_of_pass": sum(1 for o in all_offsets if o < 1.0),
+        "pass_ms_p50": round(percentile([b - a for a, b in tally.placed_at], 0.5) * 1000, 1),
+        "client_loop_lag_ms": {"p50": round(percentile(lags, 0.5) * 1000, 1), "p99": round(percentile(lags, 0.99) * 1000, 1),
+                               "max": round(max(lags, default=0) * 1000, 1)},
+        "machine_cores_busy": {"p50": round(percentile(busy, 0.5), 2), "p90": round(percentile(busy, 0.9), 2)},
+        "slowest": [{"ms": round(s * 1000, 1), "after_pass_s": round(o, 2) if (o := since_pass(at)) is not None else None,
+                     "client_lag_ms": round(around(tally.loop_lag, lag_t, at, at + s) * 1000, 1),
+                     "cores_busy": round(around(tally.cpu_busy, cpu_t, at, at + s), 2)} for at, s in slow[:25]],
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -219,6 +284,7 @@ async def drive(args: argparse.Namespace, port: int, web_pid: int, db: str, setu
     await asyncio.sleep(WARMUP_S)
     sampler = Sampler(web_pid, db)
     tasks.append(asyncio.create_task(sampler.run()))
+    tasks.append(asyncio.create_task(ticker(tally)))
     statements(db, reset=True)
     tally.measuring = True
     started, mono0 = time.time(), time.monotonic()
@@ -228,9 +294,11 @@ async def drive(args: argparse.Namespace, port: int, web_pid: int, db: str, setu
     while time.monotonic() - mono0 < args.duration - 5:
         await asyncio.sleep(args.place_every)
         assert placer.stdin is not None and placer.stdout is not None
+        asked = time.time()
         placer.stdin.write(f"{args.place}\n")
         placer.stdin.flush()
         placed += (await asyncio.get_running_loop().run_in_executor(None, _answer, placer, "placed"))["placed"]
+        tally.placed_at.append((asked, time.time()))
         passes += 1
     await asyncio.sleep(max(0.0, args.duration - (time.monotonic() - mono0)))
     elapsed = time.monotonic() - mono0
@@ -281,6 +349,7 @@ def _figures(args: argparse.Namespace, tally: Tally, sampler: Sampler, stmts: li
         },
         "web": {"peak_rss_mib": max((m["rss_mib"] for m in sampler.memory), default=0), **memory},
         "errors": tally.requests["errors"], "error_samples": tally.errors,
+        "tail": _tail(tally),
     }
     figures["targets"] = {
         "heartbeat_p99_under_200ms": figures["heartbeat"]["p99_ms"] < 200,
@@ -303,6 +372,12 @@ def report(figures: dict[str, Any]) -> None:
         print(f"  {row['calls_per_s']:>8}/s  {row['query'][:110]}")
     print(f"web: {web.get('processes')} processes, threads {web.get('threads')}, RSS {web.get('rss_mib')} MiB "
           f"(PSS {web.get('pss_mib')} MiB, peak RSS {web['peak_rss_mib']} MiB)")
+    tail = figures["tail"]
+    print(f"slow heartbeats (>= {tail['slow_threshold_ms']:.0f} ms): {tail['slow']}, {tail['slow_within_1s_of_pass']} of them "
+          f"started within 1 s of a placement pass (of all heartbeats: {tail['all_within_1s_of_pass']}); client loop lag "
+          f"{tail['client_loop_lag_ms']}; machine cores busy {tail['machine_cores_busy']}")
+    for row in tail["slowest"][:8]:
+        print(f"  {row}")
     print(f"errors: {figures['errors']}" + "".join(f"\n  {e}" for e in figures["error_samples"]))
     for name, ok in figures["targets"].items():
         print(f"  {'met ' if ok else 'MISSED'} {name}")

@@ -55,7 +55,7 @@ TICK_S = 0.5
 # heartbeat p99 of 0.9 s where 4 × 500 gave 0.2-0.6 s over three runs (6 × 350: 0.3 s, with more memory).
 # bench/load.py --idle-agents measures 1,000 agents on exactly this command (README "Performance").
 WEB_WORKERS = 4
-WEB_THREADS = 500
+WEB_THREADS = 1000
 
 
 def web_argv(host: str, port: int) -> list[str]:

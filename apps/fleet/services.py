@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import random
 import time
 from datetime import timedelta
 from typing import Any, NamedTuple, TypedDict
@@ -56,6 +57,20 @@ log = logging.getLogger(__name__)
 
 # How often a waiting claim reads the database while Redis (its wake-ups) is unreachable.
 CLAIM_FALLBACK_POLL_S = 3.0
+# An idle long claim ends at a random point of the last CLAIM_SPREAD of its wait: agents that
+# started together (a fleet rollout, the server back after an outage) would otherwise all claim
+# again in the same few seconds, every wait_s, for ever, and each such wave queues heartbeats
+# behind it (bench/load.py --idle-agents: 1,000 claims in 5 s every 25 s). Short waits (tests,
+# an agent that asks for a few seconds) are kept as asked.
+CLAIM_SPREAD = 0.4
+CLAIM_SPREAD_FROM_S = 10.0
+
+
+def claim_wait_spread(wait_s: float) -> float:
+    """How long an idle claim that asked for wait_s seconds is held (never longer than asked)."""
+    if wait_s < CLAIM_SPREAD_FROM_S:
+        return wait_s
+    return wait_s * (1.0 - CLAIM_SPREAD * random.random())
 
 
 @transaction.atomic
@@ -409,7 +424,7 @@ def node_claim_wait(*, node: Node, session: Any, wait_s: float,
     `read` (node_claim_wait_from_snapshot): the node was just read, its wake-ups cleared first, and
     work found pending (True) or not (False: the first claim attempt is skipped).
     """
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + claim_wait_spread(wait_s)
     if wait_s > 0 and read is None:
         wakeups.claim_wakes_clear(node_id=node.pk)  # what they announced, the read below sees
     while True:

@@ -146,3 +146,13 @@ def test_a_waiting_claim_makes_no_database_query(db: Any, redis_settings: str) -
     assert time.monotonic() - started >= 1.4  # it did wait, on Redis
     # The same read as a claim that does not wait (the credential, state and pending check): none while waiting.
     assert [q["sql"] for q in waited.captured_queries] == [q["sql"] for q in at_once.captured_queries]
+
+
+def test_long_idle_claims_end_spread_over_the_last_part_of_their_wait() -> None:
+    # Agents that started together would otherwise claim again together every wait_s, for ever.
+    held = [fleet_services.claim_wait_spread(25.0) for _ in range(2000)]
+    assert all(25.0 * (1 - fleet_services.CLAIM_SPREAD) <= h <= 25.0 for h in held)
+    assert max(held) - min(held) > 25.0 * fleet_services.CLAIM_SPREAD * 0.8  # spread, not one fixed cut
+    # A short wait is held as asked.
+    assert fleet_services.claim_wait_spread(1.5) == 1.5
+    assert fleet_services.claim_wait_spread(0.0) == 0.0
