@@ -5,11 +5,15 @@ lifts a job in line (`Policy.starved_preempt` off), victims spread over runs
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from apps.scheduling.core import Policy, TeamQuota, queue_order, schedule
 from apps.scheduling.policies import demoted
+from apps.scheduling.simulate import Variant, run_variants
+from apps.scheduling.snapshot import policy_from_json
 from tests.scheduling.test_core import POOL, job, node, run, state
 from tests.scheduling.test_service_guards import long_among_short
+from tests.scheduling.test_simulate import synthetic, write_trace
 
 HOUR = 3600.0
 NOW = 100 * HOUR
@@ -110,9 +114,17 @@ def test_a_long_job_among_a_stream_of_short_ones_finishes_within_a_bound_and_the
 
 
 def test_the_options_are_off_by_default_and_a_pools_json_sets_them() -> None:
-    from apps.scheduling.snapshot import policy_from_json
-
     default = Policy()
     assert (default.demoted_fifo, default.starved_preempt, default.victim_preemption_cost_s) == (False, True, 0.0)
     policy = policy_from_json({"demoted_fifo": True, "starved_preempt": False, "victim_preemption_cost_s": 3600})
     assert (policy.demoted_fifo, policy.starved_preempt, policy.victim_preemption_cost_s) == (True, False, 3600.0)
+
+
+def test_variants_replay_the_policy_alone_without_estimates(tmp_path: Path) -> None:
+    # `simulate --variants --no-estimates`: the same decisions, no estimates made.
+    rows = [(j.id, j.team, j.submit_s, j.gpus, j.duration_s, j.job_type) for j in synthetic(60, seed=2, rate_s=100.0)]
+    trace = str(write_trace(tmp_path / "t.csv", rows))
+    with_estimates = run_variants(trace, nodes=1, variants=(Variant("trace"),), policies=("trainyard",))
+    alone = run_variants(trace, nodes=1, variants=(Variant("trace"),), policies=("trainyard",), estimates=False)
+    assert with_estimates["trace"]["trainyard"].estimate_within > 0 == alone["trace"]["trainyard"].estimate_within
+    assert alone["trace"]["trainyard"].avg_jct_s == with_estimates["trace"]["trainyard"].avg_jct_s
