@@ -49,11 +49,15 @@ JOIN_TOKEN_REFRESH_S = 1800.0
 TICK_S = 0.5
 # The web server: gunicorn's threaded worker. Every agent keeps a claim open (a long poll that
 # waits on Redis, apps.nodes.wakeups), and so holds a thread: threads start only as connections
-# need them, a waiting one costs tens of KB, and with a thread for every agent a worker may
-# hold, no heartbeat or page queues behind the long polls. Four processes, not two: requests
-# queue on each process's interpreter lock, and with 1,000 agents 2 × 1,000 threads gave a
-# heartbeat p99 of 0.9 s where 4 × 500 gave 0.2-0.6 s over three runs (6 × 350: 0.3 s, with more memory).
-# bench/load.py --idle-agents measures 1,000 agents on exactly this command (README "Performance").
+# need them, a waiting one costs tens of KB. 1,000 threads per process, not 500: a claim's
+# keep-alive connection stays on the process that accepted it, and they do not spread evenly,
+# so with 500 a process could fill its pool with waiting claims and queue its heartbeats behind
+# them for seconds (seen: one of four at 506 threads). The pools grow only to what is in use
+# (about 300 threads each for 1,000 agents), so the higher cap costs no memory. Four processes,
+# not two: requests queue on each process's interpreter lock (2 x 1,000 threads: heartbeat p99
+# 0.9 s). bench/load.py --idle-agents measures 1,000 agents on exactly this command, 2026-11-27,
+# 9182929, this 2-core machine busy throughout: heartbeat p99 180, 220 and 174 ms (4 x 500:
+# 212-1,258 ms); a 1 ms interpreter-lock switch interval made it worse (278 ms). README "Performance".
 WEB_WORKERS = 4
 WEB_THREADS = 1000
 
