@@ -60,8 +60,14 @@ class Estimate:
 CLOSE_S, CLOSE_SHARE = 600.0, 0.25
 
 
+def close_margin(wait: float) -> float:
+    """How far from the actual start an estimate of a `wait`-second wait may be and count as
+    right: the one rule the replay, the queue page and the correction score by."""
+    return max(CLOSE_S, CLOSE_SHARE * wait)
+
+
 def _close(guess: float, wait: float) -> bool:
-    return abs(guess - wait) <= max(CLOSE_S, CLOSE_SHARE * wait)
+    return abs(guess - wait) <= close_margin(wait)
 
 
 def _best_point(waits: Sequence[float]) -> tuple[float, int]:
@@ -70,7 +76,7 @@ def _best_point(waits: Sequence[float]) -> tuple[float, int]:
     judged by, found by sweeping the intervals' ends."""
     edges: list[tuple[float, int]] = []
     for wait in waits:
-        margin = max(CLOSE_S, CLOSE_SHARE * wait)
+        margin = close_margin(wait)
         edges.append((wait - margin, 0))
         edges.append((wait + margin, 1))
     edges.sort()

@@ -21,6 +21,7 @@ from apps.core.text import fmt_duration, plural
 from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
 from apps.runs.models import Attempt, Run, RunStatus
+from apps.scheduling.estimate import CLOSE_S, close_margin
 from apps.scheduling.model import UNESTIMATED, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.policies import explain_policy
@@ -29,9 +30,9 @@ from apps.scheduling.snapshot import policy_from_json, predict_queued, predictor
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
 ACCURACY_DAYS = 7
-# An estimate counts as right when the start fell within this, or a quarter of the wait if longer.
-ACCURACY_FLOOR_S = 600.0
-ACCURACY_SHARE_OF_WAIT = 0.25
+# An estimate counts as right when the start fell within this, or a quarter of the wait if longer
+# (estimate.close_margin); the words on the page name it.
+ACCURACY_FLOOR_S = CLOSE_S
 # A start this soon after its estimate was given came from the next pass or the one after (a beat
 # is 10 s): the run did not wait, its estimate was right by construction, and it is not scored.
 WAITED_MIN_S = 20.0
@@ -115,7 +116,7 @@ class _Tally:
     at_once: int = 0
 
     def add(self, *, error: float, wait: float) -> None:
-        close = max(ACCURACY_FLOOR_S, ACCURACY_SHARE_OF_WAIT * wait)
+        close = close_margin(wait)
         self.errors.append(abs(error))
         self.within += abs(error) <= close
         self.starts_now += wait <= close

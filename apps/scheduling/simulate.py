@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
-from apps.scheduling.estimate import MAX_AHEAD, CalibrationKey, QueueLag, WaitCalibration, queue_estimates
+from apps.scheduling.estimate import MAX_AHEAD, CalibrationKey, QueueLag, WaitCalibration, close_margin, queue_estimates
 from apps.scheduling.model import (
     ClusterState,
     Node,
@@ -809,7 +809,7 @@ def waited_estimates(
     and by the pool's median wait."""
 
     def close(guess: float | None, since: float, start: float) -> bool:
-        return guess is not None and abs(guess - start) <= max(600.0, 0.25 * (start - since))
+        return guess is not None and abs(guess - start) <= close_margin(start - since)
 
     out: dict[str, dict[str, float]] = {}
     for name, floor in ((("all", -1.0),) if all_waits else ()) + WAITED_BUCKETS:
@@ -850,7 +850,7 @@ def _estimate_figures(outcomes: Sequence[JobOutcome]) -> tuple[int, float, float
         errors.append(error)
         if o.wait > 0:
             waited_errors.append(error)
-        if error <= max(600.0, 0.25 * o.wait):
+        if error <= close_margin(o.wait):
             within += 1
     return (
         within,
