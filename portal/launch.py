@@ -56,7 +56,7 @@ TICK_S = 0.5
 # (about 300 threads each for 1,000 agents), so the higher cap costs no memory. Four processes,
 # not two: requests queue on each process's interpreter lock (2 x 1,000 threads: heartbeat p99
 # 0.9 s). bench/load.py --idle-agents measures 1,000 agents on exactly this command, 2026-11-27,
-# 9182929, this 2-core machine busy throughout: heartbeat p99 180, 220 and 174 ms (4 x 500:
+# 3ba4038, this 2-core machine busy throughout: heartbeat p99 180, 220 and 174 ms (4 x 500:
 # 212-1,258 ms); a 1 ms interpreter-lock switch interval made it worse (278 ms). README "Performance".
 WEB_WORKERS = 4
 WEB_THREADS = 1000
