@@ -66,6 +66,15 @@ def _input_for(field: str) -> str:
     return field
 
 
+def _named_inside(field: str, messages: list[str]) -> list[str]:
+    """An error inside one input's value (params.objective.metrc under p_objective) names the part it is about."""
+    for prefix in FIELD_PREFIXES:
+        inner = field.removeprefix(prefix)
+        if inner != field and "." in inner:
+            return [f"{inner}: {message}" for message in messages]
+    return messages
+
+
 def _engineer_projects(request: HttpRequest) -> list[Project]:
     projects = list(project_list(user=request.user))
     # The role is the team's, so asked once per team rather than once per project.
@@ -222,7 +231,7 @@ def _context(request: HttpRequest, *, post: QueryDict | None, projects: list[Pro
     shown = post if post is not None else QueryDict()
     by_input: dict[str, list[str]] = {}
     for field, messages in errors.items():
-        by_input.setdefault(_input_for(field), []).extend(messages)
+        by_input.setdefault(_input_for(field), []).extend(_named_inside(field, messages))
     # The rows take their inputs' errors; what is left is shown by its input or at the top.
     rows = _input_rows(request, shown=shown, template=template, values=values, by_input=by_input)
     kind = template.kind if template is not None else None

@@ -99,3 +99,37 @@ def test_cancel_sweep_cancels_children(cast, templates):
     assert set(Run.objects.filter(parent_id=parent_id).values_list("status", flat=True)) == {RunStatus.CANCELLED}
     assert response.json()["status"] == "cancelled"
     assert client.post(f"/api/v1/runs/{parent_id}/cancel/").status_code == 409
+
+
+def test_unknown_objective_key_is_refused_by_name_and_nothing_stored(cast, templates):
+    from apps.audit.models import AuditEvent
+    before = AuditEvent.objects.count()
+    bad = sweep_body(cast, objective={"metrc": "val_loss", "goal": "min"})
+    response = cast.client(cast.alice).post("/api/v1/runs/", bad, format="json")
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert error["fields"]["params.objective.metrc"] == ["unknown key; allowed: metric, goal"]
+    assert "params.objective.metrc: unknown key; allowed: metric, goal" in error["message"]
+    assert Run.objects.count() == 0 and AuditEvent.objects.count() == before
+    good = sweep_body(cast, objective={"metric": "val_loss", "goal": "min"})
+    assert cast.client(cast.alice).post("/api/v1/runs/", good, format="json").status_code == 201
+
+
+def test_unknown_objective_key_is_named_in_the_form_and_the_cli(cast, templates):
+    from django.test import Client
+
+    from trainyard.client import error_from_response
+    from tests.runs.factories import field_block, form_data
+    page = Client()
+    page.force_login(cast.alice)
+    response = page.post("/runs/new/", form_data(
+        cast, template="sweep", shown_template="sweep", p_template="digits-classifier", p_strategy="grid",
+        p_space='{"lr": [0.001, 0.01]}', p_params='{"steps": 10}', p_max_runs="2", p_seed="0",
+        p_objective='{"metrc": "val_loss", "goal": "min"}'))
+    html = response.content.decode()
+    assert response.status_code == 400, html[:2000]
+    assert "objective.metrc: unknown key; allowed: metric, goal" in field_block(html, "p_objective")
+    assert Run.objects.count() == 0
+    # The CLI prints the API's refusal as the client raises it.
+    api = cast.client(cast.alice).post("/api/v1/runs/", sweep_body(cast, objective={"metrc": "x"}), format="json")
+    assert "params.objective.metrc: unknown key; allowed: metric, goal" in str(error_from_response(400, api.content))

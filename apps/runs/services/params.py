@@ -86,6 +86,27 @@ def _indivisible_sentence(broken: Indivisible) -> str:
     return f"{broken.rule.param} ({broken.value}) must be divisible by {names} ({numbers})"
 
 
+def _nested_unknown_keys(*, properties: dict[str, Any], params: Any, prefix: str, fields: dict[str, list[str]]) -> None:
+    """Refuses unknown keys inside object parameters that declare their own ``properties``
+    (a sweep's ``objective``), e.g. "params.objective.metrc: unknown key; allowed: metric, goal":
+    a typo there would otherwise be dropped and the sweep optimise something else."""
+    if not isinstance(params, dict):
+        return
+    for key, value in params.items():
+        prop = properties.get(key)
+        if not isinstance(prop, dict) or not isinstance(value, dict):
+            continue
+        inner = prop.get("properties")
+        extra = prop.get("additionalProperties", False)
+        if not isinstance(inner, dict) or extra is True or isinstance(extra, dict):
+            continue  # a free-form object (a sweep's space or fixed params) names its own keys
+        for name in value:
+            if name not in inner:
+                allowed = ", ".join(inner) or "none"
+                fields.setdefault(f"{prefix}.{key}.{name}", []).append(f"unknown key; allowed: {allowed}")
+        _nested_unknown_keys(properties=inner, params=value, prefix=f"{prefix}.{key}", fields=fields)
+
+
 def params_resolve(*, schema: dict[str, Any], params: dict[str, Any], world_size: int | None = None) -> dict[str, Any]:
     """``params`` with the schema's defaults filled in; ServiceError naming every bad key.
 
@@ -98,6 +119,7 @@ def params_resolve(*, schema: dict[str, Any], params: dict[str, Any], world_size
         if key not in properties:
             allowed = ", ".join(sorted(properties)) or "none"
             fields.setdefault(f"params.{key}", []).append(f"unknown parameter (allowed: {allowed})")
+    _nested_unknown_keys(properties=properties, params=params, prefix="params", fields=fields)
     resolved = {key: value for key, value in params.items() if key in properties}
     for key, prop in properties.items():
         if key not in resolved and isinstance(prop, dict) and "default" in prop:
@@ -109,7 +131,7 @@ def params_resolve(*, schema: dict[str, Any], params: dict[str, Any], world_size
                 fields.setdefault(f"params.{missing}", []).append("is required")
                 continue
             if error.validator == "additionalProperties":
-                continue  # reported above, with the allowed names
+                continue  # reported above (at any depth), with the allowed names
             path = ".".join(str(part) for part in error.absolute_path)
             fields.setdefault(f"params.{path}" if path else "params", []).append(_describe(error))
         _divisibility_errors(schema=schema, params=resolved, world_size=world_size, fields=fields)
