@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import pytest
 from django.db import transaction
+from django.test import Client
+from trainyard.client import error_from_response
 
+from apps.audit.models import AuditEvent
 from apps.runs.models import Run, RunStatus
 from apps.runs.services.family import run_family_refresh
 from apps.runs.services.lifecycle import _set_run
-from tests.runs.factories import body, local_pool, make_sweep_template, make_template
+from tests.runs.factories import body, field_block, form_data, local_pool, make_sweep_template, make_template
 
 
 @pytest.fixture
@@ -102,7 +105,6 @@ def test_cancel_sweep_cancels_children(cast, templates):
 
 
 def test_unknown_objective_key_is_refused_by_name_and_nothing_stored(cast, templates):
-    from apps.audit.models import AuditEvent
     before = AuditEvent.objects.count()
     bad = sweep_body(cast, objective={"metrc": "val_loss", "goal": "min"})
     response = cast.client(cast.alice).post("/api/v1/runs/", bad, format="json")
@@ -116,10 +118,6 @@ def test_unknown_objective_key_is_refused_by_name_and_nothing_stored(cast, templ
 
 
 def test_unknown_objective_key_is_named_in_the_form_and_the_cli(cast, templates):
-    from django.test import Client
-
-    from trainyard.client import error_from_response
-    from tests.runs.factories import field_block, form_data
     page = Client()
     page.force_login(cast.alice)
     response = page.post("/runs/new/", form_data(
