@@ -7,7 +7,10 @@ Rounding rules, chosen so that accruing in many small pieces agrees with one big
 - a segment's cost is devices x exact seconds x price / 3600, rounded half-even to
   ``COST_QUANTUM`` (a millionth of a currency unit) - so N pieces can differ from one piece by
   at most N/2 millionths, far below a cent for any realistic number of accrual ticks;
-- money shown to people is rounded half-up to the cent (``to_cents``).
+- money shown to people is rounded half-up to the cent (``to_cents``), except a limit's figures:
+  what is left is rounded down and what is over (or a cost refused against it) up
+  (``cents_down``, ``cents_up``), so a page never shows money left that is not there, nor a
+  budget within its limit that is over it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 
 COST_QUANTUM = Decimal("0.000001")
 SECONDS_QUANTUM = Decimal("0.001")
@@ -70,6 +73,14 @@ def segment_cost(*, devices: int, seconds: Decimal, price: Decimal) -> Decimal:
 
 def to_cents(amount: Decimal) -> Decimal:
     return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def cents_down(amount: Decimal) -> Decimal:
+    return amount.quantize(CENT, rounding=ROUND_FLOOR)
+
+
+def cents_up(amount: Decimal) -> Decimal:
+    return amount.quantize(CENT, rounding=ROUND_CEILING)
 
 
 def money(amount: Decimal) -> str:

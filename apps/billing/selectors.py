@@ -197,14 +197,24 @@ class BudgetLeft:
     def overspent(self) -> Decimal:
         return max(ZERO, -self.left)
 
+    @property
+    def remaining_cents(self) -> Decimal:
+        """`remaining` as shown: rounded down, so no surface offers a cent that is not there."""
+        return costmodel.cents_down(self.remaining)
+
+    @property
+    def overspent_cents(self) -> Decimal:
+        """`overspent` as shown: rounded up, so a budget over by less than half a cent still says so."""
+        return costmodel.cents_up(self.overspent)
+
     def fits(self, cost: Decimal) -> bool:
-        return cost <= self.left
+        return cost <= self.left  # exact: the cents shown are never what admission compares
 
     @property
     def text(self) -> str:
         """'$1.20 left', or '$0.00 left (overspent by $0.59)': the same words on every surface."""
-        over = costmodel.to_cents(self.overspent)
-        return f"{costmodel.money(self.remaining)} left" + (f" (overspent by {costmodel.money(over)})" if over > 0 else "")
+        over = self.overspent_cents
+        return f"${self.remaining_cents:,.2f} left" + (f" (overspent by ${over:,.2f})" if over > 0 else "")
 
 
 def budget_left(*, budget: Budget, period: Period, exclude_run_id: int | None = None) -> BudgetLeft:
@@ -287,8 +297,8 @@ class BudgetStatus:
             "currency": "USD",
             "spent": str(cents(self.spent)),
             "reserved": str(cents(self.reserved)),
-            "remaining": None if self.remaining is None else str(cents(self.remaining)),
-            "overspent": None if self.overspent is None else str(cents(self.overspent)),
+            "remaining": None if self.left is None else str(self.left.remaining_cents),
+            "overspent": None if self.left is None else str(self.left.overspent_cents),
             "percent": None if self.percent is None else round(self.percent, 2),
             "forecast": str(cents(self.forecast)),
             "burndown": [{"date": day, "spent": str(cents(value))} for day, value in self.burndown],

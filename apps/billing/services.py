@@ -257,7 +257,7 @@ def _budget_refusal(*, run: Run, lefts: list[tuple[Budget, BudgetLeft]], period:
             held = f" ({money(left.reserved)} held by unfinished runs)" if left.reserved > 0 else ""
             return ServiceError(
                 f"Budget '{budget_name(budget=budget, period=period)}' has {left.text} of "
-                f"{money(budget.amount)}{held}; this run would cost {_cost_word(forecast.basis)} {money(predicted)} "
+                f"{money(budget.amount)}{held}; this run would cost {_cost_word(forecast.basis)} ${costmodel.cents_up(predicted):,.2f} "
                 f"({forecast.devices} device{'s' if forecast.devices != 1 else ''} × "
                 f"{_hours_text(int(round(forecast.runtime_s)))} h, {forecast.basis}, × {_price_text(forecast.price)}/device-hour"
                 f"{' in pool ' + run.pool.name if run.pools else ''}).",
@@ -305,6 +305,9 @@ def _clean_amount(value: Any) -> Decimal:
         raise FieldError("amount", "must be a number") from exc
     if not amount.is_finite() or amount < 0 or amount > MAX_AMOUNT:
         raise FieldError("amount", f"must be between 0 and {MAX_AMOUNT:,}")
+    if amount != amount.quantize(costmodel.CENT):
+        # Rounding it would move the limit: 10.015 stored as 10.02 lets spend past what was set.
+        raise FieldError("amount", f"must have at most 2 decimal places (got {value})")
     return amount.quantize(costmodel.CENT)
 
 

@@ -61,7 +61,7 @@ def _panel_data(project: Project, *, scripts: bool, status: selectors.BudgetStat
         "spent": costmodel.to_cents(status.spent),
         "reserved": costmodel.to_cents(status.reserved),
         "forecast": costmodel.to_cents(status.forecast),
-        "remaining": costmodel.to_cents(status.remaining) if status.remaining is not None else None,
+        "remaining": status.left.remaining_cents if status.left is not None else None,
         "percent_bar": min(100.0, status.percent or 0.0),
         "over_forecast": status.budget is not None and status.forecast > status.budget.amount,
         "chart": budget_chart(status=status, chart_id=chart_id),

@@ -46,10 +46,10 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
         return str(to_cents(self._left(budget).reserved))
 
     def get_remaining(self, budget: Budget) -> str:
-        return str(to_cents(self._left(budget).remaining))
+        return str(self._left(budget).remaining_cents)
 
     def get_overspent(self, budget: Budget) -> str:
-        return str(to_cents(self._left(budget).overspent))
+        return str(self._left(budget).overspent_cents)
 
 
 class BudgetWriteSerializer(serializers.Serializer[Any]):
