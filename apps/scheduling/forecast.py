@@ -23,12 +23,13 @@ from apps.runs.services.submission import Check, Submission, submission_admissio
 from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, queue_estimates
 from apps.scheduling.model import UNESTIMATED, QueuedJob, WaitCode
+from apps.scheduling.outcomes import calibrations_cached
 from apps.scheduling.pool_choice import probe_pool_choose
 from apps.scheduling.pools import PoolChoice
 from apps.scheduling.predict import RuntimeQuery
 from apps.scheduling.selectors import reason_label
 from apps.scheduling.services import ESTIMATE_MAX_PASSES, message_for
-from apps.scheduling.snapshot import CLASS_OF, budget_blocks, calibrations_load, dt, lags_load, params_key, snapshot_load, total_steps
+from apps.scheduling.snapshot import CLASS_OF, budget_blocks, dt, lags_load, params_key, snapshot_load, total_steps
 from apps.tenants.models import Project
 from apps.tenants.selectors import AnyUser
 
@@ -130,7 +131,7 @@ def _probe_estimate(
     if code not in UNESTIMATED:
         lags = lags_load(now=now, policies=dict(state.policies))
         # The same learned correction the passes apply, so the forecast is what a pass would say.
-        calibration = calibrations_load(now=now, pools=state.policies)
+        calibration = calibrations_cached(now=now, pools=state.policies)
         estimate = queue_estimates(state, jobs=[PROBE], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
                                    max_ahead=MAX_AHEAD, calibration=calibration).get(PROBE)
     if not estimate:

@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Exists, F, OuterRef, QuerySet
+from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from apps.core.text import fmt_duration, plural
 from apps.nodes.closed import open_pools
 from apps.nodes.models import NodePool, NodeState
-from apps.runs.models import Attempt, Run, RunStatus
+from apps.runs.models import Run, RunStatus
 from apps.scheduling.estimate import CLOSE_S, close_margin
 from apps.scheduling.model import UNESTIMATED, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
+from apps.scheduling.outcomes import estimate_requeued
 from apps.scheduling.policies import explain_policy
 from apps.scheduling.predict import RuntimePrediction
 from apps.scheduling.snapshot import policy_from_json, predict_queued, predictor_load, run_query
@@ -151,12 +152,11 @@ def estimate_accuracies(*, pools: list[NodePool], days: int = ACCURACY_DAYS, now
     run got when it went back in line is scored apart, against its restart (`at_requeue`). Only
     runs that waited count: one placed within `WAITED_MIN_S` of its estimate is counted apart."""
     now = now or timezone.now()
-    # Recorded after an attempt of the run was placed: the estimate of a requeue, not of the submission
-    # (a run placed at once on submit has no submission estimate, so "not its first row" would not do).
-    requeued = Attempt.objects.filter(run=OuterRef("run"), created_at__lt=OuterRef("recorded_at"))
+    # Recorded after an attempt of the run was placed: the estimate of a requeue, not of the
+    # submission (the one definition the lag and the learned correction use too).
     rows = (QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - timedelta(days=days),
                                          error_s__isnull=False, run__pool__in=pools)
-            .annotate(requeue=Exists(requeued)))
+            .annotate(requeue=estimate_requeued()))
     first: dict[int, _Tally] = defaultdict(_Tally)
     waited: dict[tuple[int, float], _Tally] = defaultdict(_Tally)
     again: dict[int, _Tally] = defaultdict(_Tally)

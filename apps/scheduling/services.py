@@ -35,8 +35,9 @@ from apps.scheduling import core
 from apps.scheduling.estimate import MAX_AHEAD, Estimate, queue_estimates
 from apps.scheduling.model import UNESTIMATED, Decision, QueueEntry, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
+from apps.scheduling.outcomes import calibrations_cached
 from apps.scheduling.pool_choice import pools_choose_apply
-from apps.scheduling.snapshot import Snapshot, calibrations_load, dt, lags_load, snapshot_load
+from apps.scheduling.snapshot import Snapshot, dt, lags_load, snapshot_load
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +329,8 @@ def _queue_estimates(snap: Snapshot, waiting: list[QueueEntry], timings: dict[st
     mark = time.perf_counter()
     try:
         lags = lags_load(now=snap.now, policies=dict(snap.state.policies))
-        calibration = calibrations_load(now=snap.now, pools=snap.state.policies)
+        # Read once a pass at most: the forecasts of the submit form reuse it (`outcomes.calibrations_cached`).
+        calibration = calibrations_cached(now=snap.now, pools=snap.state.policies)
         est = queue_estimates(snap.state, jobs=[e.job_id for e in waiting], lags=lags, max_passes=ESTIMATE_MAX_PASSES,
                               max_ahead=MAX_AHEAD, calibration=calibration)
     except (ValueError, KeyError, ZeroDivisionError):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, Max, OuterRef, Q, QuerySet
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from apps.billing.models import Quota
@@ -38,6 +38,7 @@ from apps.runs.selectors import run_live_eta_s, run_live_measure
 from apps.scheduling import model as core
 from apps.scheduling.estimate import QueueLag, WaitCalibration
 from apps.scheduling.models import EstimateKind, QueueEstimate
+from apps.scheduling.outcomes import calibration_outcomes, calibrations_from, estimate_requeued
 from apps.scheduling.policies import decay_usage
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
 
@@ -471,18 +472,17 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
     """Per pool, how far behind their rank times the runs that waited have lately started.
 
     A sample is a run's first wait: placed within the lag's window, after at least one pass
-    left it waiting (it has an at-submission estimate), and not a requeue (whose rank time is
-    its original one, so its lag would say nothing about today's line). The rank time is the
-    run's fixed deadline, or its submission time in a FIFO pool, as in the core's order.
+    left it waiting (it has an at-submission estimate), and not a requeue (`outcomes.estimate_requeued`:
+    its rank time is its original one, so its lag would say nothing about today's line), as
+    the trace replay samples only first starts. The rank time is the run's fixed deadline, or
+    its submission time in a FIFO pool, as in the core's order.
     """
     lags = {pool: QueueLag() for pool in policies}
     window = timedelta(seconds=max((lag.window_s for lag in lags.values()), default=0.0))
-    earlier = QueueEstimate.objects.filter(run=OuterRef("run"), kind=EstimateKind.AT_SUBMISSION,
-                                           recorded_at__lt=OuterRef("recorded_at"))
     rows = (
         QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - window,
                                      actual_start__lte=now)
-        .exclude(Exists(earlier))
+        .exclude(estimate_requeued())
         .order_by("actual_start", "pk")
         .values_list("run__pool__name", "actual_start", "run__queue_deadline", "run__created_at")
     )
@@ -497,32 +497,11 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
     return lags
 
 
-# How far back `calibrations_load` learns from, and from at most how many outcomes a pool.
-CALIBRATION_WINDOW = timedelta(days=14)
-CALIBRATION_ROWS = 5000
-
-
 def calibrations_load(*, now: datetime, pools: Iterable[str]) -> dict[str, WaitCalibration]:
     """Per pool, the estimator's learned correction (`WaitCalibration`), fed the recent runs whose
     at-submission (or at-requeue) estimate was corrected and that have since started: the class
     of that estimate (the replay's own wait, back in line or new, width) and the wait that
-    followed, oldest first, as the trace replay feeds it."""
-    calibrations = {pool: WaitCalibration() for pool in pools}
-    earlier = QueueEstimate.objects.filter(run=OuterRef("run"), kind=EstimateKind.AT_SUBMISSION,
-                                           recorded_at__lt=OuterRef("recorded_at"))
-    rows = list(
-        QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - CALIBRATION_WINDOW,
-                                     actual_start__lte=now, raw_estimated_start__isnull=False,
-                                     run__pool__name__in=list(calibrations))
-        .annotate(requeued=Exists(earlier))
-        .order_by("-actual_start", "-pk")
-        .values_list("run__pool__name", "recorded_at", "raw_estimated_start", "actual_start", "requeued", "run__nodes",
-                     "run__devices_per_node")[:CALIBRATION_ROWS * max(1, len(calibrations))]
-    )
-    for pool, recorded, raw, started, requeued, nodes, per_node in reversed(rows):
-        if raw is None or started is None:
-            continue
-        estimated_wait = (raw - recorded).total_seconds()
-        key = WaitCalibration.key(estimated_wait=estimated_wait, requeued=bool(requeued), devices=nodes * per_node)
-        calibrations[pool].observe(key, estimated_wait, (started - recorded).total_seconds())
-    return calibrations
+    followed, oldest first, as the trace replay feeds it. A fresh read every call; the passes and
+    the forecast use `outcomes.calibrations_cached`, which gives the same."""
+    names = list(dict.fromkeys(pools))
+    return calibrations_from(calibration_outcomes(now=now, pools=names), pools=names)

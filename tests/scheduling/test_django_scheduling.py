@@ -207,6 +207,8 @@ def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, po
     requeued = make(cast, pool, status=RunStatus.RUNNING, queue_deadline=now - timedelta(days=3))
     QueueEstimate.objects.create(run=requeued, recorded_at=now - timedelta(days=3), kind=EstimateKind.AT_SUBMISSION,
                                  actual_start=now - timedelta(days=2))
+    placed = Attempt.objects.create(run=requeued, number=1)  # its first placement, before it went back in line
+    Attempt.objects.filter(pk=placed.pk).update(created_at=now - timedelta(days=2))
     QueueEstimate.objects.create(run=requeued, recorded_at=now - timedelta(hours=2), kind=EstimateKind.AT_SUBMISSION,
                                  actual_start=now - timedelta(minutes=10))
     lag = lags_load(now=now, policies={"local": Policy()})["local"]
