@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -20,3 +21,17 @@ class SupersededPoint(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} {self.key}@{self.step} ({self.wall_time})"
+
+
+class DeletedRun(models.Model):
+    """A run an MLflow client deleted (runs/delete): MLflow's soft delete, lifecycle_stage
+    "deleted". The run itself stays (Trainyard has no run deletion: its ledger, metrics and audit
+    point at it); runs/search leaves it out unless run_view_type asks, and runs/restore removes
+    this row. Both are in the audit log."""
+
+    run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="+")
+    deleted_at = models.DateTimeField()
+    deleted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} deleted at {self.deleted_at:%Y-%m-%d %H:%M}"

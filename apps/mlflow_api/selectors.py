@@ -10,9 +10,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import Exists, OuterRef, QuerySet
+
 from apps.core.text import is_id
 from apps.mlflow_api.errors import does_not_exist, invalid
-from apps.mlflow_api.models import SupersededPoint
+from apps.mlflow_api.models import DeletedRun, SupersededPoint
 from apps.runs.models import Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
@@ -30,6 +32,9 @@ MLFLOW_STATUS = {
 _FLAG_TEXT = {Flag.NAN.value: NAN_S, Flag.POS_INF.value: POS_INF_S, Flag.NEG_INF.value: NEG_INF_S}
 HISTORY_PAGE_MAX = 25_000
 SEARCH_PAGE_MAX = 1_000
+# runs/search's run_view_type, as the client sends it (the enum's name) or as a number.
+VIEW_TYPES = {"ACTIVE_ONLY": "ACTIVE_ONLY", "1": "ACTIVE_ONLY", "DELETED_ONLY": "DELETED_ONLY", "2": "DELETED_ONLY",
+              "ALL": "ALL", "3": "ALL"}
 _NAME_FILTER = re.compile(r"^\s*(?:attributes?\.)?name\s*=\s*'([^']*)'\s*$", re.IGNORECASE)
 
 
@@ -70,9 +75,18 @@ def experiment_dict(project: Project) -> dict[str, Any]:
             "lifecycle_stage": "active", "creation_time": created, "last_update_time": created, "tags": []}
 
 
+def _is_deleted() -> Exists:
+    return Exists(DeletedRun.objects.filter(run_id=OuterRef("pk")))
+
+
+def _with_stage(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """Runs annotated ``mlflow_deleted`` (deleted through runs/delete), read by run_info_dict."""
+    return runs.annotate(mlflow_deleted=_is_deleted())
+
+
 def run_get(*, user: AnyUser, run_id: Any) -> Run:
     text = str(run_id if run_id is not None else "").strip()
-    run = run_list(user=user).filter(pk=int(text)).first() if is_id(text) else None
+    run = _with_stage(run_list(user=user)).filter(pk=int(text)).first() if is_id(text) else None
     if run is None:
         raise does_not_exist(f"Run with id={text[:40]!r} not found")
     return run
@@ -87,7 +101,12 @@ def run_info_dict(run: Run) -> dict[str, Any]:
     return {"run_id": str(run.pk), "run_uuid": str(run.pk), "run_name": run.name, "experiment_id": str(run.project_id),
             "user_id": user.get_username() if user is not None else "", "status": MLFLOW_STATUS.get(RunStatus(run.status), "RUNNING"),
             "start_time": ms(run.started_at or run.created_at), "end_time": ms(run.finished_at),
-            "artifact_uri": run_artifact_uri(run), "lifecycle_stage": "active"}
+            "artifact_uri": run_artifact_uri(run), "lifecycle_stage": "deleted" if _deleted(run) else "active"}
+
+
+def _deleted(run: Run) -> bool:
+    flag = getattr(run, "mlflow_deleted", None)
+    return bool(flag) if flag is not None else DeletedRun.objects.filter(run_id=run.pk).exists()
 
 
 def metric_value(value: float | None, flag: int) -> float | str:
@@ -114,13 +133,20 @@ def _text(value: Any) -> str:
 
 
 def runs_search(*, user: AnyUser, experiment_ids: Sequence[Any], filter_string: str, max_results: int,
-                offset: int) -> tuple[list[Run], int | None]:
+                offset: int, run_view_type: Any = None) -> tuple[list[Run], int | None]:
+    """A page of the experiments' runs, newest first; deleted ones (runs/delete) only where
+    ``run_view_type`` is DELETED_ONLY or ALL, as in MLflow."""
     if filter_string.strip():
         raise invalid("filter", "run filters are not supported here; search without one and filter the result")
+    view = VIEW_TYPES.get(str(run_view_type if run_view_type not in (None, "") else "ACTIVE_ONLY").upper())
+    if view is None:
+        raise invalid("run_view_type", f"{str(run_view_type)[:40]!r} is not one of ACTIVE_ONLY, DELETED_ONLY, ALL")
     projects = [experiment_get(user=user, experiment_id=e) for e in experiment_ids]
     limit = min(max(1, max_results), SEARCH_PAGE_MAX)
-    runs = list(run_list(user=user).filter(project__in=projects).select_related("submitted_by")
-                .order_by("-created_at", "-id")[offset:offset + limit + 1])
+    found = _with_stage(run_list(user=user).filter(project__in=projects))
+    if view != "ALL":
+        found = found.filter(_is_deleted() if view == "DELETED_ONLY" else ~_is_deleted())
+    runs = list(found.select_related("submitted_by").order_by("-created_at", "-id")[offset:offset + limit + 1])
     more = len(runs) > limit
     return runs[:limit], offset + limit if more else None
 

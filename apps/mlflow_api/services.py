@@ -25,7 +25,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.jobtemplates.models import JobTemplate
 from apps.mlflow_api.errors import MlflowError, invalid
-from apps.mlflow_api.models import SupersededPoint
+from apps.mlflow_api.models import DeletedRun, SupersededPoint
 from apps.nodes.models import NodePool
 from apps.runs.models import Run, RunStatus
 from apps.runs.services.transitions import run_new, run_transition
@@ -115,11 +115,38 @@ def _int(value: Any, field: str) -> int:
     raise invalid(field, "must be an integer")
 
 
-def require_writer(*, user: AnyUser, run: Run) -> None:
+def require_writer(*, user: AnyUser, run: Run, active: bool = True) -> None:
     if not has_role(user=user, team_id=run.project.team_id, at_least=Role.ENGINEER):
         raise MlflowError("PERMISSION_DENIED", "Only engineers of the project's team may log to its runs.")
     if not run.tracked_only:
         raise MlflowError("INVALID_STATE", f"Run {run.pk} was submitted to Trainyard; only runs created through MLflow accept writes here.")
+    if active and DeletedRun.objects.filter(run_id=run.pk).exists():
+        # As MLflow: a deleted run takes no writes until it is restored.
+        raise invalid("run_id", f"run {run.pk} is deleted (lifecycle_stage deleted); restore it (runs/restore) to write to it")
+
+
+def tracked_run_delete(*, user: AnyUser, run: Run) -> Run:
+    """MLflow's runs/delete: a soft delete (lifecycle_stage "deleted"); the run and all it logged
+    stay. Deleting a deleted run changes nothing, as in MLflow."""
+    require_writer(user=user, run=run, active=False)
+    with transaction.atomic():
+        _, created = DeletedRun.objects.get_or_create(run_id=run.pk, defaults={
+            "deleted_at": timezone.now(), "deleted_by": user if user.is_authenticated else None})
+        if created:
+            audit_record(action="run.mlflow_deleted", target=run, team_id=run.project.team_id, actor=user,
+                         before={"lifecycle_stage": "active"}, after={"lifecycle_stage": "deleted", "via": "mlflow"})
+    return run
+
+
+def tracked_run_restore(*, user: AnyUser, run: Run) -> Run:
+    """MLflow's runs/restore: lifecycle_stage back to "active"; restoring an active run changes nothing."""
+    require_writer(user=user, run=run, active=False)
+    with transaction.atomic():
+        removed, _ = DeletedRun.objects.filter(run_id=run.pk).delete()
+        if removed:
+            audit_record(action="run.mlflow_restored", target=run, team_id=run.project.team_id, actor=user,
+                         before={"lifecycle_stage": "deleted"}, after={"lifecycle_stage": "active", "via": "mlflow"})
+    return run
 
 
 def tracked_run_create(*, user: AnyUser, project: Project, start_time: Any = None, run_name: Any = "",

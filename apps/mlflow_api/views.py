@@ -109,6 +109,16 @@ def run_update(user: User, data: dict[str, Any]) -> dict[str, Any]:
     return {"run_info": selectors.run_info_dict(run)}
 
 
+def run_delete(user: User, data: dict[str, Any]) -> dict[str, Any]:
+    services.tracked_run_delete(user=user, run=selectors.run_get(user=user, run_id=_run_id(data)))
+    return {}
+
+
+def run_restore(user: User, data: dict[str, Any]) -> dict[str, Any]:
+    services.tracked_run_restore(user=user, run=selectors.run_get(user=user, run_id=_run_id(data)))
+    return {}
+
+
 def _log(user: User, data: dict[str, Any], batch: services.Batch) -> dict[str, Any]:
     run = selectors.run_get(user=user, run_id=_run_id(data))
     services.run_log(user=user, run=run, batch=batch)
@@ -137,7 +147,7 @@ def runs_search(user: User, data: dict[str, Any]) -> dict[str, Any]:
     ids = data.get("experiment_ids") or []
     runs, more = selectors.runs_search(user=user, experiment_ids=ids if isinstance(ids, list) else [ids],
                                        filter_string=str(data.get("filter") or ""), max_results=_max_results(data, 1000),
-                                       offset=_offset(data.get("page_token")))
+                                       offset=_offset(data.get("page_token")), run_view_type=data.get("run_view_type"))
     out: dict[str, Any] = {"runs": selectors.runs_dicts(runs)}
     if more is not None:
         out["next_page_token"] = str(more)
@@ -173,6 +183,8 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "runs/create": ("POST", run_create),
     "runs/get": ("GET", run_get),
     "runs/update": ("POST", run_update),
+    "runs/delete": ("POST", run_delete),
+    "runs/restore": ("POST", run_restore),
     "runs/log-parameter": ("POST", run_log_param),
     "runs/log-metric": ("POST", run_log_metric),
     "runs/log-batch": ("POST", run_log_batch),

@@ -281,3 +281,47 @@ def test_values_at_one_step_are_all_kept(alice: Mlflow, tracked: dict[str, Any])
     assert sorted(MetricPoint.objects.filter(run_id=run_id, key="acc").values_list("step", "value")) == [(0, 0.7), (1, 0.9)]
     latest = alice.get("runs/get", run_id=run_id).json()["run"]["data"]["metrics"]
     assert latest == [{"key": "acc", "value": 0.9, "timestamp": 5_000, "step": 1}]
+
+
+def test_delete_and_restore_are_soft_audited_and_hide_from_search(cast: Any, alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    digits = [str(cast.digits.pk)]
+
+    def search(**extra: Any) -> list[str]:
+        response = alice.post("runs/search", {"experiment_ids": digits, **extra})
+        assert response.status_code == 200, response.content
+        return [r["info"]["run_id"] for r in response.json()["runs"]]
+
+    assert alice.post("runs/delete", {"run_id": run_id}).json() == {}
+    assert Run.objects.filter(pk=run_id).exists()  # soft: the run and what it logged stay
+    assert alice.get("runs/get", run_id=run_id).json()["run"]["info"]["lifecycle_stage"] == "deleted"
+    assert search() == [] and search(run_view_type="ACTIVE_ONLY") == []
+    assert search(run_view_type="DELETED_ONLY") == [run_id] and search(run_view_type="ALL") == [run_id]
+    found = alice.post("runs/search", {"experiment_ids": digits, "run_view_type": "ALL"}).json()["runs"]
+    assert found[0]["info"]["lifecycle_stage"] == "deleted"
+    error(alice.post("runs/search", {"experiment_ids": digits, "run_view_type": "SOME"}), 400, "INVALID_PARAMETER_VALUE")
+    # A deleted run takes no writes, as in MLflow; deleting it again changes nothing.
+    error(alice.post("runs/log-metric", {"run_id": run_id, "key": "loss", "value": 1, "step": 1}), 400, "INVALID_PARAMETER_VALUE")
+    assert alice.post("runs/delete", {"run_id": run_id}).status_code == 200
+    assert list(AuditEvent.objects.filter(object_id=str(run_id), action__startswith="run.mlflow_").values_list("action", flat=True)) \
+        == ["run.mlflow_deleted"]
+
+    assert alice.post("runs/restore", {"run_id": run_id}).json() == {}
+    assert alice.get("runs/get", run_id=run_id).json()["run"]["info"]["lifecycle_stage"] == "active"
+    assert search() == [run_id] and search(run_view_type="DELETED_ONLY") == []
+    assert alice.post("runs/log-metric", {"run_id": run_id, "key": "loss", "value": 1, "step": 1}).status_code == 200
+    events = AuditEvent.objects.filter(object_id=str(run_id), action__startswith="run.mlflow_").order_by("pk")
+    assert [(e.action, e.after["lifecycle_stage"], e.actor_id) for e in events] == [
+        ("run.mlflow_deleted", "deleted", cast.alice.pk), ("run.mlflow_restored", "active", cast.alice.pk)]
+
+
+def test_another_teams_run_cannot_be_deleted_or_restored(cast: Any, alice: Mlflow, tracked: dict[str, Any]) -> None:
+    run_id = tracked["info"]["run_id"]
+    bob = Mlflow(cast.bob)
+    error(bob.post("runs/delete", {"run_id": run_id}), 404, "RESOURCE_DOES_NOT_EXIST")
+    assert alice.get("runs/get", run_id=run_id).json()["run"]["info"]["lifecycle_stage"] == "active"
+    alice.post("runs/delete", {"run_id": run_id})
+    error(bob.post("runs/restore", {"run_id": run_id}), 404, "RESOURCE_DOES_NOT_EXIST")
+    error(Mlflow(cast.victor).post("runs/restore", {"run_id": run_id}), 403, "PERMISSION_DENIED")  # a viewer
+    assert alice.get("runs/get", run_id=run_id).json()["run"]["info"]["lifecycle_stage"] == "deleted"
+    error(alice.post("runs/delete", {"run_id": "999999"}), 404, "RESOURCE_DOES_NOT_EXIST")
