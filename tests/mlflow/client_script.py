@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import mlflow
-from mlflow.entities import Metric
+from mlflow.entities import Metric, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
@@ -74,12 +74,31 @@ def intrude(args: dict[str, Any]) -> dict[str, Any]:
         "search": _code(lambda: client.search_runs([experiment_id])),
         "create_run": _code(lambda: client.create_run(experiment_id)),
         "end_run": _code(lambda: client.set_terminated(run_id, "KILLED")),
+        "delete_run": _code(lambda: client.delete_run(run_id)),
+        "restore_run": _code(lambda: client.restore_run(run_id)),
         "download": _code(lambda: mlflow.artifacts.download_artifacts(
             artifact_uri=f"mlflow-artifacts:/{experiment_id}/{run_id}/artifacts/plots/{args['artifact_name']}",
             dst_path=tempfile.mkdtemp())),
         "upload": _code(lambda: get_artifact_repository(
             f"mlflow-artifacts:/{experiment_id}/{run_id}/artifacts").log_artifact(f.name, "plots")),
     }
+
+
+def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
+    """Alice deletes a run of her experiment and restores it: what search and get_run say at each step."""
+    client = MlflowClient()
+    experiment_id = mlflow.get_experiment_by_name(args["experiment"]).experiment_id
+    rid = client.create_run(experiment_id, run_name="to-delete").info.run_id
+
+    def seen() -> dict[str, Any]:
+        return {"stage": client.get_run(rid).info.lifecycle_stage,
+                **{view: rid in [r.info.run_id for r in client.search_runs([experiment_id], run_view_type=number)]
+                   for view, number in (("active", ViewType.ACTIVE_ONLY), ("deleted", ViewType.DELETED_ONLY), ("all", ViewType.ALL))}}
+
+    client.delete_run(rid)
+    deleted = {**seen(), "log_metric": _code(lambda: client.log_metric(rid, "loss", 1.0, step=1))}
+    client.restore_run(rid)
+    return {"run_id": rid, "deleted": deleted, "restored": seen()}
 
 
 def seed(args: dict[str, Any]) -> dict[str, Any]:
@@ -125,5 +144,5 @@ def dump(args: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     mode, raw = sys.argv[1], sys.argv[2]
-    result = {"log": log, "intrude": intrude, "seed": seed, "dump": dump}[mode](json.loads(raw))
+    result = {"log": log, "intrude": intrude, "lifecycle": lifecycle, "seed": seed, "dump": dump}[mode](json.loads(raw))
     print(json.dumps(result))

@@ -62,6 +62,17 @@ def test_mlflow_client_logs_into_trainyard_and_tenancy_holds(live_stack: LiveSta
     page = live_stack.browser("alice").open(f"{live_stack.url}/runs/{run_id}/", timeout=60).read().decode()
     assert "stage=acceptance" in page and "0.01" in page and "mlflow-tracked" in page
 
+    # runs/delete and runs/restore: a soft delete, hidden from search unless asked for, audited.
+    life = run_client(mlflow_python, "lifecycle", {"experiment": "vision/digits"}, uri=uri, token=alice, cwd=tmp_path)
+    assert life["deleted"] == {"stage": "deleted", "active": False, "deleted": True, "all": True,
+                               "log_metric": "INVALID_PARAMETER_VALUE"}, life
+    assert life["restored"] == {"stage": "active", "active": True, "deleted": False, "all": True}, life
+    audited = live_stack.manage("shell", "-c", (
+        "from apps.audit.models import AuditEvent\n"
+        f"print('ACTIONS', *AuditEvent.objects.filter(object_id='{life['run_id']}', action__startswith='run.mlflow_')"
+        ".order_by('pk').values_list('action', flat=True))\n"))
+    assert "ACTIONS run.mlflow_deleted run.mlflow_restored" in audited.stdout, audited.stdout
+
     # Bob: the same client cannot see or write alice's experiment, run or artifact.
     refused = run_client(mlflow_python, "intrude", {"experiment": "vision/digits", "experiment_id": got["experiment_id"],
                                                     "run_id": got["run_id"], "artifact_name": "confusion.csv"},
