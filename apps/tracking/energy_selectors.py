@@ -3,9 +3,11 @@ cumulative EnergySample readings. Callers pass runs already scoped to the user."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from django.db.models import Count, Max, Q, Sum
 
 from apps.runs.models import Attempt, EnergySample, Run
 from apps.tracking.display import J_PER_WH, significant_text
@@ -105,28 +107,60 @@ class _Device:
     estimated: bool = False
     utilization: tuple[float, int] = (0.0, 0)  # sum, count
     power: tuple[float, int] = (0.0, 0)
+    last_utilization_at: tuple[Any, int] | None = None  # (at, attempt) of the latest reading that had one
+    last_power_at: tuple[Any, int] | None = None
     last_utilization: float | None = None
     last_power_w: float | None = None
 
 
-def _devices(samples: Sequence[EnergySample]) -> tuple[DeviceEnergy, ...]:
-    found: dict[tuple[int, int], _Device] = {}
-    for s in samples:  # oldest first: the last reading of each attempt wins
-        d = found.setdefault((s.node_id, s.device_index), _Device(node=s.node.hostname, index=s.device_index, last_j={}))
-        d.last_j[s.attempt_id] = s.energy_j
-        d.estimated |= s.estimated
-        if s.utilization is not None:
-            d.utilization = (d.utilization[0] + s.utilization, d.utilization[1] + 1)
-            d.last_utilization = s.utilization
-        if s.power_w is not None:
-            d.power = (d.power[0] + s.power_w, d.power[1] + 1)
-            d.last_power_w = s.power_w
+def _runs_devices(run_ids: Sequence[int]) -> dict[int, tuple[DeviceEnergy, ...]]:
+    """Each run's devices, summed up by the database: a row per attempt and device, whatever the
+    number of samples (a long run's agents leave tens of thousands, which the run page read
+    back one model instance each), then the latest utilization and power readings. Cumulative
+    readings only grow, so an attempt's last reading on a device is its largest."""
+    groups = (EnergySample.objects.filter(attempt__run_id__in=run_ids)
+              .values("attempt__run_id", "attempt_id", "node_id", "node__hostname", "device_index").order_by()
+              .annotate(last_j=Max("energy_j"), estimated=Count("id", filter=Q(estimated=True)),
+                        u_sum=Sum("utilization"), u_count=Count("utilization"), p_sum=Sum("power_w"), p_count=Count("power_w"),
+                        u_at=Max("at", filter=Q(utilization__isnull=False)), p_at=Max("at", filter=Q(power_w__isnull=False))))
+    found: dict[int, dict[tuple[int, int], _Device]] = {}
+    for g in groups:
+        d = found.setdefault(g["attempt__run_id"], {}).setdefault(
+            (g["node_id"], g["device_index"]), _Device(node=g["node__hostname"], index=g["device_index"], last_j={}))
+        d.last_j[g["attempt_id"]] = g["last_j"]
+        d.estimated |= g["estimated"] > 0
+        d.utilization = (d.utilization[0] + (g["u_sum"] or 0.0), d.utilization[1] + g["u_count"])
+        d.power = (d.power[0] + (g["p_sum"] or 0.0), d.power[1] + g["p_count"])
+        # The latest reading wins; at the same moment, the later attempt's.
+        if g["u_at"] is not None and (d.last_utilization_at is None or (g["u_at"], g["attempt_id"]) > d.last_utilization_at):
+            d.last_utilization_at = (g["u_at"], g["attempt_id"])
+        if g["p_at"] is not None and (d.last_power_at is None or (g["p_at"], g["attempt_id"]) > d.last_power_at):
+            d.last_power_at = (g["p_at"], g["attempt_id"])
+    wanted = Q(pk__in=[])
+    for devices in found.values():
+        for (node_id, index), d in devices.items():
+            for latest in (d.last_utilization_at, d.last_power_at):
+                if latest is not None:
+                    wanted |= Q(attempt_id=latest[1], node_id=node_id, device_index=index, at=latest[0])
+    if found:
+        latest_rows = EnergySample.objects.filter(wanted).values_list("attempt_id", "node_id", "device_index", "at", "utilization",
+                                                                      "power_w")
+        for attempt_id, node_id, index, at, utilization, power_w in latest_rows:
+            for d in (devices[(node_id, index)] for devices in found.values() if (node_id, index) in devices):
+                if d.last_utilization_at == (at, attempt_id):
+                    d.last_utilization = utilization
+                if d.last_power_at == (at, attempt_id):
+                    d.last_power_w = power_w
+    return {run_id: _device_rows(devices.values()) for run_id, devices in found.items()}
+
+
+def _device_rows(devices: Iterable[_Device]) -> tuple[DeviceEnergy, ...]:
     rows = [
         DeviceEnergy(node=d.node, device_index=d.index, energy_j=sum(d.last_j.values()), estimated=d.estimated,
                      mean_utilization=d.utilization[0] / d.utilization[1] if d.utilization[1] else None,
                      last_utilization=d.last_utilization,
                      mean_power_w=d.power[0] / d.power[1] if d.power[1] else None, last_power_w=d.last_power_w)
-        for d in found.values()
+        for d in devices
     ]
     return tuple(sorted(rows, key=lambda r: (r.node, r.device_index)))
 
@@ -157,13 +191,10 @@ def _tokens_seen(runs: Sequence[Run]) -> dict[int, float]:
 
 
 def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
-    """Each run's energy figures, in three queries whatever the number of runs. A run with no
+    """Each run's energy figures, in five queries whatever the number of runs and samples. A run with no
     samples (demo history, imports) keeps the total its attempts recorded, with no devices."""
     ids = [r.pk for r in runs]
-    samples = list(EnergySample.objects.filter(attempt__run_id__in=ids).select_related("node", "attempt").order_by("at", "id"))
-    per_run: dict[int, list[EnergySample]] = {}
-    for s in samples:
-        per_run.setdefault(s.attempt.run_id, []).append(s)
+    per_run = _runs_devices(ids)
     recorded: dict[int, float] = {}
     for run_id, joules in Attempt.objects.filter(run_id__in=ids).values_list("run_id", "energy_j"):
         recorded[run_id] = recorded.get(run_id, 0.0) + (joules or 0.0)
@@ -171,7 +202,7 @@ def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
     tokens = _tokens_seen(runs)
     out = {}
     for run in runs:
-        devices = _devices(per_run.get(run.pk, []))
+        devices = per_run.get(run.pk, ())
         total = sum(d.energy_j for d in devices) if devices else float(run.energy_j or recorded.get(run.pk, 0.0))
         samples_count, source = seen.get(run.pk, (None, ""))
         out[run.pk] = RunEnergyFigures(energy_j=total, estimated=bool(run.energy_estimated) or any(d.estimated for d in devices),
