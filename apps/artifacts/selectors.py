@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import IO
 
+from django.core.cache import cache
 from django.db.models import QuerySet
 
 from apps.artifacts.models import Artifact
@@ -53,8 +54,17 @@ def artifact_kind(*, artifact: Artifact) -> str:
     return "file"
 
 
+# A stored artifact is never changed in place (a replacement has its own sha256), so its preview
+# is kept: the run page showed up to PANEL_MAX_TABLES of them, each an object-store read, on every view.
+PREVIEW_CACHE_S = 24 * 3600
+
+
 def artifact_preview(*, artifact: Artifact) -> Table:
     """A table of a CSV or JSON artifact's head, within apps.artifacts.previews' limits."""
+    key = f"artifact-preview:v1:{artifact.pk}:{artifact.sha256}:{artifact_kind(artifact=artifact)}"
+    cached = cache.get(key)
+    if isinstance(cached, Table):
+        return cached
     try:
         body = artifact_open(artifact=artifact)
     except ObjectMissing:
@@ -65,4 +75,6 @@ def artifact_preview(*, artifact: Artifact) -> Table:
         body.close()
     truncated = len(data) > PREVIEW_BYTES
     data = data[:PREVIEW_BYTES]
-    return json_table(data, truncated=truncated) if artifact_kind(artifact=artifact) == "json" else csv_table(data, truncated=truncated)
+    table = json_table(data, truncated=truncated) if artifact_kind(artifact=artifact) == "json" else csv_table(data, truncated=truncated)
+    cache.set(key, table, PREVIEW_CACHE_S)
+    return table

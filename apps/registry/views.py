@@ -163,8 +163,9 @@ def finance_model_costs_panel(request: HttpRequest) -> dict[str, Any] | None:
 def run_register_panel(request: HttpRequest, run: Run) -> dict[str, Any] | None:
     """"Register checkpoint as a model version" on the run page (registered in RUN_PANELS): shown
     when the run has a checkpoint or an artifact, with the versions already made from it."""
-    checkpoints = list(run.checkpoints.filter(deleted_at__isnull=True).order_by("-step")[:50])
-    artifacts = list(artifact_list(run=run)[:50])
+    # Only what the form's options show: not each checkpoint's metrics nor each artifact's metadata.
+    checkpoints = list(run.checkpoints.filter(deleted_at__isnull=True).order_by("-step").only("pk", "run", "step", "sha256")[:50])
+    artifacts = list(artifact_list(run=run).only("pk", "name")[:50])
     registered = list(ModelVersion.objects.filter(source_run=run).select_related("model"))
     if not checkpoints and not artifacts and not registered:
         return None
