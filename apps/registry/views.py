@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
@@ -16,7 +17,7 @@ from apps.artifacts.selectors import artifact_list
 from apps.core.errors import FieldError, ServiceError
 from apps.registry import selectors, services
 from apps.registry.models import ModelVersion, RegisteredModel, Stage
-from apps.runs.models import Run
+from apps.runs.models import Checkpoint, Run
 from apps.tenants.models import Project
 from apps.tenants.selectors import has_role, project_list
 
@@ -163,12 +164,18 @@ def finance_model_costs_panel(request: HttpRequest) -> dict[str, Any] | None:
 def run_register_panel(request: HttpRequest, run: Run) -> dict[str, Any] | None:
     """"Register checkpoint as a model version" on the run page (registered in RUN_PANELS): shown
     when the run has a checkpoint or an artifact, with the versions already made from it."""
-    # Only what the form's options show: not each checkpoint's metrics nor each artifact's metadata.
-    checkpoints = list(run.checkpoints.filter(deleted_at__isnull=True).order_by("-step").only("pk", "run", "step", "sha256")[:50])
-    artifacts = list(artifact_list(run=run).only("pk", "name")[:50])
-    registered = list(ModelVersion.objects.filter(source_run=run).select_related("model"))
-    if not checkpoints and not artifacts and not registered:
+    # Most runs have none of the three: one query says so, rather than one per list.
+    found = Run.objects.filter(pk=run.pk).annotate(
+        c=Exists(Checkpoint.objects.filter(run=OuterRef("pk"), deleted_at__isnull=True)),
+        a=Exists(artifact_list(run=run).filter(run=OuterRef("pk"))),
+        v=Exists(ModelVersion.objects.filter(source_run=OuterRef("pk")))).values_list("c", "a", "v").first()
+    if found is None or not any(found):
         return None
+    # Only what the form's options show: not each checkpoint's metrics nor each artifact's metadata.
+    checkpoints = (list(run.checkpoints.filter(deleted_at__isnull=True).order_by("-step").only("pk", "run", "step", "sha256")[:50])
+                   if found[0] else [])
+    artifacts = list(artifact_list(run=run).only("pk", "name")[:50]) if found[1] else []
+    registered = list(ModelVersion.objects.filter(source_run=run).select_related("model")) if found[2] else []
     models = list(selectors.model_list(user=request.user).filter(project_id=run.project_id))
     can_edit = has_role(user=request.user, team_id=run.project.team_id, at_least="engineer")
     return {"template": "registry/_run_panel.html",

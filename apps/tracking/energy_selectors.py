@@ -165,13 +165,18 @@ def _device_rows(devices: Iterable[_Device]) -> tuple[DeviceEnergy, ...]:
     return tuple(sorted(rows, key=lambda r: (r.node, r.device_index)))
 
 
-def _samples_seen(runs: Sequence[Run]) -> dict[int, tuple[float, str]]:
-    """Training samples each run's job says it has seen, and from what; runs that do not say are left out."""
+def _logged(runs: Sequence[Run]) -> dict[int, dict[str, float | None]]:
+    """The last values of the metrics the figures read (samples, throughput, tokens), in one query."""
     logged: dict[int, dict[str, float | None]] = {}
     for run_id, key, value in MetricSummary.objects.filter(
-        run_id__in=[r.pk for r in runs], key__in=[SAMPLES_KEY, THROUGHPUT_KEY]
+        run_id__in=[r.pk for r in runs], key__in=[SAMPLES_KEY, THROUGHPUT_KEY, TOKENS_KEY]
     ).values_list("run_id", "key", "last_value"):
         logged.setdefault(run_id, {})[key] = value
+    return logged
+
+
+def _samples_seen(runs: Sequence[Run], logged: dict[int, dict[str, float | None]]) -> dict[int, tuple[float, str]]:
+    """Training samples each run's job says it has seen, and from what; runs that do not say are left out."""
     out: dict[int, tuple[float, str]] = {}
     for run in runs:
         keys = logged.get(run.pk, {})
@@ -184,22 +189,23 @@ def _samples_seen(runs: Sequence[Run]) -> dict[int, tuple[float, str]]:
     return out
 
 
-def _tokens_seen(runs: Sequence[Run]) -> dict[int, float]:
+def _tokens_seen(logged: dict[int, dict[str, float | None]]) -> dict[int, float]:
     """The last cumulative ``tokens`` metric of each run that logs one."""
-    rows = MetricSummary.objects.filter(run_id__in=[r.pk for r in runs], key=TOKENS_KEY).values_list("run_id", "last_value")
-    return {run_id: float(value) for run_id, value in rows if value is not None and value > 0}
+    values = ((run_id, keys.get(TOKENS_KEY)) for run_id, keys in logged.items())
+    return {run_id: float(value) for run_id, value in values if value is not None and value > 0}
 
 
 def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
-    """Each run's energy figures, in five queries whatever the number of runs and samples. A run with no
+    """Each run's energy figures, in four queries whatever the number of runs and samples. A run with no
     samples (demo history, imports) keeps the total its attempts recorded, with no devices."""
     ids = [r.pk for r in runs]
     per_run = _runs_devices(ids)
     recorded: dict[int, float] = {}
     for run_id, joules in Attempt.objects.filter(run_id__in=ids).values_list("run_id", "energy_j"):
         recorded[run_id] = recorded.get(run_id, 0.0) + (joules or 0.0)
-    seen = _samples_seen(runs)
-    tokens = _tokens_seen(runs)
+    logged = _logged(runs)
+    seen = _samples_seen(runs, logged)
+    tokens = _tokens_seen(logged)
     out = {}
     for run in runs:
         devices = per_run.get(run.pk, ())
