@@ -195,14 +195,27 @@ def _tokens_seen(logged: dict[int, dict[str, float | None]]) -> dict[int, float]
     return {run_id: float(value) for run_id, value in values if value is not None and value > 0}
 
 
-def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
-    """Each run's energy figures, in four queries whatever the number of runs and samples. A run with no
-    samples (demo history, imports) keeps the total its attempts recorded, with no devices."""
-    ids = [r.pk for r in runs]
-    per_run = _runs_devices(ids)
+def _recorded(runs: Sequence[Run]) -> dict[int, float]:
+    """The energy each run's attempts recorded, from the attempts the caller read already where it did."""
     recorded: dict[int, float] = {}
-    for run_id, joules in Attempt.objects.filter(run_id__in=ids).values_list("run_id", "energy_j"):
+    unread = []
+    for run in runs:
+        attempts = getattr(run, "_prefetched_objects_cache", {}).get("attempts")
+        if attempts is None:
+            unread.append(run.pk)
+        else:
+            recorded[run.pk] = sum(a.energy_j or 0.0 for a in attempts)
+    for run_id, joules in Attempt.objects.filter(run_id__in=unread).values_list("run_id", "energy_j") if unread else ():
         recorded[run_id] = recorded.get(run_id, 0.0) + (joules or 0.0)
+    return recorded
+
+
+def runs_energy(*, runs: Sequence[Run], sampled: bool = True) -> dict[int, RunEnergyFigures]:
+    """Each run's energy figures, in four queries whatever the number of runs and samples. A run with no
+    samples (demo history, imports) keeps the total its attempts recorded, with no devices.
+    sampled=False: the caller knows the runs have no samples, which are then not looked for."""
+    per_run = _runs_devices([r.pk for r in runs]) if sampled else {}
+    recorded = _recorded(runs)
     logged = _logged(runs)
     seen = _samples_seen(runs, logged)
     tokens = _tokens_seen(logged)
@@ -217,5 +230,5 @@ def runs_energy(*, runs: Sequence[Run]) -> dict[int, RunEnergyFigures]:
     return out
 
 
-def run_energy_figures(*, run: Run) -> RunEnergyFigures:
-    return runs_energy(runs=[run])[run.pk]
+def run_energy_figures(*, run: Run, sampled: bool = True) -> RunEnergyFigures:
+    return runs_energy(runs=[run], sampled=sampled)[run.pk]

@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import connection
-from django.db.models import Count, Max, Min, QuerySet
+from django.db.models import Count, Exists, Max, Min, OuterRef, QuerySet
 from django.utils import timezone
 
 from apps.runs import selectors as run_selectors
@@ -24,7 +24,7 @@ from apps.tracking.display import energy_text, energy_unit, run_label, value_tex
 from apps.tracking.downsample import Bucket, decode, downsample, encode, extremes, point_bucket
 from apps.tracking.energy_selectors import runs_energy
 from apps.tracking.environment_selectors import environment_compare
-from apps.tracking.models import LEVELS, Flag, MetricPoint, MetricSummary
+from apps.tracking.models import LEVELS, AttemptEnvironment, Flag, MetricPoint, MetricSummary
 from apps.tracking.sweeps import sweep_best_trial, sweep_objective
 
 R = TypeVar("R")
@@ -406,17 +406,41 @@ def run_compare(*, runs: Sequence[Run], keys: Sequence[str] | None, q: SeriesQue
 
 # --- checkpoints, logs, energy, progress ---------------------------------------------------------
 
-def checkpoint_overview(*, run: Run, with_deleted: bool = False) -> dict[str, Any]:
+class RunRecords(NamedTuple):
+    """Which of the run page's cards have anything to read."""
+
+    environments: bool
+    energy_samples: bool
+    checkpoints: bool
+    log_notes: bool
+
+
+def run_records(*, run: Run) -> RunRecords:
+    """One query for what a run has on record: most running runs have no environment, energy
+    sample, checkpoint or agent note yet, and their page then reads none of those tables again
+    (a query each, then a card each added to every view of every run page)."""
+    found = Run.objects.filter(pk=run.pk).annotate(
+        e=Exists(AttemptEnvironment.objects.filter(attempt__run_id=OuterRef("pk"))),
+        s=Exists(EnergySample.objects.filter(attempt__run_id=OuterRef("pk"))),
+        c=Exists(Checkpoint.objects.filter(run_id=OuterRef("pk"))),
+        n=Exists(LogChunk.objects.filter(run_id=OuterRef("pk"), stream="agent"))).values_list("e", "s", "c", "n").first()
+    return RunRecords(*found) if found is not None else RunRecords(False, False, False, False)
+
+
+def checkpoint_overview(*, run: Run, with_deleted: bool = False, recorded: bool = True) -> dict[str, Any]:
     """The run page's checkpoints: the kept ones as rows, and those retention deleted as how many
     and from which step to which, their rows only `with_deleted` (someone unfolded them). A long
-    run keeps a few of its hundreds: listed whole, they made its page 16,000 px tall."""
+    run keeps a few of its hundreds: listed whole, they made its page 16,000 px tall.
+    recorded=False: the caller knows the run has none (run_records), and none is looked for."""
     ordered = Checkpoint.objects.filter(run=run).select_related("attempt").order_by("step", "id")
-    deleted = Checkpoint.objects.filter(run=run, deleted_at__isnull=False).aggregate(
-        count=Count("id"), first_step=Min("step"), last_step=Max("step"))
+    deleted: dict[str, Any] = {"count": 0, "first_step": None, "last_step": None}
+    if recorded:
+        deleted = Checkpoint.objects.filter(run=run, deleted_at__isnull=False).aggregate(
+            count=Count("id"), first_step=Min("step"), last_step=Max("step"))
     rows = None
     if with_deleted and deleted["count"]:
         rows = checkpoint_rows(run=run, checkpoints=ordered.filter(deleted_at__isnull=False))
-    kept_ckpts = list(ordered.filter(deleted_at__isnull=True))
+    kept_ckpts = list(ordered.filter(deleted_at__isnull=True)) if recorded else []
     kept = checkpoint_rows(run=run, checkpoints=kept_ckpts)
     retention = checkpoint_retention(run.checkpoint_policy)
     best = checkpoint_best_id(run=run, kept=[(c.pk, c.metrics) for c in kept_ckpts])

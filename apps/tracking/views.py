@@ -248,8 +248,9 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
     events, older_events = run_history(run=run, attempts=history)
     lineage = selectors.run_lineage(run=run, attempt=history[-1] if history else None)
     sweep = selectors.sweep_trials(parent=run, runs=visible) if run.template.kind == TemplateKind.SWEEP else None
-    environments = environment_selectors.run_environments(run=run)
-    energy = None if sweep is not None else run_energy_figures(run=run)
+    records = selectors.run_records(run=run)
+    environments = environment_selectors.run_environments(run=run) if records.environments else []
+    energy = None if sweep is not None else run_energy_figures(run=run, sampled=records.energy_samples)
     return render(request, "tracking/run_detail.html", {
         "annotate_draft": annotate_draft_take(request, run_id=run.pk),
         "energy": energy, "energy_text": energy.as_dict() if energy is not None else None,
@@ -257,8 +258,8 @@ def run_detail_page(request: HttpRequest, pk: int) -> HttpResponse:
         "run": run, "progress": selectors.run_progress(run=run), "events": events, "older_events": older_events,
         "lineage": lineage, "reported": _value_rows(lineage["reported"]), "params": _value_rows(run.params),
         "attempt_rows": attempt_rows, "sweep": sweep, "summary": _run_summary(run, sweep),
-        "checkpoints": None if sweep is not None else _checkpoint_card(run),
-        "log_notes": [] if sweep is not None else selectors.log_notes(run=run),
+        "checkpoints": None if sweep is not None else _checkpoint_card(run, recorded=records.checkpoints),
+        "log_notes": selectors.log_notes(run=run) if sweep is None and records.log_notes else [],
         "run_panels": run_panels(request, run),
         "starting": startup_selectors.run_starting(run=run, attempt=history[-1]) if history and sweep is None else None,
         "page_data": {"run": run.pk, "finished": run.is_finished, "sweep": sweep is not None,
@@ -289,8 +290,8 @@ def _checkpoints_fragment(request: HttpRequest, run: Run) -> HttpResponse:
     return revalidated(request, render(request, "tracking/_checkpoints.html", {"run": run, "checkpoints": card}))
 
 
-def _checkpoint_card(run: Run, *, with_deleted: bool = False) -> dict[str, Any]:
-    overview = selectors.checkpoint_overview(run=run, with_deleted=with_deleted)
+def _checkpoint_card(run: Run, *, with_deleted: bool = False, recorded: bool = True) -> dict[str, Any]:
+    overview = selectors.checkpoint_overview(run=run, with_deleted=with_deleted, recorded=recorded)
     deleted = overview["deleted"]
     retention = overview["retention"]
     kept = [_checkpoint_row(c) for c in overview["kept"]]

@@ -20,9 +20,9 @@ from tests.runs.run_page_world import full_run
 
 pytestmark = pytest.mark.django_db
 
-# Session and user (2), the run with its attempts and assignments (3), history, environments,
-# energy (4), checkpoints card (2), log notes, artifacts card, registry card (6), start-up,
-# navigation and the page's role checks (5): 26, with room for one card more.
+# Session and user (2), the run with its attempts and assignments (3), what it has on record (1),
+# history, environments (2), energy (3), checkpoints card (2), log notes, artifacts card,
+# register card (6), start-up, navigation and the page's role checks (5): 26, with room for one more.
 MAX_QUERIES = 27
 CARDS = ('id="lineage"', 'id="environment-rows"', 'class="package-set"', 'id="checkpoint-rows"', 'id="deleted-checkpoints"',
          'id="run-artifacts"', 'class="artifact-table"', 'id="register-model-version"', 'id="reg-source"', 'id="log-notes"',
@@ -78,3 +78,28 @@ def test_device_energy_figures_are_the_samples(cast: Any, settings: Any, tmp_pat
     assert device.mean_utilization == pytest.approx(sum(s.utilization or 0 for s in samples) / len(samples))
     assert device.mean_power_w == pytest.approx(sum(s.power_w or 0 for s in samples) / len(samples))
     assert (device.last_utilization, device.last_power_w) == (0.5, 100.0)
+
+
+# The same page of a run with nothing on record yet (most running runs, and all of bench/load.py's):
+# one query says so, and the cards that would list records read nothing more.
+MAX_QUERIES_BARE = 15
+
+
+def test_a_run_with_nothing_on_record_reads_no_card_tables(cast: Any) -> None:
+    from django.utils import timezone
+
+    from apps.jobtemplates.models import JobTemplate
+    from apps.runs.models import Attempt
+    from tests.runs.factories import local_pool
+
+    template = JobTemplate.objects.create(slug="bare", version=1, title="Bare", kind="train", entrypoint="true")
+    now = timezone.now()
+    run = Run.objects.create(project=cast.digits, template=template, pool=local_pool(), entrypoint="true", status="running",
+                             started_at=now, name="bare")
+    Attempt.objects.create(run=run, number=1, status="running", started_at=now)
+    client = Client()
+    client.force_login(cast.alice)
+    count, page = _page(client, run)
+    assert 'id="environment-none"' in page and 'id="checkpoints"' in page and 'id="energy-panel"' in page
+    assert 'id="run-artifacts"' not in page and 'id="register-model-version"' not in page
+    assert count <= MAX_QUERIES_BARE, f"the page of a run with nothing on record made {count} queries (at most {MAX_QUERIES_BARE})"
