@@ -125,6 +125,15 @@ class WaitCalibration:
         width = 0 if devices <= 1 else 1 if devices <= 8 else 2
         return requeued, wait_bin, width
 
+    @classmethod
+    def job_key(cls, job: QueuedJob, *, estimated_wait: float) -> CalibrationKey:
+        """`key` of a queued job's estimate, where the correction learns it (the trace replay) and
+        where it applies it: back in line when an attempt of the job was placed before
+        (`QueuedJob.placed_before`), whether or not that attempt ran, as the portal files its
+        estimate rows (`outcomes.estimate_requeued`). A job with attained service was placed."""
+        requeued = job.placed_before or job.attained_s > 0
+        return cls.key(estimated_wait=estimated_wait, requeued=requeued, devices=job.devices)
+
     def observe(self, key: CalibrationKey, estimated_wait: float, wait: float) -> None:
         """A run whose estimate was of class `key` (and said `estimated_wait`) started after `wait`."""
         self._outcomes[key].append((max(0.0, estimated_wait), max(0.0, wait)))
@@ -479,6 +488,7 @@ class _Replay:
             predicted_runtime=max(0.0, victim.predicted_end - now),
             preemptible=victim.preemptible,
             attained_s=victim.service(now),
+            placed_before=True,
             memory_per_device=victim.memory_per_device,
             cpus_per_device=victim.cpus_per_device,
         )
@@ -716,7 +726,7 @@ def queue_estimates(
         pool_calibration = None if job is None else _calibration_of(calibration, job.pool)
         if start is not None and job is not None and pool_calibration is not None:
             raw = start
-            key = WaitCalibration.key(estimated_wait=start - now, requeued=job.attained_s > 0, devices=job.devices)
+            key = WaitCalibration.job_key(job, estimated_wait=start - now)
             start = now + pool_calibration.adjust(key, start - now)
             lo = start if lo is None else min(lo, start)
             hi = None if hi is None else max(hi, start)

@@ -194,6 +194,10 @@ class QueuedJob:
     # starvation guard (`Policy.starve_factor`). None: it never ran.
     requeued_at: float | None = None
     last_run_s: float = 0.0
+    # An attempt of it was placed before, whether or not it ran (a start that failed, a node lost
+    # before the start): it is back in line, and its estimates are a requeue's
+    # (`estimate.WaitCalibration.job_key`, as the portal files its estimate rows).
+    placed_before: bool = False
     # Nodes suspected of an infrastructure failure of this run: not used while others can host it.
     avoid_nodes: frozenset[str] = frozenset()
     # Memory (bytes) and CPU cores it asks per device, on top of the device; 0: no such request.
@@ -321,6 +325,10 @@ class Policy:
     # the same few. 0: work lost only (the default: with the cap, more runs reach it, and Jain's
     # index fell from 0.35 to 0.22 on the trace replay).
     victim_preemption_cost_s: float = 0.0
+    # With the cap (`max_preemptions`), a run that reached it (it will not be stopped again) starts
+    # on the nodes already holding such runs where it fits there, and best fit elsewhere only when
+    # it does not: immovable runs share few nodes, and whole nodes stay clearable for wide gangs.
+    pack_capped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

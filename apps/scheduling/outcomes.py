@@ -5,7 +5,9 @@ One definition of a requeue serves the queue page's accuracy tally, the lag of r
 waits (`snapshot.lags_load`) and the learned correction, as in the trace replay
 (`simulate.Replay`): an at-submission estimate is a requeue's when an attempt of its run had
 been placed before it was recorded. A run placed at once on submit has no estimate then, so
-"the run had an earlier estimate" would miss it when it is preempted later.
+"the run had an earlier estimate" would miss it when it is preempted later. A pass applying the
+correction classes a waiting run the same way (`snapshot.placed_before`, `QueuedJob.placed_before`):
+placed before, whether or not that attempt ever ran.
 
 The correction reads up to `CALIBRATION_ROWS` outcomes a pool, on every pass and every forecast
 of the submit form; `calibrations_cached` keeps what one read found in the shared cache, so the

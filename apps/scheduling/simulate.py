@@ -455,6 +455,7 @@ class Replay:
             preemptions=len(self.attempts.get(job.id, ())),
             requeued_at=self.requeued[job.id][0] if job.id in self.requeued else None,
             last_run_s=self.requeued[job.id][1] if job.id in self.requeued else 0.0,
+            placed_before=job.id in self.requeued,
         )
         self.queued_by_type[job.job_type][job.id] = None
         if service(self.attained.get(job.id, 0.0), job.gpus, self.policy) < demotion_threshold(self.policy):
@@ -739,7 +740,7 @@ class Replay:
             raw = result[job_id].raw_start
             queued = self.queued.get(job_id)
             if raw is not None and queued is not None:
-                key = WaitCalibration.key(estimated_wait=raw - now, requeued=queued.attained_s > 0, devices=queued.devices)
+                key = WaitCalibration.job_key(queued, estimated_wait=raw - now)
                 self.calibrating[job_id] = (key, raw - now, now)
         for back in self.requeued_now:
             if back.estimate is None:

@@ -306,18 +306,28 @@ def preemption_history(*, run_ids: Iterable[int]) -> dict[int, tuple[int, float,
     return out
 
 
+def placed_before(*, run_ids: Iterable[int], now: datetime) -> set[int]:
+    """The runs an attempt of which was placed before `now`, whether or not it ran (a start that
+    failed, a node lost before the start): back in line, as `outcomes.estimate_requeued` files
+    the estimate rows a pass at `now` records for them."""
+    return set(Attempt.objects.filter(run_id__in=list(run_ids), created_at__lt=now).order_by()
+               .values_list("run_id", flat=True).distinct())
+
+
 def _with_history(
-    running: list[core.RunningJob], queued: list[core.QueuedJob],
+    running: list[core.RunningJob], queued: list[core.QueuedJob], *, now: datetime,
 ) -> tuple[list[core.RunningJob], list[core.QueuedJob]]:
-    """The jobs with their preemption counts, and the queued ones with their last requeue."""
+    """The jobs with their preemption counts, and the queued ones with their last requeue and
+    whether they were placed before (the learned correction's "back in line")."""
     history = preemption_history(run_ids=[int(j.id) for j in running] + [int(j.id) for j in queued])
     running = [dataclasses.replace(r, preemptions=history[int(r.id)][0]) if int(r.id) in history else r for r in running]
+    placed = placed_before(run_ids=[int(j.id) for j in queued], now=now) if queued else set()
     queued = [
         dataclasses.replace(j, preemptions=history[int(j.id)][0], requeued_at=history[int(j.id)][1],
                             last_run_s=history[int(j.id)][2]) if int(j.id) in history else j
         for j in queued
     ]
-    return running, queued
+    return running, [dataclasses.replace(j, placed_before=True) if int(j.id) in placed else j for j in queued]
 
 
 def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
@@ -328,7 +338,7 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     running, running_jobs, attained = _running_load(now=now, predictor=predictor, alloc=fleet.alloc)
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
     predictions, jobs = _queued_jobs(queued, now=now, predictor=predictor, attained=attained)
-    running_jobs, jobs = _with_history(running_jobs, jobs)
+    running_jobs, jobs = _with_history(running_jobs, jobs, now=now)
     quotas = tuple(
         core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
         for q in Quota.objects.select_related("team", "pool").order_by("pk")

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from apps.billing.models import Quota
 from apps.nodes.models import NodePool
-from apps.runs.models import Attempt, Run, RunStatus
+from apps.runs.models import Attempt, AttemptStatus, Run, RunStatus
 from apps.scheduling import outcomes
 from apps.scheduling.estimate import WaitCalibration
 from apps.scheduling.model import Policy
@@ -169,3 +169,49 @@ def test_forecasts_reuse_the_correction_until_a_run_starts_or_it_expires(cast: A
     assert forecast() == 1
     time.sleep(0.6)
     assert forecast() == 1
+
+
+def _learned_back_in_line(run: Run, *, now: datetime, wait: timedelta) -> None:
+    """Twenty outcomes in every class of "back in line" estimates of a one-device run: whatever
+    the estimate said, the run restarted after `wait` (all rows of one run placed long before)."""
+    rows = []
+    for wait_bin in range(-1, 17):
+        estimated = 30.0 if wait_bin < 0 else 60.0 * 2 ** (wait_bin - 1)
+        for i in range(20):
+            at = now - timedelta(days=2, minutes=wait_bin * 20 + i) - wait
+            rows.append(QueueEstimate(run=run, recorded_at=at, kind=EstimateKind.AT_SUBMISSION,
+                                      estimated_start=at + timedelta(seconds=estimated),
+                                      raw_estimated_start=at + timedelta(seconds=estimated), actual_start=at + wait))
+    QueueEstimate.objects.bulk_create(rows)
+
+
+def test_a_run_placed_but_never_started_is_corrected_as_back_in_line(cast: Any, pool: NodePool) -> None:
+    # Learning files a run placed before its estimate as back in line (`estimate_requeued`),
+    # whether or not that attempt ran; the pass applying the correction must class it the same.
+    now = timezone.now()
+    history = make(cast, pool, status=RunStatus.SUCCEEDED)
+    placed = Attempt.objects.create(run=history, number=1, status=AttemptStatus.SUCCEEDED)
+    Attempt.objects.filter(pk=placed.pk).update(created_at=now - timedelta(days=10))
+    _learned_back_in_line(history, now=now, wait=timedelta(hours=10))
+    register(pool, "n1")
+    blocker = make(cast, pool)
+    assert scheduling_pass().placed == [blocker.pk]
+    start(blocker)
+    # Placed once, its node lost before the job started: back in line with no service attained.
+    unstarted = make(cast, pool)
+    attempt = Attempt.objects.create(run=unstarted, number=1, status=AttemptStatus.LOST, ended_at=now - timedelta(minutes=5))
+    Attempt.objects.filter(pk=attempt.pk).update(created_at=now - timedelta(minutes=6))
+    new = make(cast, pool)
+    assert scheduling_pass().placed == []
+
+    rows = {row.run_id: row for row in QueueEstimate.objects.filter(run__in=[unstarted, new])
+            .annotate(requeued=estimate_requeued())}
+    assert rows[unstarted.pk].requeued and not rows[new.pk].requeued  # as learning files them
+    back = rows[unstarted.pk]
+    assert back.raw_estimated_start is not None and back.estimated_start is not None
+    corrected = (back.estimated_start - back.recorded_at).total_seconds()
+    assert abs(corrected - 10 * HOUR) <= 0.25 * 10 * HOUR
+    assert back.raw_estimated_start != back.estimated_start
+    # A new run's class learned nothing: its estimate is the replay's own.
+    assert rows[new.pk].raw_estimated_start is not None
+    assert rows[new.pk].estimated_start == rows[new.pk].raw_estimated_start
