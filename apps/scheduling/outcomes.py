@@ -49,23 +49,29 @@ Outcome = tuple[str, CalibrationKey, float, float, float]
 
 def calibration_outcomes(*, now: datetime, pools: Iterable[str]) -> list[Outcome]:
     """The recent runs whose at-submission (or at-requeue) estimate was corrected and that have
-    since started, oldest first, as the trace replay feeds them to the correction."""
-    names = sorted(set(pools))
-    rows = list(
-        QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - CALIBRATION_WINDOW,
-                                     actual_start__lte=now, raw_estimated_start__isnull=False, run__pool__name__in=names)
-        .annotate(requeued=estimate_requeued())
-        .order_by("-actual_start", "-pk")
-        .values_list("run__pool__name", "recorded_at", "raw_estimated_start", "actual_start", "requeued", "run__nodes",
-                     "run__devices_per_node")[:CALIBRATION_ROWS * max(1, len(names))]
-    )
+    since started, pool by pool, each pool's oldest first, as the trace replay feeds them to the
+    correction: the newest `CALIBRATION_ROWS` of each pool, so a busy pool never pushes a quiet
+    pool's outcomes out.
+
+    One query a pool, each stopping at its own `CALIBRATION_ROWS`, newest first: a window
+    function ranking each pool's rows would rank every row of the window (and test each for a
+    requeue) before keeping the newest."""
     outcomes: list[Outcome] = []
-    for pool, recorded, raw, started, requeued, nodes, per_node in reversed(rows):
-        if raw is None or started is None:
-            continue
-        estimated_wait = (raw - recorded).total_seconds()
-        key = WaitCalibration.key(estimated_wait=estimated_wait, requeued=bool(requeued), devices=nodes * per_node)
-        outcomes.append((pool, key, estimated_wait, (started - recorded).total_seconds(), started.timestamp()))
+    for name in sorted(set(pools)):
+        rows = list(
+            QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - CALIBRATION_WINDOW,
+                                         actual_start__lte=now, raw_estimated_start__isnull=False, run__pool__name=name)
+            .annotate(requeued=estimate_requeued())
+            .order_by("-actual_start", "-pk")
+            .values_list("recorded_at", "raw_estimated_start", "actual_start", "requeued", "run__nodes",
+                         "run__devices_per_node")[:CALIBRATION_ROWS]
+        )
+        for recorded, raw, started, requeued, nodes, per_node in reversed(rows):
+            if raw is None or started is None:
+                continue
+            estimated_wait = (raw - recorded).total_seconds()
+            key = WaitCalibration.key(estimated_wait=estimated_wait, requeued=bool(requeued), devices=nodes * per_node)
+            outcomes.append((name, key, estimated_wait, (started - recorded).total_seconds(), started.timestamp()))
     return outcomes
 
 

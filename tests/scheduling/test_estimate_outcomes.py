@@ -215,3 +215,27 @@ def test_a_run_placed_but_never_started_is_corrected_as_back_in_line(cast: Any, 
     # A new run's class learned nothing: its estimate is the replay's own.
     assert rows[new.pk].raw_estimated_start is not None
     assert rows[new.pk].estimated_start == rows[new.pk].raw_estimated_start
+
+
+def test_a_busy_pool_does_not_push_a_quiet_pools_outcomes_out(cast: Any, pool: NodePool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outcomes, "CALIBRATION_ROWS", 30)
+    busy = NodePool.objects.create(name="busy")
+    now = timezone.now()
+    # The quiet pool's 20 outcomes are days old; the busy pool has had 90 since.
+    for target, count, ago in ((pool, 20, timedelta(days=3)), (busy, 90, timedelta(hours=2))):
+        run = make(cast, target, status=RunStatus.SUCCEEDED)
+        QueueEstimate.objects.bulk_create(
+            QueueEstimate(run=run, recorded_at=now - ago - timedelta(minutes=i + 30), kind=EstimateKind.AT_SUBMISSION,
+                          raw_estimated_start=now - ago - timedelta(minutes=i + 20), actual_start=now - ago - timedelta(minutes=i))
+            for i in range(count))
+    found = outcomes.calibration_outcomes(now=now, pools=["local", "busy"])
+    assert sum(o[0] == "local" for o in found) == 20
+    busy_starts = [o[4] for o in found if o[0] == "busy"]
+    # The busy pool's newest 30, oldest first (as the replay feeds them).
+    assert busy_starts == sorted(busy_starts) and len(busy_starts) == 30
+    assert min(busy_starts) == pytest.approx((now - timedelta(hours=2, minutes=29)).timestamp())
+    cals = calibrations_cached(now=now, pools=["local", "busy"])
+    assert _learned(cals) == _learned(calibrations_load(now=now, pools=["busy", "local"]))
+    assert sum(len(v) for v in _learned(cals)["local"].values()) == 20
+    assert sum(len(v) for v in _learned(cals)["busy"].values()) == 30
