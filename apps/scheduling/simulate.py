@@ -628,6 +628,8 @@ class Replay:
         if calibrating is not None:
             key, estimated_wait, since = calibrating
             self.calibration.observe(key, estimated_wait, now - since)
+        # A first start later than its submission: the pass at its submission left it waiting (a
+        # pass skipped by `_head_blocks_all` would have too), the portal's rule (`snapshot.lags_load`).
         if first and self.estimates and now > queued.submitted_at:
             rank = queued.deadline if queued.deadline is not None and self.policy.ordering != Ordering.FIFO else None
             self.lag.observe(now, queued.submitted_at if rank is None else rank)

@@ -486,6 +486,11 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
     its rank time is its original one, so its lag would say nothing about today's line), as
     the trace replay samples only first starts. The rank time is the run's fixed deadline, or
     its submission time in a FIFO pool, as in the core's order.
+
+    "A pass left it waiting" is the replay's rule too: the replay passes at every submission, so
+    its test, a first start later than the submission, means just that. A run placed by its first
+    pass is no sample even when that pass came late (busy workers): its wait was the portal's,
+    not the line's, and the replay, whose passes take no time, never has one.
     """
     lags = {pool: QueueLag() for pool in policies}
     window = timedelta(seconds=max((lag.window_s for lag in lags.values()), default=0.0))

@@ -26,6 +26,7 @@ from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.outcomes import calibrations_cached, estimate_requeued
 from apps.scheduling.selectors import estimate_accuracy
 from apps.scheduling.services import estimate_errors_record, scheduling_pass
+from apps.scheduling.simulate import POLICIES, Replay, TraceJob
 from apps.scheduling.snapshot import calibrations_load, lags_load
 from tests.agents.server import register
 from tests.runs.factories import body, local_pool, make_template
@@ -239,3 +240,37 @@ def test_a_busy_pool_does_not_push_a_quiet_pools_outcomes_out(cast: Any, pool: N
     assert _learned(cals) == _learned(calibrations_load(now=now, pools=["busy", "local"]))
     assert sum(len(v) for v in _learned(cals)["local"].values()) == 20
     assert sum(len(v) for v in _learned(cals)["busy"].values()) == 30
+
+
+def test_the_replay_samples_the_lag_of_first_starts_a_pass_left_waiting() -> None:
+    # The replay passes at every submission: a job that starts later than it was submitted is
+    # one its submission's pass left waiting, the live rule (`lags_load`, below).
+    jobs = [TraceJob(id="1", team="t", submit_s=0.0, gpus=1, duration_s=1000.0, job_type="x"),
+            TraceJob(id="2", team="t", submit_s=100.0, gpus=1, duration_s=100.0, job_type="x"),
+            TraceJob(id="3", team="t", submit_s=5000.0, gpus=1, duration_s=100.0, job_type="x")]
+    replay = Replay(jobs, nodes=1, gpus_per_node=1, policy=POLICIES["backfill"], estimates=True)
+    replay.run()
+    assert replay.started == {"1": 0.0, "2": 1000.0, "3": 5000.0}
+    assert list(replay.lag._starts) == [(1000.0, 900.0)]  # the second only, behind its submission (FIFO)
+
+
+def test_live_lag_samples_first_starts_a_pass_left_waiting_not_a_late_first_pass(cast: Any, pool: NodePool) -> None:
+    register(pool, "n1")
+    # Submitted five minutes before the pass that placed it (workers were busy): it started after
+    # its submission, but no pass left it waiting, so its wait says nothing of the line.
+    late = make(cast, pool)
+    Run.objects.filter(pk=late.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    assert scheduling_pass().placed == [late.pk]
+    start(late)
+    waited = make(cast, pool)
+    assert scheduling_pass().placed == []
+    exit_(late)
+    assert scheduling_pass().placed == [waited.pk]
+    assert not QueueEstimate.objects.filter(run=late).exists()
+    row = QueueEstimate.objects.get(run=waited, kind=EstimateKind.AT_SUBMISSION)
+    assert row.actual_start is not None
+    waited.refresh_from_db()
+    assert waited.queue_deadline is not None
+    lag = lags_load(now=timezone.now(), policies={"local": Policy()})["local"]
+    started = row.actual_start.timestamp()
+    assert list(lag._starts) == [(started, pytest.approx(started - waited.queue_deadline.timestamp()))]
