@@ -1,6 +1,7 @@
 """What one idle agent costs the web, in-process: CPU µs and SQL statements per heartbeat and per
 claim round trip (wait_s 0: authentication and the pending check, as a claim does before it waits
-on Redis), through Django's full request path (middleware, DRF, the views) on PostgreSQL.
+on Redis), through the web's WSGI application as gunicorn calls it (portal.wsgi: the agent fast
+path in front of Django's handler, with its per-request connection checkout) on PostgreSQL.
 
     python bench/heartbeat_cost.py [--agents 50] [--repeat 400] [--profile heartbeat|claim]
 
@@ -67,15 +68,26 @@ def measure(args: argparse.Namespace, agents: list[dict[str, Any]]) -> dict[str,
     import django
 
     django.setup()
+    from django.core.handlers.wsgi import WSGIHandler
     from django.db import connection
-    from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    client = Client()
+    from apps.fleet.fastpath import AgentFastPath
 
-    def post(path: str, body: dict[str, Any], agent: dict[str, Any]) -> Any:
-        return client.post(path, json.dumps(body), content_type="application/json",
-                           headers={"Authorization": f"Node {agent['secret']}"})
+    app = AgentFastPath(WSGIHandler())  # what portal.wsgi serves, without its pulse thread
+
+    def post(path: str, body: dict[str, Any], agent: dict[str, Any]) -> int:
+        data = json.dumps(body).encode()
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "QUERY_STRING": "", "SCRIPT_NAME": "",
+                   "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "80", "HTTP_HOST": "127.0.0.1", "SERVER_PROTOCOL": "HTTP/1.1",
+                   "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(data), "wsgi.errors": sys.stderr,
+                   "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(data)),
+                   "HTTP_AUTHORIZATION": f"Node {agent['secret']}"}
+        status: list[str] = []
+        result = app(environ, lambda line, headers: status.append(line))
+        b"".join(result)
+        getattr(result, "close", lambda: None)()  # as the server does: Django's request_finished
+        return int(status[0].split()[0])
 
     def heartbeat(agent: dict[str, Any]) -> Any:
         # What bench/_idle_agents.py sends: an idle node, one device, nothing running.
@@ -103,8 +115,8 @@ def measure(args: argparse.Namespace, agents: list[dict[str, Any]]) -> dict[str,
                 cpu = time.process_time() - c0
                 if profiler:
                     profiler.disable()
-            if response.status_code != 200:
-                raise SystemExit(f"{name}: HTTP {response.status_code} {response.content[:300]!r}")
+            if response != 200:
+                raise SystemExit(f"{name}: HTTP {response}")
             rows.append((cpu, len(ctx.captured_queries)))
         cold, warm = rows[:len(agents)], rows[len(agents):]
         cpus = sorted(c for c, _ in warm)
