@@ -14,3 +14,9 @@ class ArtifactsConfig(AppConfig):
 
         if views.run_artifacts_panel not in RUN_PANELS:
             RUN_PANELS.append(views.run_artifacts_panel)
+
+        # The orphan sweep looks under artifacts/ only because this names the keys in use.
+        from apps.artifacts.references import artifact_keys_referenced
+        from apps.runs.services.storage_orphans import storage_references_register
+
+        storage_references_register(prefix="artifacts/", referenced=artifact_keys_referenced)

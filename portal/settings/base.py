@@ -280,6 +280,9 @@ TRAINYARD_STORAGE_PREFIX = env_str("TRAINYARD_STORAGE_PREFIX", "")  # e.g. "trai
 # than one part go in parts; S3 takes at least 5 MiB a part and at most 10,000 parts).
 TRAINYARD_STORAGE_URL_TTL_S = env_int("TRAINYARD_STORAGE_URL_TTL_S", 3600)
 TRAINYARD_STORAGE_PART_BYTES = env_int("TRAINYARD_STORAGE_PART_BYTES", 64 * 1024 * 1024)
+# Objects under the checkpoint and artifact prefixes that no row references (an upload whose
+# confirmation never came) are deleted hourly once older than this (apps.runs.services.storage_orphans).
+TRAINYARD_ORPHAN_GRACE_S = env_int("TRAINYARD_ORPHAN_GRACE_S", 24 * 3600)
 # Run artifacts (apps.artifacts): the largest single file a run may keep.
 TRAINYARD_ARTIFACT_MAX_BYTES = env_int("TRAINYARD_ARTIFACT_MAX_BYTES", 2 * 1024 * 1024 * 1024)
 

@@ -42,6 +42,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "billing-accrue": {"task": "billing.accrue", "schedule": 30.0, "options": {"queue": "default"}},
     "webhooks-sweep": {"task": "webhooks.sweep", "schedule": 30.0, "options": {"queue": "default"}},
     "runs-checkpoint-verify-sweep": {"task": "runs.checkpoint_verify_sweep", "schedule": 60.0, "options": {"queue": "default"}},
+    "runs-storage-orphans-sweep": {"task": "runs.storage_orphans_sweep", "schedule": 3600.0, "options": {"queue": "default"}},
     # Slurm pools: submit queued runs, follow their jobs (apps.slurm); a cancel reaches Slurm within one period.
     "slurm-sync": {"task": "slurm.sync", "schedule": float(env_str("TRAINYARD_SLURM_SYNC_S", "5") or 5),
                    "options": {"queue": "default"}},
