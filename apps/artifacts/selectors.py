@@ -36,9 +36,28 @@ def artifact_open(*, artifact: Artifact) -> IO[bytes]:
 # Shown in the page and served inline; every other type is a download (attachment).
 INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/svg+xml", "image/webp"})
 
+# A store URL handed to a browser: long enough to follow the redirect (a download that has started
+# goes on past it), short enough that a copied link soon stops working.
+DOWNLOAD_URL_TTL_S = 300
+
 
 def artifact_served_inline(*, artifact: Artifact) -> bool:
     return artifact.content_type.split(";", 1)[0].strip().lower() in INLINE_IMAGE_TYPES
+
+
+def artifact_download_url(*, artifact: Artifact) -> str | None:
+    """A short-lived URL the client fetches the bytes from, straight from the store; None when the
+    store is the local folder (the web serves those bytes itself). The caller has scoped the run."""
+    objects = store()
+    if not objects.direct:
+        return None
+    # The web's sandboxing CSP does not travel with a store URL: an SVG (it may hold scripts) is
+    # only ever an attachment there; an <img> shows it all the same.
+    media = artifact.content_type.split(";", 1)[0].strip().lower()
+    inline = artifact_served_inline(artifact=artifact) and media != "image/svg+xml"
+    return objects.presigned_get(artifact.storage_key, filename=artifact.name.rsplit("/", 1)[-1],
+                                 content_type=artifact.content_type or "application/octet-stream", inline=inline,
+                                 expires_s=DOWNLOAD_URL_TTL_S)
 
 
 def artifact_kind(*, artifact: Artifact) -> str:

@@ -69,7 +69,10 @@ class Store(Protocol):
     def presigned_put(self, key: str, size: int) -> UploadPlan: ...
     def complete(self, key: str, upload_id: str, parts: list[tuple[int, str]]) -> None: ...
     def abort(self, key: str, upload_id: str) -> None: ...
-    def presigned_get(self, key: str, *, filename: str = "") -> str: ...
+    # content_type, inline and expires_s shape a direct store's answer; the local store serves
+    # through the web, which sets those headers itself (and its URLs last the configured TTL).
+    def presigned_get(self, key: str, *, filename: str = "", content_type: str = "", inline: bool = False,
+                      expires_s: int = 0) -> str: ...
 
 
 def part_plan(size: int, part_bytes: int) -> list[tuple[int, int]]:
@@ -150,7 +153,8 @@ class LocalStore:
     def abort(self, key: str, upload_id: str) -> None:
         return None
 
-    def presigned_get(self, key: str, *, filename: str = "") -> str:
+    def presigned_get(self, key: str, *, filename: str = "", content_type: str = "", inline: bool = False,
+                      expires_s: int = 0) -> str:
         return f"{reverse('storage-object')}?{urlencode({'t': local_token(key=key, method='GET')})}"
 
 
@@ -199,8 +203,9 @@ class S3Store:
                 return None
             raise
 
-    def _sign(self, operation: str, **params: Any) -> str:
-        return str(self.client.generate_presigned_url(operation, Params={"Bucket": self.bucket, **params}, ExpiresIn=self.ttl_s))
+    def _sign(self, operation: str, *, expires_s: int = 0, **params: Any) -> str:
+        return str(self.client.generate_presigned_url(operation, Params={"Bucket": self.bucket, **params},
+                                                      ExpiresIn=expires_s or self.ttl_s))
 
     def presigned_put(self, key: str, size: int) -> UploadPlan:
         full = self._key(key)
@@ -221,9 +226,20 @@ class S3Store:
         if upload_id:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(key), UploadId=upload_id)
 
-    def presigned_get(self, key: str, *, filename: str = "") -> str:
-        extra = {"ResponseContentDisposition": f"attachment; filename*=UTF-8''{quote(filename)}"} if filename else {}
-        return self._sign("get_object", Key=self._key(key), **extra)
+    def presigned_get(self, key: str, *, filename: str = "", content_type: str = "", inline: bool = False,
+                      expires_s: int = 0) -> str:
+        # The store answers with the headers the URL names (signed with it, so a client cannot change them).
+        extra: dict[str, str] = {}
+        if filename:
+            # An ASCII name first for clients that ignore filename* (curl -J), then the exact one.
+            plain = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in filename)
+            extra["ResponseContentDisposition"] = (f"{'inline' if inline else 'attachment'}; filename=\"{plain}\"; "
+                                                   f"filename*=UTF-8''{quote(filename)}")
+        elif inline:
+            extra["ResponseContentDisposition"] = "inline"
+        if content_type:
+            extra["ResponseContentType"] = content_type
+        return self._sign("get_object", expires_s=expires_s, Key=self._key(key), **extra)
 
 
 # --- the configured store ------------------------------------------------------------------------

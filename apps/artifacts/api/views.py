@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -17,7 +17,13 @@ from rest_framework.response import Response
 
 from apps.artifacts.api.serializers import ArtifactPageSerializer, ArtifactSerializer, ArtifactUploadSerializer
 from apps.artifacts.models import Artifact
-from apps.artifacts.selectors import artifact_get, artifact_list, artifact_open, artifact_served_inline
+from apps.artifacts.selectors import (
+    artifact_download_url,
+    artifact_get,
+    artifact_list,
+    artifact_open,
+    artifact_served_inline,
+)
 from apps.artifacts.services import artifact_content_type, artifact_store, artifact_write_check
 from apps.core.api.parsers import FormParser, MultiPartParser
 from apps.core.errors import FieldError
@@ -86,10 +92,17 @@ class RunArtifactFileView(_RunScoped):
     content_negotiation_class = _AnyAccept
 
     @extend_schema(operation_id="runs_artifacts_download", responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
-                   description="The file, with its content type; images inline, everything else as an attachment.")
+                   description="The file, with its content type; images inline, everything else as an attachment. "
+                               "With an S3-compatible store it is a 302 to a short-lived store URL that answers the same.")
     def get(self, request: Request, pk: int, name: str) -> HttpResponseBase:
-        run = self.get_object()
+        run = self.get_object()  # another tenant's run is a 404 before any URL is made
         artifact: Artifact = artifact_get(run=run, name=name)
+        url = artifact_download_url(artifact=artifact)
+        if url is not None:
+            # S3: the client fetches it from the store; no web worker carries the bytes.
+            redirect = HttpResponseRedirect(url)
+            redirect["Cache-Control"] = "private, no-store"  # the URL expires; never replay a stale one
+            return redirect
         try:
             body = artifact_open(artifact=artifact)
         except ObjectMissing:
