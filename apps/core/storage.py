@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -58,6 +59,16 @@ class UploadPlan:
                 "parts": [{"number": p.number, "url": p.url, "offset": p.offset, "size": p.size} for p in self.parts]}
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """One object a listing found (Store.objects): for sweeps that compare the store with the rows
+    that point into it (apps.runs.services.storage_orphans)."""
+
+    key: str  # as the store's other calls take it (without the S3 store's configured prefix)
+    size: int
+    modified: datetime  # aware, UTC
+
+
 class Store(Protocol):
     # True when presigned URLs point at another server (S3): the web redirects instead of serving bytes.
     direct: bool
@@ -73,6 +84,8 @@ class Store(Protocol):
     # through the web, which sets those headers itself (and its URLs last the configured TTL).
     def presigned_get(self, key: str, *, filename: str = "", content_type: str = "", inline: bool = False,
                       expires_s: int = 0) -> str: ...
+    # Every object whose key starts with `prefix` (a folder such as "checkpoints/"), in no set order.
+    def objects(self, *, prefix: str) -> Iterator[StoredObject]: ...
 
 
 def part_plan(size: int, part_bytes: int) -> list[tuple[int, int]]:
@@ -157,6 +170,23 @@ class LocalStore:
                       expires_s: int = 0) -> str:
         return f"{reverse('storage-object')}?{urlencode({'t': local_token(key=key, method='GET')})}"
 
+    def objects(self, *, prefix: str) -> Iterator[StoredObject]:
+        root = self.root.resolve()
+        top = (root / prefix).resolve()
+        if root not in top.parents or not top.is_dir():
+            return
+        for folder, _dirs, files in os.walk(top):
+            for name in files:
+                path = Path(folder) / name
+                try:
+                    stat = path.lstat()
+                except FileNotFoundError:
+                    continue  # deleted while we walked
+                if not path.is_file() or path.is_symlink():
+                    continue
+                yield StoredObject(key=path.relative_to(root).as_posix(), size=stat.st_size,
+                                   modified=datetime.fromtimestamp(stat.st_mtime, tz=UTC))
+
 
 # --- S3 ------------------------------------------------------------------------------------------
 class S3Store:
@@ -240,6 +270,15 @@ class S3Store:
         if content_type:
             extra["ResponseContentType"] = content_type
         return self._sign("get_object", expires_s=expires_s, Key=self._key(key), **extra)
+
+    def objects(self, *, prefix: str) -> Iterator[StoredObject]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(prefix)):
+            for item in page.get("Contents", []):
+                modified = item["LastModified"]
+                if modified.tzinfo is None:
+                    modified = modified.replace(tzinfo=UTC)
+                yield StoredObject(key=str(item["Key"])[len(self.prefix):], size=int(item["Size"]), modified=modified)
 
 
 # --- the configured store ------------------------------------------------------------------------

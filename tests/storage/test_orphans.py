@@ -22,7 +22,6 @@ from apps.artifacts.models import Artifact
 from apps.artifacts.services import artifact_key, artifact_upload_plan
 from apps.audit.models import AuditEvent
 from apps.core.storage import store
-from apps.core.storage_listing import store_objects
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Checkpoint, Run
 from apps.runs.services.checkpoints import checkpoint_key, checkpoint_upload_plan
@@ -74,7 +73,7 @@ def world(backend: str, cast: Any, grace: None) -> dict[str, Any]:
 
 
 def keys() -> set[str]:
-    return {o.key for prefix in ("checkpoints/", "artifacts/") for o in store_objects(store(), prefix=prefix)}
+    return {o.key for prefix in ("checkpoints/", "artifacts/") for o in store().objects(prefix=prefix)}
 
 
 def test_both_prefixes_are_registered() -> None:
@@ -141,9 +140,9 @@ def test_local_ages_come_from_the_file_and_the_command_lists_then_deletes(local_
 def test_local_listing_stays_in_the_folder(local_media: Path) -> None:
     put("checkpoints/1/a.pt", b"1")
     (local_media / "elsewhere.bin").write_bytes(b"2")
-    assert {o.key for o in store_objects(store(), prefix="checkpoints/")} == {"checkpoints/1/a.pt"}
-    assert list(store_objects(store(), prefix="../")) == []
-    assert list(store_objects(store(), prefix="missing/")) == []
+    assert {o.key for o in store().objects(prefix="checkpoints/")} == {"checkpoints/1/a.pt"}
+    assert list(store().objects(prefix="../")) == []
+    assert list(store().objects(prefix="missing/")) == []
 
 
 def test_the_beat_runs_the_sweep_hourly() -> None:

@@ -19,8 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.audit.services import audit_record
-from apps.core.storage import store
-from apps.core.storage_listing import StoredObject, store_objects
+from apps.core.storage import StoredObject, store
 from apps.runs.models import Checkpoint
 from apps.runs.services.checkpoints import checkpoint_key
 
@@ -75,7 +74,7 @@ def storage_orphans_find(*, older_than: timedelta | None = None, now: datetime |
     objects = store()
     found: list[Orphan] = []
     for prefix, referenced in sorted(STORAGE_REFERENCES.items()):
-        old = (o for o in store_objects(objects, prefix=prefix) if o.modified < cutoff)
+        old = (o for o in objects.objects(prefix=prefix) if o.modified < cutoff)
         for batch in _batches(old, BATCH):
             used = referenced([o.key for o in batch])
             found.extend(Orphan(key=o.key, size=o.size, age_s=(now - o.modified).total_seconds())
