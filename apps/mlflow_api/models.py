@@ -35,3 +35,26 @@ class DeletedRun(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} deleted at {self.deleted_at:%Y-%m-%d %H:%M}"
+
+
+class DatasetInput(models.Model):
+    """A dataset an MLflow client logged as an input of a run (runs/log-inputs, ``mlflow.log_input``):
+    MLflow's Dataset (name, digest, source type, source, schema, profile) with the input's tags
+    (such as ``mlflow.data.context``). One per run, name and digest, as MLflow keeps it: logging the
+    same dataset again changes nothing. runs/get returns them in ``inputs.dataset_inputs``."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=500)
+    digest = models.CharField(max_length=36)
+    source_type = models.CharField(max_length=36)
+    source = models.TextField()
+    schema = models.TextField(blank=True, null=True)
+    profile = models.TextField(blank=True, null=True)
+    tags = models.JSONField(default=list, blank=True, help_text="The input's tags, [[key, value], ...] in the order logged.")
+    logged_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name", "digest"], name="mlflow_dataset_input_run_name_digest")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} dataset {self.name} ({self.digest})"

@@ -14,7 +14,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from apps.core.text import is_id
 from apps.mlflow_api.errors import does_not_exist, invalid
-from apps.mlflow_api.models import DeletedRun, SupersededPoint
+from apps.mlflow_api.models import DatasetInput, DeletedRun, SupersededPoint
 from apps.runs.models import Run, RunStatus
 from apps.runs.selectors import run_list
 from apps.tenants.models import Project
@@ -119,13 +119,24 @@ def _latest_metric(s: MetricSummary) -> dict[str, Any]:
 
 
 def runs_dicts(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """Each run as MLflow's Run: info, data (latest metrics, params, tags), inputs."""
+    """Each run as MLflow's Run: info, data (latest metrics, params, tags), inputs (datasets)."""
     summaries = metric_summaries(run_ids=[r.pk for r in runs])
-    return [{"info": run_info_dict(run), "inputs": {}, "data": {
+    inputs = dataset_inputs(run_ids=[r.pk for r in runs])
+    return [{"info": run_info_dict(run), "inputs": {"dataset_inputs": inputs[run.pk]} if inputs.get(run.pk) else {}, "data": {
         "metrics": [_latest_metric(s) for s in summaries[run.pk].values()],
         "params": [{"key": str(k), "value": _text(v)} for k, v in sorted(run.params.items())],
         "tags": [{"key": str(k), "value": _text(v)} for k, v in sorted(run.tags.items())],
     }} for run in runs]
+
+
+def dataset_inputs(*, run_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    """Each run's dataset inputs (runs/log-inputs) in MLflow's DatasetInput shape, in the order logged."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for d in DatasetInput.objects.filter(run_id__in=run_ids).order_by("run_id", "pk"):
+        dataset = {"name": d.name, "digest": d.digest, "source_type": d.source_type, "source": d.source}
+        dataset.update({k: v for k, v in (("schema", d.schema), ("profile", d.profile)) if v is not None})
+        out.setdefault(d.run_id, []).append({"tags": [{"key": k, "value": v} for k, v in d.tags], "dataset": dataset})
+    return out
 
 
 def _text(value: Any) -> str:

@@ -25,7 +25,7 @@ from django.utils import timezone
 from apps.audit.services import audit_record
 from apps.jobtemplates.models import JobTemplate
 from apps.mlflow_api.errors import MlflowError, invalid
-from apps.mlflow_api.models import DeletedRun, SupersededPoint
+from apps.mlflow_api.models import DatasetInput, DeletedRun, SupersededPoint
 from apps.nodes.models import NodePool
 from apps.runs.models import Run, RunStatus
 from apps.runs.services.transitions import run_new, run_transition
@@ -44,6 +44,12 @@ MAX_TAG_VALUE = 8000
 MAX_BATCH_METRICS = 1000
 MAX_BATCH_PARAMS = 100
 MAX_BATCH_TAGS = 100
+# runs/log-inputs: MLflow's limits (mlflow.utils.validation), and its column for source_type.
+MAX_BATCH_DATASETS = 1000
+MAX_INPUT_TAGS = 100  # Trainyard's bound on one input's tags (MLflow sets none; its request size does)
+DATASET_LIMITS = {"name": 500, "digest": 36, "source_type": 36, "source": 65535, "schema": 1048575, "profile": 16777215}
+MAX_INPUT_TAG_KEY = 255
+MAX_INPUT_TAG_VALUE = 500
 # MLflow RunStatus name -> Trainyard status, for runs/update.
 END_STATUS = {"FINISHED": RunStatus.SUCCEEDED, "FAILED": RunStatus.FAILED, "KILLED": RunStatus.CANCELLED}
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -298,3 +304,88 @@ def _metric_split(*, run_id: int, rows: Sequence[PointRow]) -> tuple[list[PointR
         winner[(row[0], row[1])] = row
     keep = [row for pair, row in winner.items() if current.get(pair) != row]
     return keep, superseded
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One checked entry of runs/log-inputs' ``datasets``: MLflow's Dataset fields and the input's tags."""
+
+    name: str
+    digest: str
+    source_type: str
+    source: str
+    schema: str | None
+    profile: str | None
+    tags: Sequence[tuple[str, str]]
+
+
+def inputs_parse(*, datasets: Any) -> list[Dataset]:
+    """Check runs/log-inputs' ``datasets`` (MLflow's DatasetInput JSON) against MLflow's limits."""
+    if datasets is None:
+        return []
+    if not isinstance(datasets, (list, tuple)):
+        raise invalid("datasets", "must be a list")
+    if len(datasets) > MAX_BATCH_DATASETS:
+        raise invalid("datasets", f"{len(datasets)} given; the limit is {MAX_BATCH_DATASETS} per request")
+    return [_dataset(item, f"datasets[{i}]") for i, item in enumerate(datasets)]
+
+
+def _dataset(item: Any, where: str) -> Dataset:
+    if not isinstance(item, dict) or not isinstance(item.get("dataset"), dict):
+        raise invalid(where, "must be an object with dataset (name, digest, source_type, source) and tags")
+    raw = item["dataset"]
+    fields: dict[str, str | None] = {}
+    for field, limit in DATASET_LIMITS.items():
+        value = raw.get(field)
+        if value is None or (value == "" and field in ("schema", "profile")):
+            if field not in ("schema", "profile"):
+                raise invalid(f"{where}.dataset.{field}", "required")
+            fields[field] = None
+            continue
+        if not isinstance(value, str):
+            raise invalid(f"{where}.dataset.{field}", "must be a string")
+        if len(value) > limit:
+            raise invalid(f"{where}.dataset.{field}", f"is {len(value)} characters; the limit is {limit}")
+        fields[field] = value
+    tags = item.get("tags") or []
+    if not isinstance(tags, (list, tuple)):
+        raise invalid(f"{where}.tags", "must be a list")
+    if len(tags) > MAX_INPUT_TAGS:
+        raise invalid(f"{where}.tags", f"{len(tags)} given; the limit is {MAX_INPUT_TAGS} per input")
+    pairs: list[tuple[str, str]] = []
+    for j, tag in enumerate(tags):
+        at = f"{where}.tags[{j}]"
+        if not isinstance(tag, dict) or not isinstance(tag.get("key"), str) or not tag["key"]:
+            raise invalid(f"{at}.key", "must be a non-empty string")
+        value = tag.get("value")
+        if not isinstance(value, str):
+            raise invalid(f"{at}.value", "must be a string")
+        if len(tag["key"]) > MAX_INPUT_TAG_KEY:
+            raise invalid(f"{at}.key", f"is {len(tag['key'])} characters; the limit is {MAX_INPUT_TAG_KEY}")
+        if len(value) > MAX_INPUT_TAG_VALUE:
+            raise invalid(f"{at}.value", f"is {len(value)} characters; the limit is {MAX_INPUT_TAG_VALUE}")
+        pairs.append((tag["key"], value))
+    return Dataset(name=str(fields["name"]), digest=str(fields["digest"]), source_type=str(fields["source_type"]),
+                   source=str(fields["source"]), schema=fields["schema"], profile=fields["profile"], tags=pairs)
+
+
+def run_log_inputs(*, user: AnyUser, run: Run, datasets: Sequence[Dataset]) -> int:
+    """Store a run's dataset inputs; one per (run, name, digest), as MLflow: a dataset the run
+    already has is skipped, its first tags kept. Returns how many were new. Not audited, like
+    params, tags and metrics (only the run's lifecycle is)."""
+    require_writer(user=user, run=run)
+    if not datasets:
+        return 0
+    with transaction.atomic():
+        held = set(DatasetInput.objects.filter(run_id=run.pk, name__in={d.name for d in datasets})
+                   .values_list("name", "digest"))
+        new: list[DatasetInput] = []
+        for d in datasets:
+            if (d.name, d.digest) in held:
+                continue
+            held.add((d.name, d.digest))
+            new.append(DatasetInput(run_id=run.pk, name=d.name, digest=d.digest, source_type=d.source_type, source=d.source,
+                                    schema=d.schema, profile=d.profile, tags=[list(t) for t in d.tags]))
+        # ignore_conflicts: a concurrent call logging the same dataset wins; nothing is duplicated.
+        DatasetInput.objects.bulk_create(new, ignore_conflicts=True)
+    return len(new)

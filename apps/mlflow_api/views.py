@@ -143,6 +143,15 @@ def run_log_batch(user: User, data: dict[str, Any]) -> dict[str, Any]:
                                                  tags=data.get("tags") or []))
 
 
+def run_log_inputs(user: User, data: dict[str, Any]) -> dict[str, Any]:
+    """MLflow's runs/log-inputs (``mlflow.log_input``): dataset inputs. ``models`` (LoggedModelInput)
+    are not kept: this server holds no logged models (logged-models/search is empty), so no id a
+    client sends can name one."""
+    run = selectors.run_get(user=user, run_id=_run_id(data))
+    services.run_log_inputs(user=user, run=run, datasets=services.inputs_parse(datasets=data.get("datasets")))
+    return {}
+
+
 def runs_search(user: User, data: dict[str, Any]) -> dict[str, Any]:
     ids = data.get("experiment_ids") or []
     runs, more = selectors.runs_search(user=user, experiment_ids=ids if isinstance(ids, list) else [ids],
@@ -189,6 +198,7 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "runs/log-metric": ("POST", run_log_metric),
     "runs/log-batch": ("POST", run_log_batch),
     "runs/set-tag": ("POST", run_set_tag),
+    "runs/log-inputs": ("POST", run_log_inputs),
     "runs/search": ("POST", runs_search),
     "metrics/get-history": ("GET", metric_history),
     "logged-models/search": ("POST", logged_models_search),
