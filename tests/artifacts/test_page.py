@@ -6,8 +6,10 @@ import io
 import json
 
 import pytest
+from django.template import Context, Template
 
 from apps.artifacts.previews import CELL_CHARS, PREVIEW_BYTES, PREVIEW_ROWS, csv_table, json_table
+from apps.artifacts.selectors import artifact_list, artifact_preview
 from apps.artifacts.services import artifact_store
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +31,39 @@ def test_card_shows_images_tables_and_downloads(cast, alice_run, client):
     assert "The first 50 rows" in page
     assert f'href="/api/v1/runs/{alice_run.pk}/artifacts/model/weights.bin" download>model/weights.bin</a>' in page
     assert "2.0\xa0KB" in page
+
+
+# The card's table as the template drew it cell by cell before the view joined the rows.
+CELL_BY_CELL = Template(
+    '<thead><tr>{% for c in table.columns %}<th scope="col">{{ c }}</th>{% endfor %}</tr></thead>\n'
+    '      <tbody>{% for r in table.rows %}<tr>{% for cell in r %}<td>{{ cell }}</td>{% endfor %}</tr>'
+    '{% empty %}<tr><td colspan="{{ table.columns|length }}" class="muted">No rows.</td></tr>{% endfor %}</tbody>')
+
+
+def test_csv_preview_markup_stays_text_and_the_table_is_as_before(cast, alice_run, client):
+    data = (b'name,note,"a ""quoted"" & head"\n'
+            b'alpha,<script>alert(1)</script>,1\n'
+            b"beta,<img src=x onerror=alert(2)>,'2'\n"
+            b"gamma\n"  # a short row: padded with empty cells
+            b"delta,&amp; &lt;b&gt;,3,extra\n")
+    artifact_store(run=alice_run, name="evil.csv", fileobj=io.BytesIO(data))
+    artifact_store(run=alice_run, name="header-only.csv", fileobj=io.BytesIO(b"x,<y>\n"))
+    client.force_login(cast.alice)
+    page = client.get(f"/runs/{alice_run.pk}/").content.decode()
+    assert "<script>alert(1)</script>" not in page and "<img src=x" not in page
+    assert "<td>&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page
+    assert "<td>&amp;amp; &amp;lt;b&amp;gt;</td>" in page  # escaped once more, shown as typed
+    assert '<th scope="col">a &quot;quoted&quot; &amp; head</th>' in page
+    for artifact in artifact_list(run=alice_run):
+        table = artifact_preview(artifact=artifact)
+        assert CELL_BY_CELL.render(Context({"table": table})) in page, artifact.name
+    evil = artifact_preview(artifact=artifact_list(run=alice_run).get(name="evil.csv"))
+    assert evil.columns == ["name", "note", 'a "quoted" & head', ""]  # the widest row's width
+    assert [r[0] for r in evil.rows] == ["alpha", "beta", "gamma", "delta"] and all(len(r) == 4 for r in evil.rows)
+    assert evil.rows[2] == ["gamma", "", "", ""] and evil.rows[3][3] == "extra"
+    card = page.split('id="run-artifacts"', 1)[1].split("</section>", 1)[0]
+    assert card.count("<tr><td>") == 4 and card.count("<td>") == 16 and card.count('<th scope="col">') == 6
+    assert '<tr><td colspan="2" class="muted">No rows.</td></tr>' in page
 
 
 def test_no_card_without_artifacts_and_none_for_other_tenants(cast, alice_run, client):
