@@ -13,7 +13,9 @@ import time
 from typing import Any
 
 import mlflow
-from mlflow.entities import Metric, ViewType
+import mlflow.data
+import pandas
+from mlflow.entities import Dataset, DatasetInput, Metric, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
@@ -35,6 +37,10 @@ def log(args: dict[str, Any]) -> dict[str, Any]:
         MlflowClient().log_batch(run.info.run_id, metrics=points)
         mlflow.log_metric("accuracy", 0.75, step=3)
         mlflow.log_artifact(args["artifact"], artifact_path="plots")
+        frame = pandas.DataFrame({"pixels": [0.0, 0.5, 1.0], "label": [0, 1, 1]})
+        train = mlflow.data.from_pandas(frame, name="digits-train", targets="label")
+        mlflow.log_input(train, context="training")
+        mlflow.log_input(train, context="training")  # the same (name, digest): kept once, as in MLflow
         run_id = run.info.run_id
     client = MlflowClient()
     got = client.get_run(run_id)
@@ -44,7 +50,9 @@ def log(args: dict[str, Any]) -> dict[str, Any]:
     return {"run_id": run_id, "experiment_id": experiment.experiment_id, "status": got.info.status,
             "params": got.data.params, "tags": {k: v for k, v in got.data.tags.items() if not k.startswith("mlflow.")},
             "history": [[m.step, m.value, m.timestamp] for m in history], "expected": [[p.step, p.value, p.timestamp] for p in points],
-            "artifacts": [f.path for f in client.list_artifacts(run_id, "plots")], "artifact_sha256": _sha(download)}
+            "artifacts": [f.path for f in client.list_artifacts(run_id, "plots")], "artifact_sha256": _sha(download),
+            "inputs": [[d.dataset.name, d.dataset.digest, d.dataset.source_type, {t.key: t.value for t in d.tags}]
+                       for d in mlflow.get_run(run_id).inputs.dataset_inputs], "train_digest": train.digest}
 
 
 def _code(call: Any) -> str:
@@ -70,6 +78,7 @@ def intrude(args: dict[str, Any]) -> dict[str, Any]:
         "log_metric": _code(lambda: client.log_metric(run_id, "loss", 99.0, step=1)),
         "log_param": _code(lambda: client.log_param(run_id, "lr", "9")),
         "set_tag": _code(lambda: client.set_tag(run_id, "stage", "bob")),
+        "log_input": _code(lambda: client.log_inputs(run_id, [DatasetInput(Dataset("bob", "b0b", "code", "{}"))])),
         "history": _code(lambda: client.get_metric_history(run_id, "loss")),
         "search": _code(lambda: client.search_runs([experiment_id])),
         "create_run": _code(lambda: client.create_run(experiment_id)),
@@ -99,6 +108,24 @@ def lifecycle(args: dict[str, Any]) -> dict[str, Any]:
     deleted = {**seen(), "log_metric": _code(lambda: client.log_metric(rid, "loss", 1.0, step=1))}
     client.restore_run(rid)
     return {"run_id": rid, "deleted": deleted, "restored": seen()}
+
+
+def fetch(args: dict[str, Any]) -> dict[str, Any]:
+    """Download one artifact as the client does, recording each redirect it follows and whether its
+    Authorization header went along (requests' rebuild_auth, wrapped)."""
+    import requests.sessions
+
+    hops: list[dict[str, Any]] = []
+    original = requests.sessions.Session.rebuild_auth
+
+    def rebuild_auth(self: Any, prepared: Any, response: Any) -> None:
+        original(self, prepared, response)
+        hops.append({"status": response.status_code, "from": response.request.url.split("?")[0],
+                     "to": prepared.url.split("?")[0], "authorization": "Authorization" in prepared.headers})
+
+    requests.sessions.Session.rebuild_auth = rebuild_auth
+    path = mlflow.artifacts.download_artifacts(artifact_uri=args["artifact_uri"], dst_path=tempfile.mkdtemp())
+    return {"sha256": _sha(path), "hops": hops}
 
 
 def seed(args: dict[str, Any]) -> dict[str, Any]:
@@ -144,5 +171,6 @@ def dump(args: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     mode, raw = sys.argv[1], sys.argv[2]
-    result = {"log": log, "intrude": intrude, "lifecycle": lifecycle, "seed": seed, "dump": dump}[mode](json.loads(raw))
+    result = {"log": log, "intrude": intrude, "lifecycle": lifecycle, "fetch": fetch, "seed": seed,
+              "dump": dump}[mode](json.loads(raw))
     print(json.dumps(result))

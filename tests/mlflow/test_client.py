@@ -39,6 +39,8 @@ def test_mlflow_client_logs_into_trainyard_and_tenancy_holds(live_stack: LiveSta
     assert len(got["history"]) == 10_000 and got["history"] == got["expected"]
     assert got["artifacts"] == ["plots/confusion.csv"]
     assert got["artifact_sha256"] == hashlib.sha256(artifact.read_bytes()).hexdigest()
+    # mlflow.log_input (twice, the same dataset): one input, with its context tag, in get_run's inputs.
+    assert got["inputs"] == [["digits-train", got["train_digest"], "code", {"mlflow.data.context": "training"}]], got["inputs"]
     run_id = int(got["run_id"])
 
     # Trainyard's own API: the run, its metrics, its artifact (through apps.artifacts).
