@@ -3,18 +3,29 @@ over apps.artifacts: PUT stores a file, GET with a path downloads it, GET with `
 
 A DRF view declaring no parsers, so the JSON-limits middleware leaves an uploaded ``.json`` file
 of any size to the artifact store's own limit.
+
+With an S3 store a download is a 302 to a short-lived presigned store URL (as apps.artifacts'
+API does), so no web worker carries the bytes. The MLflow client follows it (requests; on by
+default, MLFLOW_ALLOW_HTTP_REDIRECTS) and drops its ``Authorization: Bearer <token>`` on the
+way, since the store is another host or port (requests' should_strip_auth);
+tests/mlflow/test_artifact_redirect.py checks both with the real client. Where the store URL
+has the request's own origin (a store proxied under the portal's host), the header would travel
+with it, leaking the token to the store (and S3 refuses two auth mechanisms): that streams.
+A client run with MLFLOW_ALLOW_HTTP_REDIRECTS=false does not follow it and would save the empty
+302 body as the file (MLflow raises only for 4xx/5xx): keep redirects on with an S3 store.
 """
 
 from __future__ import annotations
 
 from typing import IO, Any, cast
+from urllib.parse import urlsplit
 
-from django.http import FileResponse, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from apps.artifacts.selectors import artifact_get, artifact_list, artifact_open
+from apps.artifacts.selectors import artifact_download_url, artifact_get, artifact_list, artifact_open
 from apps.artifacts.services import artifact_store
 from apps.core.errors import ServiceError
 from apps.mlflow_api import selectors
@@ -53,6 +64,15 @@ def _listing(run: Run, folder: str) -> dict[str, Any]:
     return {"files": [entries[k] for k in sorted(entries)]} if entries else {}
 
 
+def _same_origin(request: Request, url: str) -> bool:
+    """Whether ``url`` has the request's scheme, host and port: the client would send it the token."""
+    target = urlsplit(url)
+    here = urlsplit(request._request.build_absolute_uri("/"))
+    default = {"http": 80, "https": 443}
+    return (target.scheme, target.hostname, target.port or default.get(target.scheme)) == (
+        here.scheme, here.hostname, here.port or default.get(here.scheme))
+
+
 class ArtifactsView(APIView):
     # MLflow's protocol, not Trainyard's API: documented by MLflow, kept out of /api/schema/.
     schema = None
@@ -71,6 +91,11 @@ class ArtifactsView(APIView):
             if listing:
                 return JsonResponse(_listing(run, name))
             artifact = artifact_get(run=run, name=name)
+            url = artifact_download_url(artifact=artifact)
+            if url is not None and not _same_origin(request, url):
+                redirect = HttpResponseRedirect(url)
+                redirect["Cache-Control"] = "private, no-store"  # the URL expires; never replay a stale one
+                return redirect
             response = FileResponse(artifact_open(artifact=artifact), content_type=artifact.content_type or "application/octet-stream")
             response["Content-Length"] = str(artifact.size)
             return response
