@@ -207,6 +207,12 @@ class _PoolPass:
     top_standing: float = INF
     # An urgent job waits: it may stop runs past `Policy.max_preemptions` too.
     urgent_waiting: bool = False
+    # Nodes holding a run that reached `Policy.max_preemptions` (`Policy.pack_capped`); built on
+    # the first such placement of the pass.
+    capped_nodes: set[int] | None = None
+    # Devices held by runs that reached the cap (`Policy.capped_share`), and the pool's ready devices.
+    capped_held: int | None = None
+    capacity: int = 0
     entries: list[QueueEntry] = field(default_factory=list)
     order: tuple[str, ...] = ()
     fragmentation: Fragmentation | None = None
@@ -246,7 +252,7 @@ class _PoolPass:
             return None
 
         held = team_usage_devices(self.running)
-        capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
+        capacity = self.capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
         limits = limits_by_team(self.quotas, self.pool, capacity)
         fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
         if not explain and lowest_victim is None and not any(
@@ -337,9 +343,10 @@ class _PoolPass:
             lowest = walk.lowest_victim
             mine = key_standing(item, policy) if lowest is not None else 0
             if by_standing and lowest is not None and mine <= lowest and (
-                    item[1] == DEMOTED_TIER or mine % STANDING_STEP == 0):
+                    (item[1] == DEMOTED_TIER and item[2] >= 0) or mine % STANDING_STEP == 0):
                 # Standing only falls along the line: from here on nobody outranks a possible victim.
-                # (Not so past a starved job that keeps its demoted standing: `Policy.starved_preempt`.)
+                # (Not so past a starved job that keeps its demoted standing: `Policy.starved_preempt`,
+                # nor past a run at the cap that goes first among the demoted: `Policy.capped_first`.)
                 walk.lowest_victim = lowest = None
             if not explain and self._exhausted(walk):
                 break
@@ -402,7 +409,26 @@ class _PoolPass:
                 f"{job.devices} more.",
             )
             return False
+        if not self._capped_room(job):
+            self._entry(
+                job,
+                position,
+                WaitCode.QUOTA,
+                f"It was stopped {plural(job.preemptions, 'time')} and will not be stopped again; runs like it may "
+                f"hold at most {self.policy.capped_share:.0%} of pool {self.pool}'s devices at once, and they do.",
+            )
+            return False
         return True
+
+    def _capped_room(self, job: QueuedJob) -> bool:
+        """False for a job at the cap that would take runs at the cap past `Policy.capped_share`."""
+        policy = self.policy
+        limit = policy.max_preemptions
+        if not (policy.capped_share > 0 and 0 < limit <= job.preemptions):
+            return True
+        if self.capped_held is None:
+            self.capped_held = sum(r.devices for r in self.running if r.preemptions >= limit and not r.stopping)
+        return self.capped_held + job.devices <= policy.capped_share * self.capacity
 
     def _place(self, walk: _Walk, job: QueuedJob, position: int, avoid: frozenset[int], end: float) -> bool:
         """Start the job now, to end at `end`, if it fits; True when that settled its turn (started,
@@ -410,7 +436,11 @@ class _PoolPass:
         shape = job.shape
         _, _, memory, cpus = shape
         cap = walk.cap
-        chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid, memory=memory, cpus=cpus)
+        packed = self._capped_elsewhere(job, cap)
+        chosen = None if packed is None else cap.find(
+            job.nodes, job.devices_per_node, end, avoid=avoid | packed, memory=memory, cpus=cpus)
+        if chosen is None:
+            chosen = cap.find(job.nodes, job.devices_per_node, end, avoid=avoid, memory=memory, cpus=cpus)
         if chosen is None:
             # Capacity only shrinks and reservations only tighten during a pass, so any later
             # job of this shape that runs at least as long cannot fit either (unless this one
@@ -437,6 +467,10 @@ class _PoolPass:
                 )
             return True
         cap.take(chosen, job.devices_per_node, end, memory, cpus)
+        if packed is not None and self.capped_nodes is not None:
+            self.capped_nodes.update(chosen)
+        if self.capped_held is not None and 0 < self.policy.max_preemptions <= job.preemptions:
+            self.capped_held += job.devices
         walk.held[job.team] = walk.held.get(job.team, 0) + job.devices
         alloc = tuple((cap.ids[i], job.devices_per_node) for i in chosen)
         self.placements.append(Placement(job.id, self.pool, alloc))
@@ -444,6 +478,19 @@ class _PoolPass:
             where = ", ".join(f"{n} ({c})" for n, c in alloc)
             self._entry(job, position, WaitCode.PLACED, f"Starting on {where}.")
         return True
+
+    def _capped_elsewhere(self, job: QueuedJob, cap: PoolCapacity) -> frozenset[int] | None:
+        """For a job that reached the cap, under `Policy.pack_capped`: the ready nodes holding no run
+        that reached it, to keep it off while it fits on those that do; else None."""
+        limit = self.policy.max_preemptions
+        if not (self.policy.pack_capped and 0 < limit <= job.preemptions):
+            return None
+        if self.capped_nodes is None:
+            self.capped_nodes = {
+                cap.index[node_id] for run in self.running if run.preemptions >= limit and not run.stopping
+                for node_id, _ in run.allocation if node_id in cap.index
+            }
+        return frozenset(i for i in range(len(cap.ids)) if i not in self.capped_nodes)
 
     def _clears_headroom(self, cap: PoolCapacity, devices: int, runtime: float) -> bool:
         """Short jobs may use any free device; longer ones must leave the headroom free."""

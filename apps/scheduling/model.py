@@ -329,6 +329,15 @@ class Policy:
     # on the nodes already holding such runs where it fits there, and best fit elsewhere only when
     # it does not: immovable runs share few nodes, and whole nodes stay clearable for wide gangs.
     pack_capped: bool = False
+    # With the cap, the most of the pool's ready devices that runs which reached it may hold at
+    # once (0: no limit). Such a run will not be stopped again, so beyond this share one that
+    # reached the cap waits (it is not stopped for it) and the rest of the pool stays movable:
+    # new short jobs can still start at once by stopping demoted runs below the cap.
+    capped_share: float = 0.0
+    # With the cap, waiting runs that reached it go first among the demoted (they stand, for
+    # preempting, at their service's level as before): a long run stopped that often resumes soon
+    # and then runs to its end, instead of waiting behind every run with less service (the tail).
+    capped_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

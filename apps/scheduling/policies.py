@@ -185,6 +185,9 @@ def key_standing(key: OrderKey, policy: Policy) -> int:
     A demoted job in FIFO queues (`Policy.demoted_fifo`) carries its level in the key; a starved
     job that may not preempt (`Policy.starved_preempt` off) stands at its level, wherever it waits."""
     if key[1] == DEMOTED_TIER:
+        if key[2] < 0:  # at the cap, first among the demoted (`Policy.capped_first`): its own level
+            job = key[5]
+            return standing(-key[0], service_level(service(job.attained_s, job.devices, policy), policy))
         return standing(-key[0], int(key[2]) if policy.demoted_fifo else service_level(key[2], policy))
     if policy.starved_preempt or policy.starve_factor <= 0:
         return standing(-key[0], 0)
@@ -296,6 +299,8 @@ def order_keys(
     append = keyed.append
     demote_after = demotion_threshold(policy)
     per_device, fifo = policy.service_per_device, policy.demoted_fifo
+    cap_at = policy.max_preemptions
+    first_capped = policy.capped_first and cap_at > 0
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
@@ -303,6 +308,9 @@ def order_keys(
         if attained >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
             # Demoted (see `demoted`): behind every job of its class, least service first, or
             # by level, then submission (`Policy.demoted_fifo`: the key holds the level).
+            if first_capped and j.preemptions >= cap_at:
+                append((-klass, DEMOTED_TIER, -1.0, submitted, j.id, j))  # `Policy.capped_first`
+                continue
             append((-klass, DEMOTED_TIER, float(service_level(attained, policy)) if fifo else attained, submitted, j.id, j))
             continue
         if klass == low and submitted <= promote_before:
