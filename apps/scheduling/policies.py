@@ -466,6 +466,12 @@ def _preemption_rules(policy: Policy) -> list[str]:
             )
         if policy.max_preemptions > 0:
             rules.append(f"A run stopped {policy.max_preemptions} times is not stopped again but for an urgent job.")
+            if policy.pack_capped:
+                rules.append("Such runs start beside one another where they fit, keeping whole nodes free to clear.")
+            if policy.capped_share > 0:
+                rules.append(f"Such runs hold at most {policy.capped_share:.0%} of the pool's devices at once; beyond it they wait.")
+            if policy.capped_first:
+                rules.append("Waiting, such runs go first among the demoted jobs.")
         if policy.victim_preemption_cost_s > 0:
             rules.append("Among possible victims, runs stopped fewer times before go first.")
     return rules

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from apps.scheduling.core import Policy, TeamQuota, queue_order, schedule
+from apps.scheduling.core import Policy, TeamQuota, explain_policy, queue_order, schedule
 from tests.scheduling.test_core import POOL, job, node, placed, run, state
 
 HOUR = 3600.0
@@ -77,3 +77,9 @@ def test_runs_at_the_cap_go_first_among_the_demoted_but_stand_at_their_level() -
     deeper = run("deeper", (("n1", 8),), started=NOW - 20 * HOUR, end=NOW + 50 * HOUR)
     decision = schedule(state([node("n1", 0)], [capped, little], [deeper], now=NOW, quotas=QUOTAS, policy=first))
     assert [(p.victim_id, p.for_job_id) for p in decision.preemptions] == [("deeper", "little")]
+
+
+def test_the_queue_page_explains_the_capped_options() -> None:
+    rules = " ".join(explain_policy(replace(CAP, pack_capped=True, capped_share=0.3, capped_first=True)))
+    assert "beside one another" in rules and "30% of the pool" in rules and "first among the demoted" in rules
+    assert "beside one another" not in " ".join(explain_policy(CAP))
