@@ -110,8 +110,8 @@ def test_unknown_objective_key_is_refused_by_name_and_nothing_stored(cast, templ
     response = cast.client(cast.alice).post("/api/v1/runs/", bad, format="json")
     assert response.status_code == 400, response.json()
     error = response.json()["error"]
-    assert error["fields"]["params.objective.metrc"] == ["unknown key; allowed: metric, goal"]
-    assert "params.objective.metrc: unknown key; allowed: metric, goal" in error["message"]
+    assert error["fields"]["params.objective.metrc"] == ["unknown key; allowed: goal, metric"]
+    assert "params.objective.metrc: unknown key; allowed: goal, metric" in error["message"]
     assert Run.objects.count() == 0 and AuditEvent.objects.count() == before
     good = sweep_body(cast, objective={"metric": "val_loss", "goal": "min"})
     assert cast.client(cast.alice).post("/api/v1/runs/", good, format="json").status_code == 201
@@ -126,8 +126,8 @@ def test_unknown_objective_key_is_named_in_the_form_and_the_cli(cast, templates)
         p_objective='{"metrc": "val_loss", "goal": "min"}'))
     html = response.content.decode()
     assert response.status_code == 400, html[:2000]
-    assert "objective.metrc: unknown key; allowed: metric, goal" in field_block(html, "p_objective")
+    assert "objective.metrc: unknown key; allowed: goal, metric" in field_block(html, "p_objective")
     assert Run.objects.count() == 0
     # The CLI prints the API's refusal as the client raises it.
     api = cast.client(cast.alice).post("/api/v1/runs/", sweep_body(cast, objective={"metrc": "x"}), format="json")
-    assert "params.objective.metrc: unknown key; allowed: metric, goal" in str(error_from_response(400, api.content))
+    assert "params.objective.metrc: unknown key; allowed: goal, metric" in str(error_from_response(400, api.content))

@@ -88,7 +88,7 @@ def _indivisible_sentence(broken: Indivisible) -> str:
 
 def _nested_unknown_keys(*, properties: dict[str, Any], params: Any, prefix: str, fields: dict[str, list[str]]) -> None:
     """Refuses unknown keys inside object parameters that declare their own ``properties``
-    (a sweep's ``objective``), e.g. "params.objective.metrc: unknown key; allowed: metric, goal":
+    (a sweep's ``objective``), e.g. "params.objective.metrc: unknown key; allowed: goal, metric":
     a typo there would otherwise be dropped and the sweep optimise something else."""
     if not isinstance(params, dict):
         return
@@ -102,7 +102,7 @@ def _nested_unknown_keys(*, properties: dict[str, Any], params: Any, prefix: str
             continue  # a free-form object (a sweep's space or fixed params) names its own keys
         for name in value:
             if name not in inner:
-                allowed = ", ".join(inner) or "none"
+                allowed = ", ".join(sorted(inner)) or "none"  # JSONB keeps no key order
                 fields.setdefault(f"{prefix}.{key}.{name}", []).append(f"unknown key; allowed: {allowed}")
         _nested_unknown_keys(properties=inner, params=value, prefix=f"{prefix}.{key}", fields=fields)
 
