@@ -20,12 +20,11 @@ from django.conf import settings
 from django.core import signals
 from django.http.request import split_domain_port, validate_host
 
-from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import DATABASE_UNAVAILABLE, error_body, is_database_unavailable
-from apps.fleet.services import node_claim_wait_from_snapshot, node_heartbeat_from_snapshot
+from apps.fleet.services import claim_answer, claim_wait_s, node_claim_wait_from_snapshot, node_heartbeat_from_snapshot
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret, node_cache_get
-from apps.nodes.models import Node, NodeState
+from apps.nodes.models import Node
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +48,14 @@ def _heartbeat(node: Node, data: dict[str, Any]) -> Answer:
 
 
 def _claim(node: Node, data: dict[str, Any]) -> Answer:
-    wait = data.get("wait_s", 10)
-    if not isinstance(wait, int | float) or not 0 <= wait <= protocol.MAX_CLAIM_WAIT_S:
+    wait = claim_wait_s(data)
+    if wait is None:
         return None  # ClaimView's 400 names the field and its limits
-    answer = node_claim_wait_from_snapshot(node=node, session=data.get("session"), wait_s=float(wait))
+    answer = node_claim_wait_from_snapshot(node=node, session=data.get("session"), wait_s=wait)
     if answer is None:
         return None
     found, fresh = answer
-    if fresh.session != data.get("session"):
-        return 409, {"assignments": [], "stale_session": True}
-    return 200, {"assignments": found, "drain": fresh.state != NodeState.READY}
+    return claim_answer(found=found, node=fresh, session=data.get("session"))
 
 
 _HANDLERS: dict[str, Callable[[Node, dict[str, Any]], Answer]] = {HEARTBEAT_PATH: _heartbeat, CLAIM_PATH: _claim}

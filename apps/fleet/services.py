@@ -396,6 +396,22 @@ def node_claim_wait_from_snapshot(*, node: Node, session: Any,
     return node_claim_wait(node=fresh, session=session, wait_s=wait_s, read=check.pending)
 
 
+def claim_wait_s(data: dict[str, Any]) -> float | None:
+    """A claim's `wait_s` (default 10 s), or None when it is not a number from 0 to MAX_CLAIM_WAIT_S."""
+    wait = data.get("wait_s", 10)
+    if not isinstance(wait, int | float) or not 0 <= wait <= protocol.MAX_CLAIM_WAIT_S:
+        return None
+    return float(wait)
+
+
+def claim_answer(*, found: list[protocol.AssignmentSpec], node: Node, session: Any) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body) of a claim that found `found` on `node` as last read: a 409 for a
+    superseded session, else the assignments and whether the node should drain."""
+    if node.session != session:
+        return 409, {"assignments": [], "stale_session": True}
+    return 200, {"assignments": found, "drain": node.state != NodeState.READY}
+
+
 def node_claim(*, node: Node) -> list[protocol.AssignmentSpec]:
     """Claim this node's pending assignments (conditional update: each is claimed once)."""
     if node.state not in (NodeState.READY,):

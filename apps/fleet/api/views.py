@@ -27,6 +27,8 @@ from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
 from apps.fleet.services import (
+    claim_answer,
+    claim_wait_s,
     node_claim_wait,
     node_claim_wait_from_snapshot,
     node_heartbeat,
@@ -34,7 +36,7 @@ from apps.fleet.services import (
     node_register,
 )
 from apps.nodes.auth import AgentAPIView, AgentPrincipal, node_by_credential, node_cache_forget
-from apps.nodes.models import Node, NodeState
+from apps.nodes.models import Node
 from apps.nodes.services import HEARTBEAT_INTERVAL_S
 from apps.runs.models import Attempt, Checkpoint
 from apps.runs.selectors import attempt_for_node_report
@@ -164,18 +166,17 @@ class ClaimView(AgentView):
     @extend_schema(request=None, responses=None)
     def post(self, request: Request) -> Response:
         data = _body(request)
-        wait = data.get("wait_s", 10)
-        if not isinstance(wait, int | float) or not 0 <= wait <= protocol.MAX_CLAIM_WAIT_S:
+        wait = claim_wait_s(data)
+        if wait is None:
             raise FieldError("wait_s", f"a number from 0 to {protocol.MAX_CLAIM_WAIT_S}")
         node, session, answer = self.node, data.get("session"), None
         if isinstance(request.user, AgentPrincipal) and request.user.cached:
-            answer = node_claim_wait_from_snapshot(node=node, session=session, wait_s=float(wait))
+            answer = node_claim_wait_from_snapshot(node=node, session=session, wait_s=wait)
             if answer is None:
                 node = _refresh(node)  # the credential changed under the snapshot: a 401 unless found afresh
-        found, node = answer or node_claim_wait(node=node, session=session, wait_s=float(wait))
-        if node.session != data.get("session"):
-            return Response({"assignments": [], "stale_session": True}, status=409)
-        return Response({"assignments": found, "drain": node.state != NodeState.READY})
+        found, node = answer or node_claim_wait(node=node, session=session, wait_s=wait)
+        status, body = claim_answer(found=found, node=node, session=session)
+        return Response(body, status=status)
 
 
 class EventView(AgentView):
