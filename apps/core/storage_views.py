@@ -1,6 +1,7 @@
 """The local store's presigned URLs (apps.core.storage.LocalStore): GET reads and PUT writes the
 one object a signed, unexpired token names. No session or credential: the token is the grant,
-as an S3 presigned URL is. With S3 configured these URLs are never handed out."""
+as an S3 presigned URL is. With S3 configured these URLs are never handed out; a download is
+then store_redirect's 302 to the S3 store's presigned URL."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ from typing import IO
 
 from django.conf import settings
 from django.core import signing
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from apps.core.storage import CHUNK, LocalStore, ObjectMissing, local_token_read, store
+
+
+def store_redirect(url: str) -> HttpResponseRedirect:
+    """The 302 every download answers with when the bytes come from the store (a presigned URL)."""
+    redirect = HttpResponseRedirect(url)
+    redirect["Cache-Control"] = "private, no-store"  # the URL expires; never replay a stale one
+    return redirect
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
-from django.http import FileResponse, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import FileResponse, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 from apps.artifacts.selectors import artifact_download_url, artifact_get, artifact_list, artifact_open
 from apps.artifacts.services import artifact_store
 from apps.core.errors import ServiceError
+from apps.core.storage_views import store_redirect
 from apps.mlflow_api import selectors
 from apps.mlflow_api.errors import MlflowError, does_not_exist, from_service_error, invalid
 from apps.mlflow_api.services import require_writer
@@ -93,9 +94,7 @@ class ArtifactsView(APIView):
             artifact = artifact_get(run=run, name=name)
             url = artifact_download_url(artifact=artifact)
             if url is not None and not _same_origin(request, url):
-                redirect = HttpResponseRedirect(url)
-                redirect["Cache-Control"] = "private, no-store"  # the URL expires; never replay a stale one
-                return redirect
+                return store_redirect(url)
             response = FileResponse(artifact_open(artifact=artifact), content_type=artifact.content_type or "application/octet-stream")
             response["Content-Length"] = str(artifact.size)
             return response

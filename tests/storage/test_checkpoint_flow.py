@@ -104,6 +104,7 @@ def test_direct_upload_is_checked_then_stored_and_downloadable(backend: str, cas
     owner = cast.client(cast.alice).get(f"/api/v1/runs/{run.pk}/checkpoints/{ckpt.pk}/download/")
     if backend == "s3":
         assert owner.status_code == 302 and http("GET", owner["Location"])[:2] == (200, data)
+        assert owner["Cache-Control"] == "private, no-store"  # the URL expires: no cache may replay the redirect
     else:
         assert owner.status_code == 200 and b"".join(owner.streaming_content) == data  # type: ignore[attr-defined]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import FileResponse, Http404, HttpResponseRedirect
+from django.http import FileResponse, Http404
 from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -28,6 +28,7 @@ from apps.artifacts.services import artifact_content_type, artifact_store, artif
 from apps.core.api.parsers import FormParser, MultiPartParser
 from apps.core.errors import FieldError
 from apps.core.storage import ObjectMissing
+from apps.core.storage_views import store_redirect
 from apps.runs.models import Run
 from apps.tenants.api.scoped import ScopedMixin
 
@@ -100,9 +101,7 @@ class RunArtifactFileView(_RunScoped):
         url = artifact_download_url(artifact=artifact)
         if url is not None:
             # S3: the client fetches it from the store; no web worker carries the bytes.
-            redirect = HttpResponseRedirect(url)
-            redirect["Cache-Control"] = "private, no-store"  # the URL expires; never replay a stale one
-            return redirect
+            return store_redirect(url)
         try:
             body = artifact_open(artifact=artifact)
         except ObjectMissing:

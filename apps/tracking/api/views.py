@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import FileResponse, Http404, HttpResponseRedirect, StreamingHttpResponse
+from django.http import FileResponse, Http404, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -16,6 +16,7 @@ from apps.billing.costmodel import money
 from apps.core.api.listing import ordering_apply, ordering_parameter
 from apps.core.errors import FieldError
 from apps.core.storage import ObjectMissing, store
+from apps.core.storage_views import store_redirect
 from apps.nodes.auth import AgentAPIView
 from apps.runs.models import Attempt, Checkpoint, Run
 from apps.runs.selectors import attempt_for_node_report
@@ -224,7 +225,7 @@ class CheckpointDownloadView(ScopedMixin, generics.GenericAPIView):
         name = ckpt.file_name or ckpt.stored_path.rsplit("/", 1)[-1]
         if store().direct:
             # S3: the browser fetches it from the store; no web worker carries the bytes.
-            return HttpResponseRedirect(checkpoint_download_url(checkpoint=ckpt, filename=name))
+            return store_redirect(checkpoint_download_url(checkpoint=ckpt, filename=name))
         try:
             body = checkpoint_open(checkpoint=ckpt)  # the local store never leaves MEDIA_ROOT
         except ObjectMissing:
