@@ -21,7 +21,8 @@ from django.core import signals
 from django.http.request import split_domain_port, validate_host
 
 from apps.audit.context import acting_as
-from apps.core.errors import DATABASE_UNAVAILABLE, error_body, is_database_unavailable
+from apps.core.errors import DATABASE_UNAVAILABLE, FieldError, error_body, is_database_unavailable
+from apps.fleet.api.fields import int_field
 from apps.fleet.services import claim_answer, claim_wait_s, node_claim_wait_from_snapshot, node_heartbeat_from_snapshot
 from apps.nodes.auth import NODE_CREDENTIAL_PREFIX, hash_secret, node_cache_get
 from apps.nodes.models import Node
@@ -128,10 +129,8 @@ def _parse(body: bytes) -> dict[str, Any] | None:
     """The body as an object with a valid session, else None (the views' 400s)."""
     try:
         data = json.loads(body)
-    except ValueError:
-        return None
-    session = data.get("session") if isinstance(data, dict) else None
-    if not isinstance(session, int) or isinstance(session, bool) or not 0 <= session <= 2**62:
+        int_field(data, "session")  # the views' check: what they refuse, Django's path answers
+    except (ValueError, FieldError):
         return None
     assert isinstance(data, dict)
     return data

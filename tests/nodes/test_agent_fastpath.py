@@ -55,6 +55,11 @@ def test_the_usual_heartbeat_and_claim_never_reach_django(agent: tuple[FastPathC
     ("heartbeat/", b'{"session": "one"}', {}, 400, "session"),
     ("heartbeat/", b'{"session": 1, "running": ["\\u0000"]}', {}, 400, None),
     ("heartbeat/", b"[1, 2]", {}, 400, "body"),
+    ("heartbeat/", b'{"session": true}', {}, 400, "session"),
+    ("heartbeat/", b'{"session": -1}', {}, 400, "session"),
+    ("heartbeat/", b'{"session": 4611686018427387905}', {}, 400, "session"),
+    ("heartbeat/", b'{"running": []}', {}, 400, "session"),
+    ("claim/", b'{"session": -1, "wait_s": 0}', {}, 409, None),  # ClaimView: not this node's session
     ("claim/", b'{"session": 1, "wait_s": 99}', {}, 400, "wait_s"),
     ("claim/", b'{"session": 1, "wait_s": "soon"}', {}, 400, "wait_s"),
     ("heartbeat/", b'{"session": 1}', {"HTTP_AUTHORIZATION": "Node tyn_not-a-known-one"}, 401, None),
@@ -72,6 +77,17 @@ def test_anything_unusual_gets_djangos_own_answer(agent: tuple[FastPathClient, i
     assert client.fast == 0
     if field is not None:
         assert field in resp.json()["error"]["fields"], resp.json()
+
+
+def test_a_bad_session_is_refused_by_the_same_check_on_both_paths(agent: tuple[FastPathClient, int]) -> None:
+    """The fast path declines what HeartbeatView refuses (one check, apps.fleet.api.fields), and
+    the 400 names the field and its limits."""
+    client, _ = agent
+    for session in (True, -1, 2**62 + 1, "1", None):
+        resp = client.post(A + "heartbeat/", {"session": session, "running": []}, format="json")
+        assert resp.status_code == 400, (session, resp.content)
+        assert resp.json()["error"]["fields"] == {"session": [f"an integer from 0 to {2**62}"]}
+    assert client.fast == 0
 
 
 def test_a_drained_node_is_told_by_django_from_a_fresh_read(agent: tuple[FastPathClient, int]) -> None:

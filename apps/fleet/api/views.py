@@ -26,6 +26,7 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
+from apps.fleet.api.fields import int_field
 from apps.fleet.services import (
     claim_answer,
     claim_wait_s,
@@ -63,13 +64,6 @@ FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _int(data: Any, field: str, *, minimum: int = 0, maximum: int = 2**62, default: int | None = None) -> int:
-    value = data.get(field, default) if isinstance(data, dict) else default
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise FieldError(field, f"an integer from {minimum} to {maximum}")
-    return value
-
-
 def _list(data: Any, field: str, limit: int) -> list[Any]:
     value = data.get(field) if isinstance(data, dict) else None
     if not isinstance(value, list) or len(value) > limit:
@@ -84,8 +78,8 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 def _report(view: AgentAPIView, data: Any, *, allow_finished: bool = True) -> Attempt:
-    attempt_id = _int(data, "attempt_id", minimum=1)
-    number = _int(data, "number", minimum=1, maximum=1_000_000)
+    attempt_id = int_field(data, "attempt_id", minimum=1)
+    number = int_field(data, "number", minimum=1, maximum=1_000_000)
     return attempt_for_node_report(node_id=view.node.pk, attempt_id=attempt_id, number=number, allow_finished=allow_finished)
 
 
@@ -133,7 +127,7 @@ class HeartbeatView(AgentView):
     @extend_schema(request=None, responses=None)
     def post(self, request: Request) -> Response:
         data = _body(request)
-        _int(data, "session")
+        int_field(data, "session")
         node = self.node
         if isinstance(request.user, AgentPrincipal) and request.user.cached:
             answer = node_heartbeat_from_snapshot(node=node, data=data)
@@ -184,12 +178,12 @@ class EventView(AgentView):
     def post(self, request: Request) -> Response:
         data = _body(request)
         attempt = _report(self, data)
-        rank = _int(data, "node_rank", maximum=100_000)
+        rank = int_field(data, "node_rank", maximum=100_000)
         event = data.get("event")
         if event == "started":
             resumed = data.get("resumed_from_step")
             if resumed is not None:
-                resumed = _int(data, "resumed_from_step")
+                resumed = int_field(data, "resumed_from_step")
             lifecycle.assignment_started(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank, resumed_from_step=resumed)
         elif event == "exited":
             code = data.get("exit_code")
@@ -202,7 +196,7 @@ class EventView(AgentView):
                                         exit_code=code if isinstance(code, int) else None,
                                         signal=sig if isinstance(sig, int) else None, stop_kind=stop_kind,
                                         log_tail=str(data.get("log_tail", ""))[-lifecycle.LOG_TAIL_CHARS:],
-                                        ranks=_rank_exits(data), failed_rank=_int(data, "failed_rank", maximum=100_000)
+                                        ranks=_rank_exits(data), failed_rank=int_field(data, "failed_rank", maximum=100_000)
                                         if failed is not None else None)
         elif event == "failed_to_start":
             lifecycle.assignment_failed_to_start(attempt_id=attempt.pk, node_id=self.node.pk, node_rank=rank,
@@ -219,7 +213,7 @@ def _rank_exits(data: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(item, dict):
             raise FieldError(f"ranks[{i}]", "an object with rank, local_rank, exit_code, signal, seconds")
         code, sig, secs = item.get("exit_code"), item.get("signal"), item.get("seconds")
-        out.append({"rank": _int(item, "rank", maximum=100_000), "local_rank": _int(item, "local_rank", maximum=100_000),
+        out.append({"rank": int_field(item, "rank", maximum=100_000), "local_rank": int_field(item, "local_rank", maximum=100_000),
                     "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None,
                     "signal": sig if isinstance(sig, int) and not isinstance(sig, bool) else None,
                     "seconds": float(secs) if isinstance(secs, int | float) and math.isfinite(secs) else None})
@@ -233,8 +227,8 @@ class RendezvousView(AgentView):
     def post(self, request: Request) -> Response:
         data = _body(request)
         attempt = _report(self, data, allow_finished=False)
-        port = _int(data, "master_port", minimum=1, maximum=65535) if data.get("master_port") is not None else None
-        addr, known = lifecycle.attempt_rendezvous(attempt_id=attempt.pk, node_rank=_int(data, "node_rank", maximum=100_000),
+        port = int_field(data, "master_port", minimum=1, maximum=65535) if data.get("master_port") is not None else None
+        addr, known = lifecycle.attempt_rendezvous(attempt_id=attempt.pk, node_rank=int_field(data, "node_rank", maximum=100_000),
                                                    master_port=port)
         return Response({"master_addr": addr, "master_port": known})
 
@@ -252,7 +246,7 @@ class LogView(AgentView):
             stream = chunk.get("stream", "stdout")
             if stream not in protocol.LOG_STREAMS:
                 raise FieldError(f"chunks[{i}].stream", "one of " + ", ".join(protocol.LOG_STREAMS))
-            lines.append(LogLine(rank=_int(chunk, "rank", maximum=100_000), seq=_int(chunk, "seq", maximum=2**31 - 1),
+            lines.append(LogLine(rank=int_field(chunk, "rank", maximum=100_000), seq=int_field(chunk, "seq", maximum=2**31 - 1),
                                  stream=stream, text=text))
         return Response({"accepted": attempt_logs_record(attempt=attempt, lines=lines)})
 
@@ -271,7 +265,7 @@ class EnergyView(AgentView):
                 raise FieldError(f"samples[{i}]", "at (unix time) and energy_j (finite, >= 0) are required")
             power = s.get("power_w")
             util = s.get("utilization")
-            rows.append(EnergyReading(device_index=_int(s, "device_index", minimum=-1, maximum=1024),
+            rows.append(EnergyReading(device_index=int_field(s, "device_index", minimum=-1, maximum=1024),
                                       at=datetime.fromtimestamp(float(at), tz=UTC), energy_j=float(energy),
                                       power_w=float(power) if isinstance(power, int | float) else None,
                                       utilization=float(util) if isinstance(util, int | float) else None,
@@ -284,8 +278,8 @@ class ProgressView(AgentView):
     def post(self, request: Request) -> Response:
         data = _body(request)
         attempt = _report(self, data)
-        total = _int(data, "total_steps") if data.get("total_steps") is not None else None
-        done = _int(data, "steps_done") if data.get("steps_done") is not None else None
+        total = int_field(data, "total_steps") if data.get("total_steps") is not None else None
+        done = int_field(data, "steps_done") if data.get("steps_done") is not None else None
         lineage = data.get("lineage")
         if lineage is not None and (not isinstance(lineage, dict) or len(str(lineage)) > 100_000):
             raise FieldError("lineage", "an object of at most 100000 characters")
@@ -306,7 +300,7 @@ class CheckpointView(AgentView):
         metrics = data.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise FieldError("metrics", "an object")
-        ckpt = checkpoint_report(attempt=attempt, sha256=sha, step=_int(data, "step"), file_name=name, size=_int(data, "size"),
+        ckpt = checkpoint_report(attempt=attempt, sha256=sha, step=int_field(data, "step"), file_name=name, size=int_field(data, "size"),
                                  metrics=metrics)
         answer: dict[str, Any] = {"id": ckpt.pk, "stored": bool(ckpt.stored_path)}
         # Older agents PUT the bytes to file/ and know no plan: none is made for them (an S3
@@ -334,7 +328,7 @@ class CheckpointCompleteView(AgentView):
             etag = part.get("etag") if isinstance(part, dict) else None
             if not isinstance(etag, str) or len(etag) > 200:
                 raise FieldError("parts", "a list of {number, etag} as the store answered each part")
-            parts.append((_int(part, "number", minimum=1, maximum=10_000), etag))
+            parts.append((int_field(part, "number", minimum=1, maximum=10_000), etag))
         if ckpt.deleted_at is not None and not ckpt.stored_path:
             return Response({"stored": False, "deleted": True})
         stored = checkpoint_upload_complete(checkpoint=ckpt, upload_id=upload_id, parts=parts)
@@ -363,7 +357,7 @@ class CheckpointDeletedView(AgentView):
         name = data.get("file")
         if not isinstance(name, str) or not FILE_NAME.match(name):
             raise FieldError("file", "a plain file name of at most 200 characters")
-        return Response({"deleted": checkpoint_mark_deleted(attempt=attempt, step=_int(data, "step"), file_name=name)})
+        return Response({"deleted": checkpoint_mark_deleted(attempt=attempt, step=int_field(data, "step"), file_name=name)})
 
 
 def _checkpoint_for(node: Node, checkpoint_id: int) -> Checkpoint:
