@@ -269,65 +269,76 @@ def queued_runs(*, lock: bool) -> QuerySet[Run]:
     return qs.select_for_update(of=("self",)) if lock else qs
 
 
-def attained_service(*, running_run_ids: Iterable[int]) -> dict[int, float]:
-    """Seconds each queued or running run ran in its ended attempts (preempted, lost, ...):
-    its attained service, which demotes it past the pool's threshold (`Policy.demote_after_s`).
-    A running run's current attempt is not included; the core adds it from its start. Seconds, not
-    device-seconds: a run's width is fixed across its attempts, so where a pool counts service in
-    device-seconds (`Policy.service_per_device`) the core multiplies by it (`policies.service`)."""
-    seconds: dict[int, float] = defaultdict(float)
-    rows = (
-        Attempt.objects.filter(Q(run__status=RunStatus.QUEUED) | Q(run_id__in=list(running_run_ids)))
-        .filter(status__in=ATTEMPT_ENDED, started_at__isnull=False, ended_at__isnull=False)
-        .values_list("run_id", "started_at", "ended_at")
-    )
-    for run_id, started, ended in rows:
-        if started is not None and ended is not None:  # (the filter says so; the types do not)
-            seconds[run_id] += max(0.0, (ended - started).total_seconds())
-    return dict(seconds)
+@dataclass(slots=True)
+class AttemptHistory:
+    """What the ended and earlier attempts of the runs in a snapshot say about them."""
+
+    # Run id -> seconds it ran in its ended attempts (preempted, lost, ...): its attained service,
+    # which demotes it past the pool's threshold (`Policy.demote_after_s`). A running run's current
+    # attempt is not included; the core adds it from its start. Seconds, not device-seconds: a
+    # run's width is fixed across its attempts, so where a pool counts service in device-seconds
+    # (`Policy.service_per_device`) the core multiplies by it (`policies.service`).
+    attained: dict[int, float] = field(default_factory=dict)
+    # Run id, for each run with an ended attempt -> how often it was preempted
+    # (`Policy.max_preemptions`), and when its latest attempt ended and how many seconds it ran
+    # (the starvation guard's inputs, `Policy.starve_factor`).
+    preemptions: dict[int, tuple[int, float, float]] = field(default_factory=dict)
+    # The queued runs an attempt of which was placed before the snapshot's moment, whether or not
+    # it ran (a start that failed, a node lost before the start): back in line, as
+    # `outcomes.estimate_requeued` files the estimate rows a pass at that moment records for them.
+    placed_before: set[int] = field(default_factory=set)
 
 
-def preemption_history(*, run_ids: Iterable[int]) -> dict[int, tuple[int, float, float]]:
-    """For each run with an ended attempt: how often it was preempted (`Policy.max_preemptions`),
-    and when its latest attempt ended and how many seconds it ran (the starvation guard's inputs,
-    `Policy.starve_factor`)."""
-    out: dict[int, tuple[int, float, float]] = {}
+def attempt_history(*, running_ids: Iterable[int], queued_ids: Iterable[int], now: datetime) -> AttemptHistory:
+    """The attempt history of the running and the queued runs, from one read of their attempts."""
+    queued = set(queued_ids)
+    ids = list(dict.fromkeys([*running_ids, *queued]))
+    history = AttemptHistory()
+    if not ids:
+        return history
+    ended = Q(status__in=ATTEMPT_ENDED, started_at__isnull=False, ended_at__isnull=False)
     rows = (
-        Attempt.objects.filter(run_id__in=list(run_ids), status__in=ATTEMPT_ENDED, started_at__isnull=False,
-                               ended_at__isnull=False)
+        # The ended attempts and those placed before `now`: beyond what each needs, only the running
+        # runs' current attempts come back, where naming the queued runs apart would send their ids twice.
+        Attempt.objects.filter(run_id__in=ids).filter(ended | Q(created_at__lt=now))
         .order_by("run_id", "ended_at", "pk")
-        .values_list("run_id", "started_at", "ended_at", "stop_kind")
+        .values_list("run_id", "status", "started_at", "ended_at", "stop_kind", "created_at")
     )
-    for run_id, started, ended, stop_kind in rows:
-        if started is None or ended is None:  # (the filter says so; the types do not)
+    for run_id, status, started, ended_at, stop_kind, created in rows:
+        if run_id in queued and created < now:
+            history.placed_before.add(run_id)
+        if status not in ATTEMPT_ENDED or started is None or ended_at is None:
             continue
-        count = out.get(run_id, (0, 0.0, 0.0))[0] + (stop_kind == StopKind.PREEMPT)
-        out[run_id] = (count, ts(ended), max(0.0, (ended - started).total_seconds()))
-    return out
-
-
-def placed_before(*, run_ids: Iterable[int], now: datetime) -> set[int]:
-    """The runs an attempt of which was placed before `now`, whether or not it ran (a start that
-    failed, a node lost before the start): back in line, as `outcomes.estimate_requeued` files
-    the estimate rows a pass at `now` records for them."""
-    return set(Attempt.objects.filter(run_id__in=list(run_ids), created_at__lt=now).order_by()
-               .values_list("run_id", flat=True).distinct())
+        seconds = max(0.0, (ended_at - started).total_seconds())
+        history.attained[run_id] = history.attained.get(run_id, 0.0) + seconds
+        count = history.preemptions.get(run_id, (0, 0.0, 0.0))[0] + (stop_kind == StopKind.PREEMPT)
+        history.preemptions[run_id] = (count, ts(ended_at), seconds)
+    return history
 
 
 def _with_history(
     running: list[core.RunningJob], queued: list[core.QueuedJob], *, now: datetime,
 ) -> tuple[list[core.RunningJob], list[core.QueuedJob]]:
-    """The jobs with their preemption counts, and the queued ones with their last requeue and
-    whether they were placed before (the learned correction's "back in line")."""
-    history = preemption_history(run_ids=[int(j.id) for j in running] + [int(j.id) for j in queued])
-    running = [dataclasses.replace(r, preemptions=history[int(r.id)][0]) if int(r.id) in history else r for r in running]
-    placed = placed_before(run_ids=[int(j.id) for j in queued], now=now) if queued else set()
-    queued = [
-        dataclasses.replace(j, preemptions=history[int(j.id)][0], requeued_at=history[int(j.id)][1],
-                            last_run_s=history[int(j.id)][2]) if int(j.id) in history else j
-        for j in queued
+    """The jobs with their attained service and preemption counts, and the queued ones with their
+    last requeue and whether they were placed before (the learned correction's "back in line")."""
+    history = attempt_history(running_ids=[int(j.id) for j in running], queued_ids=[int(j.id) for j in queued], now=now)
+    # (A run has attained service exactly where it has a preemption record: both count its ended attempts.)
+    running = [
+        dataclasses.replace(r, attained_s=history.attained[int(r.id)], preemptions=history.preemptions[int(r.id)][0])
+        if int(r.id) in history.preemptions else r
+        for r in running
     ]
-    return running, [dataclasses.replace(j, placed_before=True) if int(j.id) in placed else j for j in queued]
+    out: list[core.QueuedJob] = []
+    for job in queued:
+        run_id = int(job.id)
+        if run_id in history.preemptions:
+            count, requeued_at, last_run_s = history.preemptions[run_id]
+            job = dataclasses.replace(job, attained_s=history.attained[run_id], preemptions=count,
+                                      requeued_at=requeued_at, last_run_s=last_run_s)
+        if run_id in history.placed_before:
+            job = dataclasses.replace(job, placed_before=True)
+        out.append(job)
+    return running, out
 
 
 def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
@@ -335,9 +346,9 @@ def snapshot_load(*, now: datetime, lock: bool = True) -> Snapshot:
     policies = {name: policy_from_json(p.policy) for name, p in pools.items()}
     fleet = _fleet_load(now)
     predictor = predictor_load(now=now)
-    running, running_jobs, attained = _running_load(now=now, predictor=predictor, alloc=fleet.alloc)
+    running, running_jobs = _running_load(now=now, predictor=predictor, alloc=fleet.alloc)
     queued = {str(r.pk): r for r in queued_runs(lock=lock)}
-    predictions, jobs = _queued_jobs(queued, now=now, predictor=predictor, attained=attained)
+    predictions, jobs = _queued_jobs(queued, now=now, predictor=predictor)
     running_jobs, jobs = _with_history(running_jobs, jobs, now=now)
     quotas = tuple(
         core.TeamQuota(team=q.team.slug, pool=q.pool.name, guaranteed_devices=q.guaranteed_devices, borrow_limit=q.borrow_limit)
@@ -399,8 +410,8 @@ def _fleet_load(now: datetime) -> _Fleet:
 
 def _running_load(
     *, now: datetime, predictor: RuntimePredictor, alloc: dict[int, list[tuple[int, str, int]]]
-) -> tuple[dict[str, Attempt], list[core.RunningJob], dict[int, float]]:
-    """The attempts holding devices as the core's running jobs; and every run's attained service."""
+) -> tuple[dict[str, Attempt], list[core.RunningJob]]:
+    """The attempts holding devices as the core's running jobs (their history comes with `_with_history`)."""
     now_s = ts(now)
     running: dict[str, Attempt] = {}
     running_jobs: list[core.RunningJob] = []
@@ -415,7 +426,6 @@ def _running_load(
         Checkpoint.objects.filter(run_id__in=[a.run_id for a in attempt_list]).values("run_id").annotate(m=Max("created_at"))
         .values_list("run_id", "m")
     )
-    attained = attained_service(running_run_ids=[a.run_id for a in attempt_list])
     for attempt in attempt_list:
         run = attempt.run
         started = attempt.started_at or attempt.created_at
@@ -437,9 +447,8 @@ def _running_load(
             started_at=ts(started), predicted_end=max(end, now_s), preemptible=run.preemptible,
             last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
             expected_end=None if stopping else expected,
-            attained_s=attained.get(run.pk, 0.0), memory_per_device=run.memory_bytes_per_device,
-            cpus_per_device=run.cpus_per_device))
-    return running, running_jobs, attained
+            memory_per_device=run.memory_bytes_per_device, cpus_per_device=run.cpus_per_device))
+    return running, running_jobs
 
 
 def _expected_end(run: Run, attempt: Attempt, *, started: datetime, now_s: float, history_s: float) -> float:
@@ -453,7 +462,7 @@ def _expected_end(run: Run, attempt: Attempt, *, started: datetime, now_s: float
 
 
 def _queued_jobs(
-    queued: dict[str, Run], *, now: datetime, predictor: RuntimePredictor, attained: dict[int, float]
+    queued: dict[str, Run], *, now: datetime, predictor: RuntimePredictor
 ) -> tuple[dict[str, RuntimePrediction], list[core.QueuedJob]]:
     """The queued runs as the core's queued jobs (held for budget or backoff), and their predictions."""
     blocks = budget_blocks({r.project_id: r.project for r in queued.values()}.values(), now)
@@ -473,7 +482,7 @@ def _queued_jobs(
             predicted_runtime=pred.runtime_s, expected_runtime=pred.expected_s, preemptible=run.preemptible,
             blocked_reason=blocked, blocked_message=block or "",
             deadline=ts(run.queue_deadline) if run.queue_deadline is not None else None,
-            attained_s=attained.get(run.pk, 0.0), avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or []),
+            avoid_nodes=frozenset(str(n) for n in run.avoid_nodes or []),
             memory_per_device=run.memory_bytes_per_device, cpus_per_device=run.cpus_per_device))
     return predictions, jobs
 

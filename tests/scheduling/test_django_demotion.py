@@ -15,7 +15,7 @@ from apps.billing.models import Quota
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
 from apps.scheduling.services import scheduling_pass
-from apps.scheduling.snapshot import attained_service, snapshot_load
+from apps.scheduling.snapshot import attempt_history, snapshot_load
 from tests.agents.server import register
 from tests.runs.factories import body as forecast_body
 from tests.runs.factories import make_template
@@ -58,7 +58,7 @@ def test_a_run_demoted_after_an_hour_is_preempted_by_a_new_run_and_waits_with_it
     exit_(long, stop_kind="preempt")
     long.refresh_from_db()
     assert long.status == RunStatus.QUEUED
-    service = attained_service(running_run_ids=[])
+    service = attempt_history(running_ids=[], queued_ids=[long.pk], now=timezone.now()).attained
     assert service[long.pk] == pytest.approx(7200, abs=5)
     queued = {j.id: j for j in snapshot_load(now=timezone.now(), lock=False).state.queued}
     assert queued[str(long.pk)].attained_s == pytest.approx(7200, abs=5)

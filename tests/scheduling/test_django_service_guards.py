@@ -13,7 +13,7 @@ from apps.billing.models import Quota
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, RunStatus
 from apps.scheduling.services import scheduling_pass
-from apps.scheduling.snapshot import preemption_history, snapshot_load
+from apps.scheduling.snapshot import attempt_history, snapshot_load
 from tests.agents.server import register
 from tests.runs.factories import make_template
 from tests.scheduling.test_django_scheduling import exit_, make, start
@@ -39,11 +39,11 @@ def test_the_snapshot_carries_preemptions_and_the_last_requeue(cast: Any, pool: 
     assert run.status == RunStatus.QUEUED
     ended = Attempt.objects.get(pk=attempt.pk).ended_at
     assert ended is not None
-    count, requeued_at, last_run_s = preemption_history(run_ids=[run.pk])[run.pk]
+    count, requeued_at, last_run_s = attempt_history(running_ids=[], queued_ids=[run.pk], now=timezone.now()).preemptions[run.pk]
     assert count == 1 and requeued_at == pytest.approx(ended.timestamp()) and last_run_s == pytest.approx(7200, abs=5)
     queued = {j.id: j for j in snapshot_load(now=timezone.now(), lock=False).state.queued}[str(run.pk)]
     assert (queued.preemptions, queued.requeued_at) == (1, pytest.approx(ended.timestamp()))
     assert queued.last_run_s == pytest.approx(7200, abs=5)
     # A run that never ran has no history.
     fresh = make(cast, pool, team="vision")
-    assert fresh.pk not in preemption_history(run_ids=[fresh.pk])
+    assert fresh.pk not in attempt_history(running_ids=[], queued_ids=[fresh.pk], now=timezone.now()).preemptions
