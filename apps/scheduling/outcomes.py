@@ -6,7 +6,7 @@ waits (`snapshot.lags_load`) and the learned correction, as in the trace replay
 (`simulate.Replay`): an at-submission estimate is a requeue's when an attempt of its run had
 been placed before it was recorded. A run placed at once on submit has no estimate then, so
 "the run had an earlier estimate" would miss it when it is preempted later. A pass applying the
-correction classes a waiting run the same way (`snapshot.placed_before`, `QueuedJob.placed_before`):
+correction classes a waiting run the same way (`snapshot.attempt_history`, `QueuedJob.placed_before`):
 placed before, whether or not that attempt ever ran.
 
 The correction reads up to `CALIBRATION_ROWS` outcomes a pool, on every pass and every forecast
@@ -99,8 +99,12 @@ def _cache_key(names: list[str], newest: tuple[float, int] | None) -> str:
 
 
 def calibrations_cached(*, now: datetime, pools: Iterable[str]) -> dict[str, WaitCalibration]:
-    """`snapshot.calibrations_load`, from the shared cache when an earlier pass or forecast read
-    the same pools within `CALIBRATION_CACHE_S` and no run with an estimate has started since.
+    """Per pool, the estimator's learned correction (`WaitCalibration`), fed the recent runs whose
+    at-submission (or at-requeue) estimate was corrected and that have since started
+    (`calibration_outcomes`): the class of that estimate (the replay's own wait, back in line or
+    new, width) and the wait that followed, oldest first, as the trace replay feeds it. The passes
+    and the forecast read it here, from the shared cache when an earlier pass or forecast read the
+    same pools within `CALIBRATION_CACHE_S` and no run with an estimate has started since.
 
     The result is the same as a fresh read: the key changes with the newest start, and a reuse at
     a later `now` drops the outcomes that have left the window (the oldest: the rows a fresh read

@@ -36,9 +36,9 @@ from apps.runs.models import (
 )
 from apps.runs.selectors import run_live_eta_s, run_live_measure
 from apps.scheduling import model as core
-from apps.scheduling.estimate import QueueLag, WaitCalibration
+from apps.scheduling.estimate import QueueLag
 from apps.scheduling.models import EstimateKind, QueueEstimate
-from apps.scheduling.outcomes import calibration_outcomes, calibrations_from, estimate_requeued
+from apps.scheduling.outcomes import estimate_requeued
 from apps.scheduling.policies import decay_usage
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
 
@@ -520,12 +520,3 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
         lag.observe(ts(started), ts(rank))
     return lags
 
-
-def calibrations_load(*, now: datetime, pools: Iterable[str]) -> dict[str, WaitCalibration]:
-    """Per pool, the estimator's learned correction (`WaitCalibration`), fed the recent runs whose
-    at-submission (or at-requeue) estimate was corrected and that have since started: the class
-    of that estimate (the replay's own wait, back in line or new, width) and the wait that
-    followed, oldest first, as the trace replay feeds it. A fresh read every call; the passes and
-    the forecast use `outcomes.calibrations_cached`, which gives the same."""
-    names = list(dict.fromkeys(pools))
-    return calibrations_from(calibration_outcomes(now=now, pools=names), pools=names)

@@ -15,7 +15,7 @@ from apps.runs.models import Run
 from apps.scheduling.estimate import WaitCalibration, _best_point, queue_estimates
 from apps.scheduling.model import ClusterState, Node, PriorityClass, QueuedJob, RunningJob
 from apps.scheduling.models import EstimateKind, QueueEstimate
-from apps.scheduling.snapshot import calibrations_load
+from apps.scheduling.outcomes import calibrations_cached
 
 HOUR = 3600.0
 
@@ -86,6 +86,6 @@ def test_the_portal_learns_from_the_recorded_raw_estimates(cast: Any) -> None:
         QueueEstimate.objects.create(run=run, recorded_at=at, kind=EstimateKind.AT_SUBMISSION,
                                      estimated_start=at + timedelta(hours=1), raw_estimated_start=at + timedelta(hours=1),
                                      actual_start=at + timedelta(hours=3))
-    cal = calibrations_load(now=now, pools=["local"])["local"]
+    cal = calibrations_cached(now=now, pools=["local"])["local"]
     key = WaitCalibration.key(estimated_wait=HOUR, requeued=False, devices=1)
     assert abs(cal.adjust(key, HOUR) - 3 * HOUR) <= 0.25 * 3 * HOUR

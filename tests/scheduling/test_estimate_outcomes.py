@@ -23,11 +23,11 @@ from apps.scheduling import outcomes
 from apps.scheduling.estimate import WaitCalibration
 from apps.scheduling.model import Policy
 from apps.scheduling.models import EstimateKind, QueueEstimate
-from apps.scheduling.outcomes import calibrations_cached, estimate_requeued
+from apps.scheduling.outcomes import calibration_outcomes, calibrations_cached, calibrations_from, estimate_requeued
 from apps.scheduling.selectors import estimate_accuracy
 from apps.scheduling.services import estimate_errors_record, scheduling_pass
 from apps.scheduling.simulate import POLICIES, Replay, TraceJob
-from apps.scheduling.snapshot import calibrations_load, lags_load
+from apps.scheduling.snapshot import lags_load
 from tests.agents.server import register
 from tests.runs.factories import body, local_pool, make_template
 from tests.scheduling.test_django_scheduling import exit_, make, start
@@ -72,7 +72,7 @@ def test_a_run_placed_at_once_then_requeued_is_a_requeue_everywhere(cast: Any, p
                                      estimated_start=started, actual_start=started, error_s=0.0)
 
     # The learned correction files the 25 under "back in line": that class learned the 3 h, not the new runs'.
-    cal = calibrations_load(now=now, pools=["local"])["local"]
+    cal = calibrations_cached(now=now, pools=["local"])["local"]
     again = WaitCalibration.key(estimated_wait=HOUR, requeued=True, devices=1)
     new = WaitCalibration.key(estimated_wait=HOUR, requeued=False, devices=1)
     assert abs(cal.adjust(again, HOUR) - 3 * HOUR) <= 0.25 * 3 * HOUR
@@ -122,6 +122,11 @@ def _learned(cals: dict[str, WaitCalibration]) -> dict[str, Any]:
     return {pool: {key: list(found) for key, found in cal._outcomes.items()} for pool, cal in cals.items()}
 
 
+def _fresh(*, now: datetime, pools: list[str]) -> dict[str, WaitCalibration]:
+    """What `calibrations_cached` learns from when it reads afresh."""
+    return calibrations_from(calibration_outcomes(now=now, pools=pools), pools=pools)
+
+
 def _calibration_reads(queries: CaptureQueriesContext) -> int:
     return sum("raw_estimated_start" in q["sql"] for q in queries.captured_queries)
 
@@ -130,12 +135,12 @@ def test_a_cached_read_is_the_fresh_read(cast: Any, pool: NodePool) -> None:
     now = timezone.now()
     _calibration_rows(cast, pool, now=now)
     first = calibrations_cached(now=now, pools=["local"])
-    assert _learned(first) == _learned(calibrations_load(now=now, pools=["local"]))
+    assert _learned(first) == _learned(_fresh(now=now, pools=["local"]))
     later = now + timedelta(seconds=8)  # the edge outcome has left the window meanwhile
     with CaptureQueriesContext(connection) as queries:
         reused = calibrations_cached(now=later, pools=["local"])
     assert _calibration_reads(queries) == 0
-    assert _learned(reused) == _learned(calibrations_load(now=later, pools=["local"])) != _learned(first)
+    assert _learned(reused) == _learned(_fresh(now=later, pools=["local"])) != _learned(first)
     # A read for an earlier moment does not trust what a later one found.
     with CaptureQueriesContext(connection) as queries:
         calibrations_cached(now=now - timedelta(seconds=1), pools=["local"])
@@ -237,7 +242,7 @@ def test_a_busy_pool_does_not_push_a_quiet_pools_outcomes_out(cast: Any, pool: N
     assert busy_starts == sorted(busy_starts) and len(busy_starts) == 30
     assert min(busy_starts) == pytest.approx((now - timedelta(hours=2, minutes=29)).timestamp())
     cals = calibrations_cached(now=now, pools=["local", "busy"])
-    assert _learned(cals) == _learned(calibrations_load(now=now, pools=["busy", "local"]))
+    assert _learned(cals) == _learned(_fresh(now=now, pools=["busy", "local"]))
     assert sum(len(v) for v in _learned(cals)["local"].values()) == 20
     assert sum(len(v) for v in _learned(cals)["busy"].values()) == 30
 
