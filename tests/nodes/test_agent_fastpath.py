@@ -59,7 +59,9 @@ def test_the_usual_heartbeat_and_claim_never_reach_django(agent: tuple[FastPathC
     ("heartbeat/", b'{"session": -1}', {}, 400, "session"),
     ("heartbeat/", b'{"session": 4611686018427387905}', {}, 400, "session"),
     ("heartbeat/", b'{"running": []}', {}, 400, "session"),
-    ("claim/", b'{"session": -1, "wait_s": 0}', {}, 409, None),  # ClaimView: not this node's session
+    ("claim/", b'{"session": -1, "wait_s": 0}', {}, 400, "session"),
+    ("claim/", b'{"session": true, "wait_s": 0}', {}, 400, "session"),
+    ("claim/", b'{"wait_s": 0}', {}, 400, "session"),
     ("claim/", b'{"session": 1, "wait_s": 99}', {}, 400, "wait_s"),
     ("claim/", b'{"session": 1, "wait_s": "soon"}', {}, 400, "wait_s"),
     ("heartbeat/", b'{"session": 1}', {"HTTP_AUTHORIZATION": "Node tyn_not-a-known-one"}, 401, None),

@@ -163,7 +163,8 @@ class ClaimView(AgentView):
         wait = claim_wait_s(data)
         if wait is None:
             raise FieldError("wait_s", f"a number from 0 to {protocol.MAX_CLAIM_WAIT_S}")
-        node, session, answer = self.node, data.get("session"), None
+        # Checked as HeartbeatView does: `true` would otherwise pass as session 1.
+        node, session, answer = self.node, int_field(data, "session"), None
         if isinstance(request.user, AgentPrincipal) and request.user.cached:
             answer = node_claim_wait_from_snapshot(node=node, session=session, wait_s=wait)
             if answer is None:
