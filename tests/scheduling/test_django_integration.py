@@ -24,9 +24,16 @@ from tests.runs.live_helpers import TAGS, recipe_stack  # noqa: F401 - fixture
 LOW = {"steps": 8000, "eval_every": 1000, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
 URGENT = {"steps": 300, "eval_every": 100, "batch_size": 32, "hidden": 32, "warmup_steps": 2}
 CHECKPOINT_POLICY = {"every_steps": 50, "every_seconds": 0, "keep_last": 2}
-SET_QUOTA = ("from apps.billing.services import quota_set; from apps.tenants.models import Team; "
-             "from apps.nodes.models import NodePool; quota_set(team=Team.objects.get(slug='nlp'), "
-             "pool=NodePool.objects.get(name='local'), guaranteed_devices=0, borrow_limit=2)")
+
+
+def set_borrow_limit(stack: LiveStack, finance: str, borrow_limit: int) -> None:
+    """nlp's quota in pool local (the seed's; guaranteed 0), through the finance API. Not a
+    `manage.py shell`: under load one took 10 s, most of it after its change, while the low runs
+    it let start trained towards their end before the urgent run was submitted."""
+    data = stack.api("GET", "/api/v1/finance/quotas/", token=finance)
+    quota = next(q["id"] for q in data["results"] if q["team"] == "nlp" and q["pool"] == "local")
+    stack.api("PATCH", f"/api/v1/finance/quotas/{quota}/", {"guaranteed_devices": 0, "borrow_limit": borrow_limit},
+              token=finance, expect=200)
 
 
 def submit(stack: LiveStack, token: str, project: str, params: dict[str, Any], priority: str) -> int:
@@ -43,8 +50,14 @@ def queue_entries(stack: LiveStack, token: str) -> list[dict[str, Any]]:
 @pytest.mark.live
 def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack: LiveStack) -> None:  # noqa: F811
     stack = recipe_stack
-    stack.manage("shell", "-c", SET_QUOTA)
-    bob, alice = stack.token("bob"), stack.token("alice")
+    bob, alice, carol = stack.token("bob"), stack.token("alice"), stack.token("carol")
+    # bob's team may borrow nothing until both agents are up, so that both low runs start together.
+    # Without this gate the first agent to register took the low runs: under load each agent's
+    # join token (a manage.py) took 10-13 s, and the second agent came up 8-24 s after the first.
+    # A low run (~12 s there) had then either finished before the other started, so "both low
+    # runs training" never held, or it ended as the urgent run arrived: the urgent run took its
+    # slot and the victim went straight back to its own, never seen in the queue.
+    set_borrow_limit(stack, carol, 0)
     low = [submit(stack, bob, "nlp/tiny-lm", LOW, "low") for _ in range(2)]
     for run_id in low:
         # No agent yet, so nothing has claimed them: checkpoint every few steps for a cheap preemption.
@@ -55,8 +68,12 @@ def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack:
 
     start_agent(stack, "a1")
     start_agent(stack, "a2")
+    stack.wait_for(lambda: stack.query("SELECT COUNT(*) FROM nodes_node WHERE state='ready'")[0][0] == 2, 60,
+                   "both agents to register")
+    # Then 2 devices: the next pass (the beat's, every 10 s) places both low runs at once.
+    set_borrow_limit(stack, carol, 2)
     stack.wait_for(lambda: all((row := run_row(stack, r))["status"] == "running" and row["steps_done"] > 0 for r in low),
-                   60, "both low runs to be training")
+                   90, "both low runs to be training")
 
     urgent = submit(stack, alice, "vision/digits", URGENT, "urgent")
     preempted = stack.wait_for(
