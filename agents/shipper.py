@@ -604,7 +604,8 @@ class Shipper:
         try:
             fh = _open_job_file(path)
         except FileNotFoundError:
-            log.info("checkpoint file %s is gone (keep-last-K); not uploaded", path.name)
+            # Routine with keep-last-K and frequent checkpoints (one line per checkpoint at info).
+            log.debug("checkpoint file %s is gone (keep-last-K); not uploaded", path.name)
             return
         except OSError as err:
             log.error("checkpoint file %s is not a plain file of the job's (%s); not uploaded", path, err)
