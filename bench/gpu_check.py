@@ -16,6 +16,10 @@ run: gpu_check-cpu.json) with the commit, devices, driver and date.
     python bench/gpu_check.py                    # every GPU; a CPU dry run where there is none
     python bench/gpu_check.py --require-gpu      # a GPU machine: fail rather than fall back
     python bench/gpu_check.py --cpu --slots 2    # the dry run, anywhere
+    python bench/gpu_check.py --template lm-pretrain   # the 124M GPT, bf16: a load that fills a GPU
+
+ddp-train on digits is mostly per-step overhead on a large GPU (an H100 ran it 12-16% busy);
+lm-pretrain keeps one busy, so the busy check means something there.
 """
 
 from __future__ import annotations
@@ -48,7 +52,10 @@ from agents.devices import Nvml, cpu_inventory  # noqa: E402
 
 TAGS = {"task": "classification", "dataset": "sklearn-digits", "candidate": "baseline", "family": "gpu-check"}
 MAX_BATCH = 840  # lcm(1..8), and under the ~1,257 training samples of all ten digits
-DEFAULT_MIN_UTIL = 25.0  # percent: the failure this catches is a GPU left at 0 while the run holds it
+LM_BATCH = 32  # lm-pretrain sequences per step, before rounding up to a multiple of every k
+# Percent each GPU must be busy: the fault caught is a GPU left at 0 while the run holds it. Digits
+# cannot fill a large GPU (an H100 read 12-16%, launch-bound), so its floor only tells 0 from working.
+DEFAULT_MIN_UTIL = {"ddp-train": 5.0, "lm-pretrain": 25.0}
 J_PER_WH = 3600.0
 
 
@@ -169,8 +176,9 @@ def _failure(stack: Stack, token: str, run: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def submit_and_wait(stack: Stack, token: str, k: int, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-    body = {"project": "vision/digits", "template": "ddp-train", "name": f"gpu-check k={k}", "params": params, "tags": TAGS,
+def submit_and_wait(stack: Stack, token: str, template: str, k: int, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    tags = TAGS if template == "ddp-train" else {**TAGS, "task": "language-modeling", "dataset": "python-stdlib"}
+    body = {"project": "vision/digits", "template": template, "name": f"gpu-check k={k}", "params": params, "tags": tags,
             "resources": {"nodes": 1, "devices_per_node": k}}
     run_id = int(stack.api("POST", "/api/v1/runs/", body, token=token)["id"])
 
@@ -251,23 +259,30 @@ def _energy(result: Result, stack: Stack, attempt_id: int, run: dict[str, Any], 
 # --- the whole check --------------------------------------------------------------------------
 
 def plan(args: argparse.Namespace, hw: Hardware) -> tuple[list[int], dict[str, Any]]:
-    ks = [int(x) for x in args.ks.split(",")] if args.ks else list(range(1, hw.count + 1))
+    lm = args.template == "lm-pretrain"
+    every = list(range(1, hw.count + 1))
+    # A sequence batch is small: powers of two keep 32 divisible by every k.
+    default_ks = [k for k in every if k & (k - 1) == 0] if lm else every
+    ks = [int(x) for x in args.ks.split(",")] if args.ks else default_ks
     if not ks or min(ks) < 1 or max(ks) > hw.count:
         raise SystemExit(f"gpu_check: --ks must be within 1..{hw.count} (the devices found)")
     lcm = math.lcm(*ks)
-    batch = args.batch_size or (MAX_BATCH // lcm) * lcm
+    batch = args.batch_size or (max(LM_BATCH, lcm) if lm else (MAX_BATCH // lcm) * lcm)
     if batch < 1 or batch % lcm:
         raise SystemExit(f"gpu_check: no global batch <= {MAX_BATCH} divides every k in {ks}; choose --ks (e.g. 1,2,4,8)")
     gpu = hw.kind == "gpu"
+    if lm:
+        return ks, {"preset": args.preset or ("124m" if gpu else "tiny"), "steps": args.steps or 150, "batch_size": batch,
+                    "amp": True, "deterministic": False, "eval_every": 0, "warmup_steps": 10, "seed": 0}
     params = {"steps": args.steps or 1000, "batch_size": batch, "arch": args.arch,
               "hidden": args.hidden or (2048 if gpu else 64), "eval_every": 0, "warmup_steps": 2, "seed": 0}
     return ks, params
 
 
-def _raise_device_limit(stack: Stack, k_max: int) -> None:
+def _raise_device_limit(stack: Stack, template: str, k_max: int) -> None:
     """The shipped templates allow 4 devices per node in pool local; this throwaway database may allow all."""
     code = ("from apps.jobtemplates.models import JobTemplate\n"
-            "for t in JobTemplate.objects.filter(slug='ddp-train'):\n"
+            f"for t in JobTemplate.objects.filter(slug={template!r}):\n"
             f"    t.resources = {{**t.resources, 'max_devices_per_node': max({k_max}, t.resources.get('max_devices_per_node', 1))}}\n"
             "    t.save(update_fields=['resources'])\n")
     stack.manage("shell", "-c", code)
@@ -285,11 +300,13 @@ def _wait_node(stack: Stack, token: str, hw: Hardware, timeout: float) -> None:
 def run_check(args: argparse.Namespace, hw: Hardware, nvml: Nvml | None, work: Path, results: list[Result]) -> None:
     """Fills `results` run by run, so a failure part-way still leaves the runs that finished."""
     ks, params = plan(args, hw)
-    print(f"ddp-train {params['arch']} hidden {params['hidden']}, {params['steps']} steps, global batch {params['batch_size']}, "
+    bf16 = ", bf16" if hw.kind == "gpu" else ""
+    model = f"preset {params['preset']}{bf16}" if "preset" in params else f"{params['arch']} hidden {params['hidden']}"
+    print(f"{args.template} {model}, {params['steps']} steps, global batch {params['batch_size']}, "
           f"k = {', '.join(map(str, ks))}", flush=True)
     with Stack(work, cpu_slots=None if hw.kind == "gpu" else hw.count) as stack:
         if max(ks) > 4:
-            _raise_device_limit(stack, max(ks))
+            _raise_device_limit(stack, args.template, max(ks))
         token = str(stack.api("POST", "/api/v1/auth/token/", {"username": "alice", "password": "trainyard-demo"})["token"])
         _wait_node(stack, token, hw, 120)
         sampler = Sampler(stack, token, nvml, 0.25 if nvml is not None else 1.0)
@@ -297,7 +314,7 @@ def run_check(args: argparse.Namespace, hw: Hardware, nvml: Nvml | None, work: P
         try:
             for k in ks:
                 t0 = time.monotonic()
-                run = submit_and_wait(stack, token, k, params, args.run_timeout)
+                run = submit_and_wait(stack, token, args.template, k, params, args.run_timeout)
                 results.append(measure(stack, run, k, params["batch_size"], sampler, hw))
                 r = results[-1]
                 print(f"  k={k}: run {r.run_id} succeeded in {time.monotonic() - t0:.1f} s, {r.steps_per_s:.1f} steps/s", flush=True)
@@ -397,13 +414,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=0, help="steps per run (default 1000)")
     p.add_argument("--batch-size", type=int, default=0, help=f"global batch; must divide by every k (default: the largest "
                    f"multiple of lcm(k) up to {MAX_BATCH})")
+    p.add_argument("--template", choices=["ddp-train", "lm-pretrain"], default="ddp-train",
+                   help="ddp-train on digits (default), or lm-pretrain, which keeps a large GPU busy")
+    p.add_argument("--preset", default="", help="lm-pretrain's model size (default 124m on GPUs, tiny on CPU)")
     p.add_argument("--arch", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--hidden", type=int, default=0, help="hidden width (default 2048 on GPUs, 64 on CPU)")
-    p.add_argument("--min-util", type=float, default=DEFAULT_MIN_UTIL, help="percent each GPU must be busy on average")
+    p.add_argument("--min-util", type=float, default=None,
+                   help="percent each GPU must be busy on average (default 5 for ddp-train, 25 for lm-pretrain)")
     p.add_argument("--run-timeout", type=float, default=600, help="seconds one run may take, queueing included")
     p.add_argument("--json", default="", help="where to write the results (default bench/results/gpu_check[-cpu].json)")
     p.add_argument("--keep", action="store_true", help="keep the stack's folder (logs, database) afterwards")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.min_util is None:
+        args.min_util = DEFAULT_MIN_UTIL[args.template]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "sdk"))  # recipes.common imports the SDK, installed nowhere on a lent GPU machine
 
 from agents.devices import Nvml  # noqa: E402
 from bench._results import write_result  # noqa: E402
