@@ -21,7 +21,8 @@ from bench._results import RESULTS, measured, stamp_file  # noqa: E402
 GPU_ONLY = {"gpu_check.py": "python bench/gpu_check.py --cpu runs its CPU dry run",
             "lm_gpu.py": "python bench/lm_gpu.py --cpu runs its CPU dry run"}
 # Benches with a second scenario the README reports: run again with these arguments.
-SCENARIOS = {"load.py": [["--idle-agents", "1000", "--duration", "120"]]}
+SCENARIOS = {"load.py": [["--idle-agents", "1000", "--duration", "120"]],
+             "gpu_check.py": [["--template", "lm-pretrain", "--json", "bench/results/gpu_check-lm.json"]]}
 
 
 def main() -> int:
