@@ -4,7 +4,8 @@ Every successful, non-streaming GET under /api/ gets an ETag (a hash of the body
 ``Cache-Control: private, no-cache`` (any cache may keep it for this user only, and must
 revalidate each time); a request whose If-None-Match matches gets a 304 with no body. Browsers
 do this by themselves, so the pages' polling (fetch) keeps working and saves the transfer.
-Errors, streams and file downloads pass through untouched. HTML pages are left alone: their
+Errors, streams, file downloads and answers marked no-store (apps.core.storage_views.no_store:
+those that hand out presigned URLs) pass through without an ETag. HTML pages are left alone: their
 bodies carry a per-request CSRF token, an ETag would never match; fragments without one that
 pages poll call `revalidated` themselves.
 """

@@ -5,7 +5,7 @@ then store_redirect's 302 to the S3 store's presigned URL."""
 
 from __future__ import annotations
 
-from typing import IO
+from typing import IO, TypeVar
 
 from django.conf import settings
 from django.core import signing
@@ -16,12 +16,21 @@ from django.views.decorators.http import require_http_methods
 
 from apps.core.storage import CHUNK, LocalStore, ObjectMissing, local_token_read, store
 
+Answer = TypeVar("Answer", bound=HttpResponseBase)
+
+
+def no_store(response: Answer) -> Answer:
+    """`response`, marked for no cache to keep: for every answer that hands out a presigned URL
+    (a redirect to one, or JSON with one in it). The URL expires and is a grant by itself; a
+    replayed copy would fail late or reach someone it was not given to. No-store answers also get
+    no ETag (apps.core.conditional)."""
+    response["Cache-Control"] = "private, no-store"
+    return response
+
 
 def store_redirect(url: str) -> HttpResponseRedirect:
     """The 302 every download answers with when the bytes come from the store (a presigned URL)."""
-    redirect = HttpResponseRedirect(url)
-    redirect["Cache-Control"] = "private, no-store"  # the URL expires; never replay a stale one
-    return redirect
+    return no_store(HttpResponseRedirect(url))
 
 
 def _error(status: int, code: str, message: str) -> JsonResponse:

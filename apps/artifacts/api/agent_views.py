@@ -13,6 +13,7 @@ from agents import protocol
 from apps.artifacts.services import artifact_upload_complete, artifact_upload_plan
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError
+from apps.core.storage_views import no_store
 from apps.nodes.auth import AgentAPIView
 from apps.runs.models import Attempt
 from apps.runs.selectors import attempt_for_node_report
@@ -52,7 +53,7 @@ class AgentArtifactView(AgentAPIView):
         plan, token = artifact_upload_plan(run=attempt.run, name=_str(data, "name", 1000), size=_int(data, "size"),
                                            sha256=_str(data, "sha256", 64))
         answer: protocol.ArtifactPlan = {"upload": plan.message(), "token": token}
-        return Response(answer)
+        return no_store(Response(answer))
 
 
 class AgentArtifactCompleteView(AgentAPIView):

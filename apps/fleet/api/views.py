@@ -26,6 +26,7 @@ from agents import protocol
 from apps.audit.context import acting_as
 from apps.core.errors import FieldError, NotFound
 from apps.core.storage import ObjectMissing
+from apps.core.storage_views import no_store
 from apps.fleet.api.fields import int_field
 from apps.fleet.services import (
     claim_answer,
@@ -310,7 +311,7 @@ class CheckpointView(AgentView):
             plan = checkpoint_upload_plan(checkpoint=ckpt)
             if plan is not None:
                 answer["upload"] = plan.message()
-        return Response(answer)
+        return no_store(Response(answer))
 
 
 class CheckpointCompleteView(AgentView):
@@ -345,7 +346,7 @@ class CheckpointDownloadLinkView(AgentView):
         if not ckpt.stored_path:
             raise NotFound(f"checkpoint {checkpoint_id} has no stored file")
         link: protocol.DownloadLink = {"url": checkpoint_download_url(checkpoint=ckpt), "size": ckpt.size, "sha256": ckpt.sha256}
-        return Response(link)
+        return no_store(Response(link))
 
 
 class CheckpointDeletedView(AgentView):

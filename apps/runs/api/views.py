@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from apps.core.api.listing import LIST_BACKENDS, POLLING_LIST_BACKENDS
 from apps.core.errors import FieldError, Forbidden, NotFound
 from apps.core.storage import ObjectMissing
+from apps.core.storage_views import no_store
 from apps.core.text import is_id
 from apps.jobtemplates.models import TemplateKind
 from apps.jobtemplates.selectors import template_get
@@ -235,4 +236,4 @@ class AgentSnapshotLinkView(AgentAPIView):
         snapshot = CodeSnapshot.objects.filter(sha256=sha256, runs__attempts__assignments__node=self.node).first()
         if snapshot is None:
             raise NotFound("no such snapshot for this node")
-        return Response({"url": snapshot_download_url(snapshot=snapshot), "size": snapshot.size, "sha256": snapshot.sha256})
+        return no_store(Response({"url": snapshot_download_url(snapshot=snapshot), "size": snapshot.size, "sha256": snapshot.sha256}))
