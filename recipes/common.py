@@ -364,7 +364,8 @@ def train(spec: TrainSpec, *, resume: Resume | None, dist_info: Dist, device: to
             module.head.reset_parameters()
     freeze_leading_layers(module, spec.freeze)
     trainable = [param for param in module.parameters() if param.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=p["lr"], weight_decay=p["weight_decay"])
+    # One fused kernel on CUDA instead of a dozen per step; the CPU path (bit-exact resume) is unchanged.
+    optimizer = torch.optim.AdamW(trainable, lr=p["lr"], weight_decay=p["weight_decay"], fused=device.type == "cuda" or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupCosine(steps, min(p["warmup_steps"], steps)))
     scaler = torch.amp.GradScaler("cuda", enabled=precision.use_scaler)
     # Ranks other than 0 get their own stream of dropout masks; rank 0 keeps the single-process

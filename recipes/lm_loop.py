@@ -95,7 +95,8 @@ class _State:
         self.task, self.dist, self.device, self.precision = task, dist_info, device, precision
         self.steps: int = p["steps"]
         trainable = [param for param in task.model.parameters() if param.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=p["lr"], weight_decay=p["weight_decay"])
+        # One fused kernel on CUDA instead of a dozen per step; the CPU path (bit-exact resume) is unchanged.
+        self.optimizer = torch.optim.AdamW(trainable, lr=p["lr"], weight_decay=p["weight_decay"], fused=device.type == "cuda" or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, common.WarmupCosine(self.steps, min(p["warmup_steps"], self.steps))
         )
