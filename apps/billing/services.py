@@ -131,6 +131,70 @@ def _entry(attempt: Attempt, run: Run, pool: NodePool, **fields: Any) -> UsageEn
     )
 
 
+def _attempt_for_accrual(attempt_id: int) -> Attempt | None:
+    """The started attempt, its row locked, with the run, project and pool its entries name."""
+    return (
+        Attempt.objects.select_for_update(of=("self",))
+        .select_related("run", "run__project", "run__pool")
+        .filter(pk=attempt_id, started_at__isnull=False)
+        .first()
+    )
+
+
+def _ledger_state(attempt: Attempt) -> dict[str, Any]:
+    """Where the attempt's ledger reaches (accrued_to), the energy it holds (kwh), and its close (closed)."""
+    return UsageEntry.objects.filter(attempt_id=attempt.pk).aggregate(
+        accrued_to=Max("period_end", filter=Q(kind__in=[EntryKind.ACCRUAL, EntryKind.CLOSE])),
+        kwh=Sum("energy_kwh"),
+        closed=Max("id", filter=Q(kind=EntryKind.CLOSE)),
+    )
+
+
+def _co2_g(kwh: Decimal, carbon_g_per_kwh: Decimal) -> Decimal:
+    return (kwh * carbon_g_per_kwh).quantize(Decimal("0.001"))
+
+
+def _late_energy_book(attempt: Attempt, *, kwh_delta: Decimal, now: datetime) -> int:
+    """Energy that arrived after the close is booked as a correction, never edited in."""
+    if kwh_delta <= 0:
+        return 0
+    run, pool = attempt.run, attempt.run.pool
+    _entry(attempt, run, pool, kind=EntryKind.CORRECTION, period_start=attempt.ended_at or now,
+           period_end=attempt.ended_at or now, energy_kwh=kwh_delta, co2_g=_co2_g(kwh_delta, pool.carbon_g_per_kwh),
+           note="energy reported after close").save()
+    return 1
+
+
+def _accrual_entries(attempt: Attempt, *, started_at: datetime, accrued_to: datetime | None, now: datetime) -> list[UsageEntry]:
+    """The unsaved entries that bring the ledger from ``accrued_to`` up to ``now`` (or the end, closing it)."""
+    run, pool = attempt.run, attempt.run.pool
+    plan = costmodel.accrual_plan(
+        prices=pool_price_points(pool=pool),
+        devices=_attempt_devices(attempt),
+        started_at=started_at,
+        ended_at=attempt.ended_at,
+        accrued_to=accrued_to,
+        now=now,
+    )
+    entries = [
+        _entry(attempt, run, pool, kind=EntryKind.ACCRUAL, period_start=s.start, period_end=s.end, devices=s.devices,
+               device_seconds=s.device_seconds, price_per_device_hour=s.price, cost=s.cost)
+        for s in plan.segments
+    ]
+    entries += [
+        _entry(attempt, run, pool, kind=EntryKind.CORRECTION, period_start=s.start, period_end=s.end, devices=s.devices,
+               device_seconds=s.device_seconds, price_per_device_hour=s.price, cost=s.cost,
+               note="refund: charged past the attempt's reported end")
+        for s in plan.refunds
+    ]
+    if plan.closes:
+        entries.append(
+            _entry(attempt, run, pool, kind=EntryKind.CLOSE, period_start=plan.accrued_to, period_end=plan.accrued_to,
+                   devices=plan.segments[-1].devices if plan.segments else 0, outcome=attempt.status)
+        )
+    return entries
+
+
 def attempt_accrue(*, attempt_id: int, now: datetime) -> int:
     """Bring one attempt's ledger up to ``now`` (or its end, then close it). Returns entries added.
 
@@ -139,59 +203,18 @@ def attempt_accrue(*, attempt_id: int, now: datetime) -> int:
     """
     try:
         with transaction.atomic():
-            attempt = (
-                Attempt.objects.select_for_update(of=("self",))
-                .select_related("run", "run__project", "run__pool")
-                .filter(pk=attempt_id, started_at__isnull=False)
-                .first()
-            )
+            attempt = _attempt_for_accrual(attempt_id)
             if attempt is None or attempt.started_at is None:
                 return 0
-            run, pool = attempt.run, attempt.run.pool
-            state = UsageEntry.objects.filter(attempt_id=attempt.pk).aggregate(
-                accrued_to=Max("period_end", filter=Q(kind__in=[EntryKind.ACCRUAL, EntryKind.CLOSE])),
-                kwh=Sum("energy_kwh"),
-                closed=Max("id", filter=Q(kind=EntryKind.CLOSE)),
-            )
+            state = _ledger_state(attempt)
             kwh_now = (Decimal(str(attempt.energy_j)) * KWH_PER_J).quantize(costmodel.COST_QUANTUM)
             kwh_delta = kwh_now - (state["kwh"] or ZERO)
-            carbon = pool.carbon_g_per_kwh
             if state["closed"]:
-                # Energy that arrived after the close is booked as a correction, never edited in.
-                if kwh_delta <= 0:
-                    return 0
-                _entry(attempt, run, pool, kind=EntryKind.CORRECTION, period_start=attempt.ended_at or now,
-                       period_end=attempt.ended_at or now, energy_kwh=kwh_delta, co2_g=(kwh_delta * carbon).quantize(Decimal("0.001")),
-                       note="energy reported after close").save()
-                return 1
-            plan = costmodel.accrual_plan(
-                prices=pool_price_points(pool=pool),
-                devices=_attempt_devices(attempt),
-                started_at=attempt.started_at,
-                ended_at=attempt.ended_at,
-                accrued_to=state["accrued_to"],
-                now=now,
-            )
-            entries = [
-                _entry(attempt, run, pool, kind=EntryKind.ACCRUAL, period_start=s.start, period_end=s.end, devices=s.devices,
-                       device_seconds=s.device_seconds, price_per_device_hour=s.price, cost=s.cost)
-                for s in plan.segments
-            ]
-            entries += [
-                _entry(attempt, run, pool, kind=EntryKind.CORRECTION, period_start=s.start, period_end=s.end, devices=s.devices,
-                       device_seconds=s.device_seconds, price_per_device_hour=s.price, cost=s.cost,
-                       note="refund: charged past the attempt's reported end")
-                for s in plan.refunds
-            ]
-            if plan.closes:
-                entries.append(
-                    _entry(attempt, run, pool, kind=EntryKind.CLOSE, period_start=plan.accrued_to, period_end=plan.accrued_to,
-                           devices=plan.segments[-1].devices if plan.segments else 0, outcome=attempt.status)
-                )
+                return _late_energy_book(attempt, kwh_delta=kwh_delta, now=now)
+            entries = _accrual_entries(attempt, started_at=attempt.started_at, accrued_to=state["accrued_to"], now=now)
             if entries and kwh_delta > 0:
-                target = entries[-1]
-                target.energy_kwh = kwh_delta
-                target.co2_g = (kwh_delta * carbon).quantize(Decimal("0.001"))
+                entries[-1].energy_kwh = kwh_delta
+                entries[-1].co2_g = _co2_g(kwh_delta, attempt.run.pool.carbon_g_per_kwh)
             for entry in entries:
                 entry.save()
             return len(entries)
