@@ -132,7 +132,17 @@ def _fetch_many(level: int | None, pairs: Sequence[tuple[int, str]], q: SeriesQu
     """Buckets of each (run, key) in `pairs` at one level (None: raw points), in x order: one
     query however many series ask for this level. Exactly those pairs: a run's other keys may
     be far bigger at this level than the ones that chose it."""
-    by_time = q.x == "time"
+    where, params = _pairs_where(pairs)
+    # No ORDER BY: each series is put in order afterwards, on its own. The rows come mostly in order
+    # already (points are stored in step order), which Python's sort finishes in one pass,
+    # while sorting them all in the database cost more than the rest of the query.
+    if level is None:
+        return _point_buckets(where, params, q)
+    return _rollup_buckets(level, where, params, q)
+
+
+def _pairs_where(pairs: Sequence[tuple[int, str]]) -> tuple[str, list[Any]]:
+    """The SQL condition that matches exactly these (run, key) pairs, and its parameters."""
     keys_of: dict[int, set[str]] = {}
     for rid, key in pairs:
         keys_of.setdefault(rid, set()).add(key)
@@ -146,45 +156,52 @@ def _fetch_many(level: int | None, pairs: Sequence[tuple[int, str]], q: SeriesQu
     for keyset, rids in runs_of.items():
         terms.append(f"(run_id IN ({', '.join(['%s'] * len(rids))}) AND key IN ({', '.join(['%s'] * len(keyset))}))")
         params += [*rids, *sorted(keyset)]
-    where = f"({' OR '.join(terms)})"
-    if level is None:
-        col = "wall_time" if by_time else "step"
-        sql = f"SELECT run_id, key, step, wall_time, value, flag FROM tracking_metricpoint WHERE {where}"
-        if q.start is not None:
-            sql += f" AND {col} >= %s"
-            params.append(q.start)
-        if q.end is not None:
-            sql += f" AND {col} <= %s"
-            params.append(q.end)
-    else:
-        lo_col, hi_col = ("first_wall", "last_wall") if by_time else ("first_step", "last_step")
-        sql = (f'SELECT run_id, key, bucket, {lo_col}, {hi_col}, "count", finite_count, "sum", "min", "max", nan_count, '
-               f"posinf_count, neginf_count FROM tracking_metricrollup WHERE level = %s AND {where}")
-        params.insert(0, level)
-        if q.start is not None:
-            sql += f" AND {hi_col} >= %s"
-            params.append(q.start)
-        if q.end is not None:
-            sql += f" AND {lo_col} <= %s"
-            params.append(q.end)
-    # No ORDER BY: each series is put in order below, on its own. The rows come mostly in order
-    # already (points are stored in step order), which Python's sort finishes in one pass,
-    # while sorting them all in the database cost more than the rest of the query.
+    return f"({' OR '.join(terms)})", params
+
+
+def _x_range_sql(q: SeriesQuery, *, first_col: str, last_col: str) -> tuple[str, list[Any]]:
+    """The conditions (each starting " AND") that keep rows reaching into q's x range, and their
+    parameters: a row's last x at or after the start, its first x at or before the end."""
+    sql = ""
+    params: list[Any] = []
+    if q.start is not None:
+        sql += f" AND {last_col} >= %s"
+        params.append(q.start)
+    if q.end is not None:
+        sql += f" AND {first_col} <= %s"
+        params.append(q.end)
+    return sql, params
+
+
+def _point_buckets(where: str, params: list[Any], q: SeriesQuery) -> dict[tuple[int, str], list[Bucket]]:
+    """Raw points of the series `where` matches, one bucket each, in x order."""
+    by_time = q.x == "time"
+    col = "wall_time" if by_time else "step"
+    x_range, x_params = _x_range_sql(q, first_col=col, last_col=col)
+    sql = f"SELECT run_id, key, step, wall_time, value, flag FROM tracking_metricpoint WHERE {where}{x_range}"
+    points: dict[tuple[int, str], list[_PointRow]] = {}
+    for point in _fetchall(sql, [*params, *x_params], _PointRow):
+        points.setdefault((point.run_id, point.key), []).append(point)
+    order = attrgetter("wall_time", "step") if by_time else attrgetter("step")
     out: dict[tuple[int, str], list[Bucket]] = {}
-    if level is None:
-        points: dict[tuple[int, str], list[_PointRow]] = {}
-        for point in _fetchall(sql, params, _PointRow):
-            points.setdefault((point.run_id, point.key), []).append(point)
-        order = attrgetter("wall_time", "step") if by_time else attrgetter("step")
-        for pair, point_rows in points.items():
-            point_rows.sort(key=order)
-            out[pair] = [point_bucket(float(p.wall_time if by_time else p.step), _value(p.value, p.flag)) for p in point_rows]
-        return out
+    for pair, point_rows in points.items():
+        point_rows.sort(key=order)
+        out[pair] = [point_bucket(float(p.wall_time if by_time else p.step), _value(p.value, p.flag)) for p in point_rows]
+    return out
+
+
+def _rollup_buckets(level: int, where: str, params: list[Any], q: SeriesQuery) -> dict[tuple[int, str], list[Bucket]]:
+    """Rollup buckets at `level` of the series `where` matches, in x order."""
+    lo_col, hi_col = ("first_wall", "last_wall") if q.x == "time" else ("first_step", "last_step")
+    x_range, x_params = _x_range_sql(q, first_col=lo_col, last_col=hi_col)
+    sql = (f'SELECT run_id, key, bucket, {lo_col}, {hi_col}, "count", finite_count, "sum", "min", "max", nan_count, '
+           f"posinf_count, neginf_count FROM tracking_metricrollup WHERE level = %s AND {where}{x_range}")
     rollups: dict[tuple[int, str], list[_RollupRow]] = {}
-    for rollup in _fetchall(sql, params, _RollupRow):
+    for rollup in _fetchall(sql, [level, *params, *x_params], _RollupRow):
         rollups.setdefault((rollup.run_id, rollup.key), []).append(rollup)
     # Rollup buckets never overlap in steps, and wall time rises with steps within a run, so
     # bucket order is x order on either axis.
+    out: dict[tuple[int, str], list[Bucket]] = {}
     for pair, rollup_rows in rollups.items():
         rollup_rows.sort(key=attrgetter("bucket"))
         out[pair] = [Bucket(float(r.x_first), float(r.x_last), r.n, r.finite_n, r.total, r.low, r.high, r.nans, r.posinfs,
