@@ -82,6 +82,21 @@ class Job:
         return self.spec["attempt_id"]
 
 
+def _event_base(spec: protocol.AssignmentSpec) -> dict[str, int]:
+    """What every event about this node's share of an attempt starts with."""
+    return {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": spec["node_rank"]}
+
+
+@dataclass
+class _Start:
+    """What starting an attempt has made so far: on a failure, what there is to release."""
+
+    plan: Plan | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    cgroup: isolation.Cgroup | None = None
+    box: container.Container | None = None
+
+
 class Runner:
     def __init__(self, config: Config, client: Client, shipper: Shipper) -> None:
         self.config = config
@@ -452,65 +467,89 @@ class Runner:
                 "grace_period_s": float(spec["grace_period_s"]), "secret_names": sorted(spec.get("secrets") or {})}
 
     def _spawn(self, spec: protocol.AssignmentSpec, extra: dict[str, str]) -> None:
-        root, run_dir, ckpt_dir = self._paths(spec)
-        base = {"attempt_id": spec["attempt_id"], "number": spec["number"], "node_rank": spec["node_rank"]}
+        root = self._paths(spec)[0]
         error = extra.pop("__error__", "")
-        proc = None
-        plan: Plan | None = None
         with self.lock:
             user = self.job_users.pop(spec["attempt_id"], None)
-        cgroup: isolation.Cgroup | None = None
-        box: container.Container | None = None
+        start = _Start()
         if not error:
-            try:
-                argv = shlex.split(spec["entrypoint"])
-                if argv and argv[0] in ("python", "python3"):
-                    argv[0] = self.config.job_python  # the agent's interpreter by default: same venv, same torch
-                if not argv:
-                    raise ValueError("the run's entrypoint is empty")
-                env = {**self._env(spec, run_dir, ckpt_dir), **extra}
-                # Secret values live only in the job's environment (readable by its own uid alone); the
-                # launcher redacts them from the ranks' output before it reaches the log files (and so the server).
-                env.update(spec.get("secrets") or {})
-                if user is not None:
-                    env.update({"HOME": str(run_dir), "USER": user.name, "LOGNAME": user.name, "TMPDIR": str(root / "tmp")})
-                log_dir = root / "agent"
-                plan = self.launch_plan(spec, argv, run_dir, log_dir)
-                plan_path = log_dir / "plan.json"
-                plan_path.write_text(json.dumps(plan))
-                self._job_files(spec, plan, log_dir, user)
-                if self.docker is not None:
-                    box, proc = self._spawn_container(spec, plan_path, env, user)
-                else:
-                    if self.cgroups is not None:
-                        cgroup = self.cgroups.create(spec["attempt_id"], memory_bytes=self._memory_limit(spec),
-                                                     cpus=float(spec.get("cpus") or 0))
-                    with open(log_dir / "launcher.log", "ab") as out:
-                        proc = subprocess.Popen([self.config.job_python, "-m", "agents.launch", str(plan_path)], cwd=run_dir,
-                                                env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
-                                                preexec_fn=isolation.child_setup(cgroup, user), umask=0o077 if user else -1)
-            except container.ContainerError as exc:
-                error = str(exc)
-            except (OSError, ValueError, subprocess.SubprocessError) as exc:
-                error = f"{type(exc).__name__}: {exc}"
+            error = self._start_launcher(spec, extra, user, start)
         with self.lock:
             self.preparing.pop(spec["attempt_id"], None)
-            if proc is None or plan is None:
+            if start.proc is None or start.plan is None:
                 log.error("attempt %d rank %d failed to start: %s", spec["attempt_id"], spec["node_rank"], error)
-                self.shipper.event({**base, "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
-                self._release(spec, user, cgroup, box)
+                self.shipper.event({**_event_base(spec), "event": "failed_to_start", "message": error, "time": time.time()})  # type: ignore[typeddict-item]
+                self._release(spec, user, start.cgroup, start.box)
                 return
-            job = Job(spec=spec, proc=proc, root=root, started=time.monotonic(), user=user, cgroup=cgroup, container=box)
+            job = Job(spec=spec, proc=start.proc, root=root, started=time.monotonic(), user=user, cgroup=start.cgroup,
+                      container=start.box)
             self.jobs[spec["attempt_id"]] = job
             self._record(job)
+        self._announce(spec, start.plan, start.proc.pid)
+
+    def _start_launcher(self, spec: protocol.AssignmentSpec, extra: dict[str, str], user: isolation.JobUser | None, start: _Start) -> str:
+        """Writes the launcher's plan and starts it, keeping in `start` what it made (so a failure part
+        way releases it). Returns why it could not start, or "" when it did."""
+        root, run_dir, ckpt_dir = self._paths(spec)
+        try:
+            argv = self._job_argv(spec)
+            env = self._job_env(spec, extra, user)
+            log_dir = root / "agent"
+            start.plan = self.launch_plan(spec, argv, run_dir, log_dir)
+            plan_path = log_dir / "plan.json"
+            plan_path.write_text(json.dumps(start.plan))
+            self._job_files(spec, start.plan, log_dir, user)
+            if self.docker is not None:
+                start.box, start.proc = self._spawn_container(spec, plan_path, env, user)
+            else:
+                self._spawn_on_host(spec, plan_path, env, user, start)
+        except container.ContainerError as exc:
+            return str(exc)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    def _job_argv(self, spec: protocol.AssignmentSpec) -> list[str]:
+        argv = shlex.split(spec["entrypoint"])
+        if argv and argv[0] in ("python", "python3"):
+            argv[0] = self.config.job_python  # the agent's interpreter by default: same venv, same torch
+        if not argv:
+            raise ValueError("the run's entrypoint is empty")
+        return argv
+
+    def _job_env(self, spec: protocol.AssignmentSpec, extra: dict[str, str], user: isolation.JobUser | None) -> dict[str, str]:
+        root, run_dir, ckpt_dir = self._paths(spec)
+        env = {**self._env(spec, run_dir, ckpt_dir), **extra}
+        # Secret values live only in the job's environment (readable by its own uid alone); the
+        # launcher redacts them from the ranks' output before it reaches the log files (and so the server).
+        env.update(spec.get("secrets") or {})
+        if user is not None:
+            env.update({"HOME": str(run_dir), "USER": user.name, "LOGNAME": user.name, "TMPDIR": str(root / "tmp")})
+        return env
+
+    def _spawn_on_host(self, spec: protocol.AssignmentSpec, plan_path: Path, env: dict[str, str], user: isolation.JobUser | None,
+                       start: _Start) -> None:
+        """The launcher on this host, in its own session and the attempt's cgroup (when the agent makes them)."""
+        root, run_dir, _ = self._paths(spec)
+        if self.cgroups is not None:
+            start.cgroup = self.cgroups.create(spec["attempt_id"], memory_bytes=self._memory_limit(spec),
+                                               cpus=float(spec.get("cpus") or 0))
+        with open(root / "agent" / "launcher.log", "ab") as out:
+            start.proc = subprocess.Popen([self.config.job_python, "-m", "agents.launch", str(plan_path)], cwd=run_dir,
+                                          env=env, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=isolation.child_setup(start.cgroup, user), umask=0o077 if user else -1)
+
+    def _announce(self, spec: protocol.AssignmentSpec, plan: Plan, pid: int) -> None:
+        """A started attempt: logged, its output shipped from now on, and the server told."""
+        root, run_dir, ckpt_dir = self._paths(spec)
         first = spec["node_rank"] * plan["local_world_size"]
         ranks = list(range(first, first + plan["local_world_size"]))
         log.info("attempt %d (run %d, node %d of %d) started as pid %d: ranks %s of %d: %s", spec["attempt_id"], spec["run_id"],
-                 spec["node_rank"], plan["nnodes"], proc.pid, ", ".join(map(str, ranks)), plan["world_size"], spec["entrypoint"])
+                 spec["node_rank"], plan["nnodes"], pid, ", ".join(map(str, ranks)), plan["world_size"], spec["entrypoint"])
         self.shipper.add(Tail(attempt_id=spec["attempt_id"], number=spec["number"], rank=spec["node_rank"], run_dir=run_dir,
                               checkpoint_dir=ckpt_dir, log_dir=root / "agent", state_path=root / "agent" / "ship-state.json",
                               redactor=Redactor(spec.get("secrets") or {}), ranks=ranks))
-        started: protocol.AttemptEvent = {**base, "event": "started", "time": time.time()}  # type: ignore[typeddict-item]
+        started: protocol.AttemptEvent = {**_event_base(spec), "event": "started", "time": time.time()}  # type: ignore[typeddict-item]
         if spec["number"] > 1 and spec["node_rank"] == 0:
             started["resumed_from_step"] = resumable_step(ckpt_dir)
         self.shipper.event(started)
