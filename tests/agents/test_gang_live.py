@@ -129,17 +129,22 @@ def test_sigkill_of_one_rank_stops_the_gang_and_it_resumes_from_its_checkpoint(r
     assert loss_steps == list(range(1, steps + 1)), "every step exactly once"
 
 
-RANK2_RAISES = ("python -c \"import os, time\nrank = int(os.environ['RANK'])\nprint('rank', rank, 'of', os.environ['WORLD_SIZE'], "
-                "flush=True)\nif rank == 2:\n    time.sleep(1)\n    raise ValueError('bad batch on rank 2')\ntime.sleep(120)\"")
+def rank2_raises(gate: Path) -> str:
+    """Every rank marks itself in `gate`; rank 2 raises once all four are up, so the test sees the
+    whole gang however slowly the second node starts on a loaded machine."""
+    return ("python -c \"import os, time\nrank = int(os.environ['RANK'])\nprint('rank', rank, 'of', os.environ['WORLD_SIZE'], "
+            f"flush=True)\nopen('{gate}/' + str(rank), 'w').close()\nif rank == 2:\n    end = time.time() + 90\n"
+            f"    while len(os.listdir('{gate}')) < 4 and time.time() < end:\n        time.sleep(0.2)\n    time.sleep(2)\n"
+            "    raise ValueError('bad batch on rank 2')\ntime.sleep(120)\"")
 
 
-def test_python_exception_in_one_rank_fails_the_gang_with_its_traceback(recipe_stack: LiveStack) -> None:
+def test_python_exception_in_one_rank_fails_the_gang_with_its_traceback(recipe_stack: LiveStack, tmp_path: Path) -> None:
     stack = recipe_stack
     agent(stack, "node-a", slots=2)
     agent(stack, "node-b", slots=2)
-    run_id = submit_raw(stack, RANK2_RAISES, nodes=2, devices=2, grace=10)
-    pids = stack.wait_for(lambda: len(p := rank_pids(run_id, 1)) == 4 and p, 60, "four rank processes")
-    row = wait_status(stack, run_id, {"failed", "queued", "succeeded"}, 60)
+    run_id = submit_raw(stack, rank2_raises(tmp_path), nodes=2, devices=2, grace=10)
+    pids = stack.wait_for(lambda: len(p := rank_pids(run_id, 1)) == 4 and p, 90, "four rank processes")
+    row = wait_status(stack, run_id, {"failed", "queued", "succeeded"}, 90)
     assert row["status"] == "failed", row
     assert row["status_reason"].startswith("rank 2 failed with exit code 1"), row["status_reason"]
     assert "Traceback (most recent call last)" in row["status_reason"]
