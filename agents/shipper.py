@@ -5,10 +5,12 @@ Tailers read new complete lines from each attempt's files, turn them into spool 
 file each, fsync'd) and only then advance their durable offsets, so a crash replays at worst a
 batch the server already has (replays are idempotent server-side). Logs are capped per rank and
 stream (agents.logcap). One sender thread posts items oldest first in two lanes per attempt,
-logs and the rest, so that a log upload that fails cannot hold back an exit; when the server is
-unreachable it backs off and keeps them, so jobs keep running. An item that keeps failing while
-the server answers others is dropped after MAX_STRIKES. Past `spool_max_bytes` the oldest metric
-batches are dropped, and counted.
+logs and the rest, so that a log upload that fails cannot hold back an exit; a second one uploads
+artifacts (lanes of their own), so that a large upload does not delay reports or logs at all.
+Checkpoints stay with the reports: their record and upload go before the attempt's exit. When the
+server is unreachable the senders back off and keep their items, so jobs keep running. An item
+that keeps failing while the server answers others is dropped after MAX_STRIKES. Past
+`spool_max_bytes` the oldest metric batches are dropped, and counted.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Spool:
         self.max_bytes = max_bytes
         self.lock = threading.Lock()
         self.wake = threading.Event()
+        self.wakes = [self.wake]  # put() sets them all: one per sender thread (waker())
         self.dropped_points = 0
         names = sorted(p.name for p in self.dir.glob("*.json"))
         self.counter = max([time.time_ns()] + [int(n.split("-", 1)[0]) for n in names if n.split("-", 1)[0].isdigit()])
@@ -75,7 +78,18 @@ class Spool:
             self.bytes += len(text)
             if self.bytes > self.max_bytes:
                 self._shed()
-        self.wake.set()
+        self.notify()
+
+    def waker(self) -> threading.Event:
+        """An event of the caller's own that put() sets: each sender waits on and clears its own."""
+        event = threading.Event()
+        with self.lock:
+            self.wakes.append(event)
+        return event
+
+    def notify(self) -> None:
+        for event in list(self.wakes):
+            event.set()
 
     def _shed(self) -> None:
         for path in sorted(self.dir.glob("*-metrics.*json")):
@@ -120,7 +134,9 @@ def lane(path: Path) -> tuple[str, str]:
     """Items in one lane go in order; lanes do not wait for each other. Names are
     <counter>-<kind>.<attempt>.json (<counter>-<kind>.json before lanes)."""
     kind, _, attempt = path.name.removesuffix(".json").partition("-")[2].partition(".")
-    # Artifacts have their own lane: a large upload must not hold back an exit report.
+    # Artifacts have their own lanes, sent by a thread of their own (Shipper.start): a large upload
+    # must not hold back an exit report, progress or logs. Checkpoints stay in "reports": a
+    # checkpoint's record and upload go before its attempt's exit (the next attempt resumes from it).
     return ("logs" if kind == "logs" else "artifacts" if kind == "artifact" else "reports", attempt)
 
 
@@ -266,26 +282,32 @@ class Shipper:
         self.client = client
         self.retry_for = retry_for  # how long one try of an item retries before it counts as failed
         self.log_limits = log_limits or LogLimits()
-        # Spool item name -> the monotonic time it may be tried again (it holds up its lane till then).
+        # Spool item name -> the monotonic time it may be tried again (it holds up its lane till then);
+        # each sender thread has its own: `held` for reports and logs, `artifacts_held` for artifacts.
         self.held: dict[str, float] = {}
+        self.artifacts_held: dict[str, float] = {}
         self.spool = spool
         self.interval = interval
         self.on_stale = on_stale
         self.tails: dict[int, Tail] = {}
         self.lock = threading.RLock()
         self.stale: set[int] = set()
+        self.stale_lock = threading.Lock()  # both senders may find an attempt stale
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
     # --- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        for name, target in (("shipper-tail", self._tail_loop), ("shipper-send", self._send_loop)):
-            t = threading.Thread(target=target, name=name, daemon=True)
+        senders = [("shipper-send", False, self.held), ("shipper-artifacts", True, self.artifacts_held)]
+        threads = [threading.Thread(target=self._tail_loop, name="shipper-tail", daemon=True)] + [
+            threading.Thread(target=self._send_loop, args=(artifacts, held, self.spool.waker()), name=name, daemon=True)
+            for name, artifacts, held in senders]
+        for t in threads:
             t.start()
             self.threads.append(t)
 
     def close(self, flush_timeout: float) -> None:
-        """Tail once more, give the sender up to flush_timeout to empty the spool, then stop."""
+        """Tail once more, give the senders up to flush_timeout to empty the spool, then stop."""
         with self.lock:
             for tail in list(self.tails.values()):
                 self._tail(tail, final=False)
@@ -296,7 +318,7 @@ class Shipper:
         if left:
             log.warning("stopping with %d items still in the spool %s; they are sent on the next start", left, self.spool.dir)
         self.stop.set()
-        self.spool.wake.set()
+        self.spool.notify()
         for t in self.threads:
             t.join(5)
 
@@ -455,30 +477,40 @@ class Shipper:
         return True
 
     # --- sending ----------------------------------------------------------------------
-    def _send_loop(self) -> None:
+    def _items(self, artifacts: bool) -> list[Path]:
+        """The spool's items one sender sends: the artifacts, or all the rest."""
+        return [p for p in self.spool.items() if (lane(p)[0] == "artifacts") == artifacts]
+
+    def _send_loop(self, artifacts: bool = False, held: dict[str, float] | None = None,
+                   wake: threading.Event | None = None) -> None:
+        held = self.held if held is None else held
+        wake = self.spool.wake if wake is None else wake
         while not self.stop.is_set():
-            items = self.spool.items()
+            items = self._items(artifacts)
             if not items:
-                self.spool.wake.wait(1.0)
-                self.spool.wake.clear()
+                wake.wait(1.0)
+                wake.clear()
                 continue
-            if not self._send_round(items):
+            if not self._send_round(items, held):
                 self.stop.wait(1.0)  # the server is away: back off, keep everything
             else:
-                held = self._held_lanes()
-                if held and all(lane(p) in held for p in self.spool.items()):
+                lanes = self._held_lanes(held)
+                if lanes and all(lane(p) in lanes for p in self._items(artifacts)):
                     # Only held items are left: wait for the first one's time, or for news.
-                    self.spool.wake.wait(min(1.0, min(self.held.values()) - time.monotonic()))
-                    self.spool.wake.clear()
+                    wake.wait(min(1.0, min(held.values()) - time.monotonic()))
+                    wake.clear()
 
-    def _held_lanes(self) -> set[tuple[str, str]]:
+    def _held_lanes(self, held: dict[str, float]) -> set[tuple[str, str]]:
         now = time.monotonic()
-        self.held = {name: until for name, until in self.held.items() if until > now}
-        return {lane(self.spool.dir / name) for name in self.held}
+        for name in [name for name, until in held.items() if until <= now]:
+            del held[name]
+        return {lane(self.spool.dir / name) for name in held}
 
-    def _send_round(self, items: list[Path]) -> bool:
-        """Try each lane's items in order; False when the server did not answer at all."""
-        blocked = self._held_lanes()
+    def _send_round(self, items: list[Path], held: dict[str, float] | None = None) -> bool:
+        """Try each lane's items in order; False when the server did not answer at all. `held` is
+        the sending thread's own (self.held unless given)."""
+        held = self.held if held is None else held
+        blocked = self._held_lanes(held)
         failed: list[tuple[Path, dict[str, Any], Unreachable, float]] = []
         for path in items:
             if self.stop.is_set():
@@ -503,21 +535,21 @@ class Shipper:
                 if len(failed) > 1 and not self._answered_since(failed[0][3]):
                     break  # two lanes failed and nothing answered: the server is away
                 continue
-            self.held.pop(path.name, None)
+            held.pop(path.name, None)
             self.spool.remove(path)
         if failed and not self._answered_since(failed[0][3]):
             log.warning("server unreachable, keeping %d spooled items: %s", len(items), failed[0][2])
             return False
         for path, item, problem, started in failed:
             if self._answered_since(started):
-                self._strike(path, item, problem)
+                self._strike(path, item, problem, held)
         return True
 
     def _answered_since(self, started: float) -> bool:
         """Whether the server answered anything while an item was being tried, or shortly before."""
         return self.client.answered_at > started - ANSWERED_RECENTLY_S
 
-    def _strike(self, path: Path, item: dict[str, Any], err: Unreachable) -> None:
+    def _strike(self, path: Path, item: dict[str, Any], err: Unreachable, held: dict[str, float]) -> None:
         """The server answers others but not this item (a 5xx of its own, a connection it breaks):
         retried with backoff, without holding up the other lane, and dropped after MAX_STRIKES,
         also across restarts."""
@@ -525,14 +557,14 @@ class Shipper:
         if strikes >= MAX_STRIKES:
             log.error("dropping a %s report for attempt %s: it failed %d times while the server answered others: %s",
                       item.get("kind"), item.get("attempt_id"), strikes, err)
-            self.held.pop(path.name, None)
+            held.pop(path.name, None)
             self.spool.remove(path)
             return
         delay = min(60.0, STRIKE_BACKOFF_S * 2 ** (strikes - 1))
         log.warning("a %s report for attempt %s failed while the server answers others (%d of %d); trying it again in %.0f s: %s",
                     item.get("kind"), item.get("attempt_id"), strikes, MAX_STRIKES, delay, err)
         self.spool.rewrite(path, item)
-        self.held[path.name] = time.monotonic() + delay
+        held[path.name] = time.monotonic() + delay
 
     def _send(self, item: dict[str, Any], *, retry_for: float = 10.0) -> None:
         attempt_id = int(item.get("attempt_id", 0))
@@ -555,9 +587,12 @@ class Shipper:
                 # Another record for this attempt and rank is already stored: lineage is written once.
                 log.error("attempt %d: the server keeps the lineage it has: %s", attempt_id, err)
             elif err.status == 409:
-                log.warning("attempt %d is stale or finished (%s); dropping its reports and killing it", attempt_id, err)
-                self.stale.add(attempt_id)
-                self.on_stale(attempt_id, str(err))
+                with self.stale_lock:
+                    news = attempt_id not in self.stale
+                    self.stale.add(attempt_id)
+                if news:  # once, though both senders may find out
+                    log.warning("attempt %d is stale or finished (%s); dropping its reports and killing it", attempt_id, err)
+                    self.on_stale(attempt_id, str(err))
             else:
                 log.error("server refused a %s batch, dropping it: %s", item["kind"], err)
 
