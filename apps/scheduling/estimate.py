@@ -26,6 +26,7 @@ from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
@@ -687,49 +688,65 @@ def queue_estimates(
     jobs placed by the lag from the spread of the recent lags; jobs placed by the fluid guess
     from the same scales applied to their wait.
     """
-    ahead_only = max_ahead is not None
-
-    def replay(scale: float, targets: Collection[str] | None) -> ReplayResult:
-        return simulate_starts(state, targets=targets, scale=scale, max_passes=max_passes, step_ratio=step_ratio,
-                               ahead_only=ahead_only, max_ahead=max_ahead, lag=lags)
-
+    replay = partial(simulate_starts, state, max_passes=max_passes, step_ratio=step_ratio,
+                     ahead_only=max_ahead is not None, max_ahead=max_ahead, lag=lags)
     wanted = sorted(j.id for j in state.queued) if jobs is None else sorted(jobs)
     never = unestimated(state)
-    point = replay(1.0, [j for j in wanted if j not in never])
+    point = replay(targets=[j for j in wanted if j not in never], scale=1.0)
     # Only jobs a replay placed are worth replaying again, shrunk and stretched.
     again = [j for j in wanted if j in point.starts and j not in point.extrapolated]
-    low = replay(low_scale, again) if ranges and again else point
-    high = replay(high_scale, again) if ranges and again else point
-    now = state.now
+    low = replay(targets=again, scale=low_scale) if ranges and again else point
+    high = replay(targets=again, scale=high_scale) if ranges and again else point
+    replays = _Replays(point=point, low=low, high=high, low_scale=low_scale, high_scale=high_scale)
     jobs_by_id = {j.id: j for j in state.queued} if calibration is not None else {}
-    out: dict[str, Estimate] = {}
-    for job_id in wanted:
-        if job_id in never:
-            out[job_id] = Estimate(job_id=job_id, start=None, low=None, high=None)
-            continue
-        start = point.starts.get(job_id)
-        lo: float | None
-        hi: float | None
-        if job_id in point.ranges:
-            lo, hi = point.ranges[job_id]
-        elif job_id in point.extrapolated and start is not None:
-            lo, hi = now + low_scale * (start - now), now + high_scale * (start - now)
-        else:
-            lo, hi = low.starts.get(job_id), high.starts.get(job_id)
-        # Shorter durations need not mean an earlier start (a backfill hole can close), so the
-        # range is widened to always contain the point estimate.
-        if start is not None:
-            lo = start if lo is None else min(lo, start)
-            hi = None if hi is None else max(hi, start)
-        raw = None
-        job = jobs_by_id.get(job_id)
-        pool_calibration = None if job is None else _calibration_of(calibration, job.pool)
-        if start is not None and job is not None and pool_calibration is not None:
-            raw = start
-            key = WaitCalibration.job_key(job, estimated_wait=start - now)
-            start = now + pool_calibration.adjust(key, start - now)
-            lo = start if lo is None else min(lo, start)
-            hi = None if hi is None else max(hi, start)
-        out[job_id] = Estimate(job_id=job_id, start=start, low=lo, high=hi, extrapolated=job_id in point.extrapolated,
-                               raw_start=raw)
-    return out
+    return {job_id: Estimate(job_id=job_id, start=None, low=None, high=None) if job_id in never
+            else _job_estimate(job_id, jobs_by_id.get(job_id), state.now, replays, calibration) for job_id in wanted}
+
+
+@dataclass(frozen=True, slots=True)
+class _Replays:
+    """The point replay of `queue_estimates`, its shrunk and stretched ones, and their scales."""
+
+    point: ReplayResult
+    low: ReplayResult
+    high: ReplayResult
+    low_scale: float
+    high_scale: float
+
+
+def _job_range(job_id: str, start: float | None, now: float, replays: _Replays) -> tuple[float | None, float | None]:
+    """A job's (low, high) before calibration: the lag's spread, the scaled fluid guess, or the
+    starts of the shrunk and stretched replays, widened to hold `start`."""
+    point = replays.point
+    lo: float | None
+    hi: float | None
+    if job_id in point.ranges:
+        lo, hi = point.ranges[job_id]
+    elif job_id in point.extrapolated and start is not None:
+        lo, hi = now + replays.low_scale * (start - now), now + replays.high_scale * (start - now)
+    else:
+        lo, hi = replays.low.starts.get(job_id), replays.high.starts.get(job_id)
+    # Shorter durations need not mean an earlier start (a backfill hole can close), so the
+    # range is widened to always contain the point estimate.
+    if start is not None:
+        lo = start if lo is None else min(lo, start)
+        hi = None if hi is None else max(hi, start)
+    return lo, hi
+
+
+def _job_estimate(
+    job_id: str, job: QueuedJob | None, now: float, replays: _Replays, calibration: Calibrations
+) -> Estimate:
+    """One estimable job's `Estimate`, its start corrected by its pool's calibration if any."""
+    start = replays.point.starts.get(job_id)
+    lo, hi = _job_range(job_id, start, now, replays)
+    raw = None
+    pool_calibration = None if job is None else _calibration_of(calibration, job.pool)
+    if start is not None and job is not None and pool_calibration is not None:
+        raw = start
+        key = WaitCalibration.job_key(job, estimated_wait=start - now)
+        start = now + pool_calibration.adjust(key, start - now)
+        lo = start if lo is None else min(lo, start)
+        hi = None if hi is None else max(hi, start)
+    return Estimate(job_id=job_id, start=start, low=lo, high=hi, extrapolated=job_id in replays.point.extrapolated,
+                    raw_start=raw)
