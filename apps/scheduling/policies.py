@@ -284,8 +284,18 @@ def order_keys(
     if policy.ordering == Ordering.FIFO:
         # (Negating an IntEnum gives a plain int, cheaper than int() first.)
         return [(-j.priority_class, 1, j.submitted_at, j.submitted_at, j.id, j) for j in jobs]
-    keyed: list[OrderKey] = []
+    keyed = _priority_keys(jobs, now=now, policy=policy, fair_share=fair_share)
+    if policy.guarantee_first:
+        _guarantee_tier(keyed, held, guarantees)
+    return keyed
 
+
+def _priority_keys(
+    jobs: Sequence[QueuedJob], *, now: float, policy: Policy, fair_share: Mapping[str, float]
+) -> list[OrderKey]:
+    """`order_keys` under the priority ordering, before the guarantee tier: class with aging,
+    then virtual deadline, demoted jobs behind their class."""
+    keyed: list[OrderKey] = []
     promote_before = now - policy.class_promotion_s if policy.class_promotion_s > 0 else -math.inf
     low, normal = int(PriorityClass.LOW), int(PriorityClass.NORMAL)
     min_runtime = max(policy.min_runtime_s, 1.0)
@@ -298,20 +308,13 @@ def order_keys(
     stretch_of, default_stretch, exponent = team_stretch.get, policy.stretch, policy.width_exponent
     append = keyed.append
     demote_after = demotion_threshold(policy)
-    per_device, fifo = policy.service_per_device, policy.demoted_fifo
-    cap_at = policy.max_preemptions
-    first_capped = policy.capped_first and cap_at > 0
+    per_device = policy.service_per_device
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
         attained = j.attained_s * j.devices if per_device and j.devices > 1 else j.attained_s  # `service`
         if attained >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
-            # Demoted (see `demoted`): behind every job of its class, least service first, or
-            # by level, then submission (`Policy.demoted_fifo`: the key holds the level).
-            if first_capped and j.preemptions >= cap_at:
-                append((-klass, DEMOTED_TIER, -1.0, submitted, j.id, j))  # `Policy.capped_first`
-                continue
-            append((-klass, DEMOTED_TIER, float(service_level(attained, policy)) if fifo else attained, submitted, j.id, j))
+            append(_demoted_key(j, klass, attained, policy))
             continue
         if klass == low and submitted <= promote_before:
             klass = normal
@@ -326,10 +329,17 @@ def order_keys(
                 runtime = min_runtime
             deadline = submitted + stretch_of(j.team, default_stretch) * runtime * width
         append((-klass, 1, deadline, submitted, j.id, j))
-
-    if policy.guarantee_first:
-        _guarantee_tier(keyed, held, guarantees)
     return keyed
+
+
+def _demoted_key(j: QueuedJob, klass: int, attained: float, policy: Policy) -> OrderKey:
+    """A demoted job's key (see `demoted`): behind every job of its class, least service first,
+    or by level, then submission (`Policy.demoted_fifo`: the key holds the level)."""
+    if policy.capped_first and policy.max_preemptions > 0 and j.preemptions >= policy.max_preemptions:
+        return (-klass, DEMOTED_TIER, -1.0, j.submitted_at, j.id, j)  # `Policy.capped_first`
+    level_or_service = float(service_level(attained, policy)) if policy.demoted_fifo else attained
+    return (-klass, DEMOTED_TIER, level_or_service, j.submitted_at, j.id, j)
+
 
 def _guarantee_tier(keyed: list[OrderKey], held: Mapping[str, int], guarantees: Mapping[str, int]) -> None:
     """Move to tier 0, in place, the jobs that fit inside their team's unused guarantee."""
