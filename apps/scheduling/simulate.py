@@ -340,6 +340,13 @@ class Replay:
         self.resume = preemptible
         self.quotas = equal_quotas([j.team for j in self.jobs], nodes * gpus_per_node)
         self.limits = limits_by_team(self.quotas, POOL, nodes * gpus_per_node)
+        self._init_jobs()
+        self._init_estimator()
+        self._init_preemption()
+        self._init_wait_figures()
+
+    def _init_jobs(self) -> None:
+        """Runtime predictions, the queue, running jobs and their ends, and team usage."""
         self.predictor = RuntimePredictor()
         self.queued: dict[str, QueuedJob] = {}
         # Queued ids per job type (insertion-ordered dicts used as sets), to refresh predictions.
@@ -358,6 +365,9 @@ class Replay:
         # (team, job type, GPUs) -> (point runtime, expected runtime).
         self.prediction_cache: dict[tuple[str, str, int], tuple[float, float]] = {}
         self.passes = 0
+
+    def _init_estimator(self) -> None:
+        """The at-submission estimates: their bounds, the lag of the line, the learned correction."""
         # The at-submission replay: bounded work per submission, coarser steps far ahead.
         self.estimate_passes = 12
         self.estimate_step_ratio = 0.05
@@ -369,6 +379,9 @@ class Replay:
         # job id -> (its estimate's class, the estimated wait, when it joined the line).
         self.calibration = WaitCalibration()
         self.calibrating: dict[str, tuple[CalibrationKey, float, float]] = {}
+
+    def _init_preemption(self) -> None:
+        """Preempted jobs' progress, service, requeues and deadlines, and the victims ready."""
         # Preemption: progress saved (seconds of the job's own duration), seconds run over ended
         # attempts, each job's fixed deadline, and the figures.
         self.saved: dict[str, float] = defaultdict(float)
@@ -386,6 +399,9 @@ class Replay:
         # Jobs the last pass stopped runs for, and when those runs will have stopped.
         self.making_room: dict[str, float] = {}
         self.attempts: dict[str, list[tuple[float, float]]] = defaultdict(list)
+
+    def _init_wait_figures(self) -> None:
+        """The figures of waits: seen so far, at submission and requeue, and busy while waiting."""
         # Every wait seen so far (first starts and restarts), sorted: the "pool's median wait"
         # baseline reads it at a submission or requeue. The pool's median wait at each
         # submission, each return to the line (`Requeue`), and the returns of the current event.
