@@ -54,6 +54,18 @@ def _atomic_write(path: Path, text: str, *, fsync: bool = True) -> None:
     os.replace(tmp, path)
 
 
+def _any_kind(kind: str) -> bool:
+    return True
+
+
+def _artifact_kind(kind: str) -> bool:
+    return kind == "artifact"  # the artifacts lanes (lane())
+
+
+def _other_kind(kind: str) -> bool:
+    return kind != "artifact"
+
+
 class Spool:
     """An ordered on-disk queue of requests to make."""
 
@@ -63,7 +75,9 @@ class Spool:
         self.max_bytes = max_bytes
         self.lock = threading.Lock()
         self.wake = threading.Event()
-        self.wakes = [self.wake]  # put() sets them all: one per sender thread (waker())
+        # One per sender thread (waker()), with the kinds it sends: put() wakes only those that
+        # send its kind, so a log flood does not make the artifacts sender rescan the spool.
+        self.wakes: list[tuple[Callable[[str], bool], threading.Event]] = [(_any_kind, self.wake)]
         self.dropped_points = 0
         names = sorted(p.name for p in self.dir.glob("*.json"))
         self.counter = max([time.time_ns()] + [int(n.split("-", 1)[0]) for n in names if n.split("-", 1)[0].isdigit()])
@@ -78,18 +92,21 @@ class Spool:
             self.bytes += len(text)
             if self.bytes > self.max_bytes:
                 self._shed()
-        self.notify()
+        self.notify(kind)
 
-    def waker(self) -> threading.Event:
-        """An event of the caller's own that put() sets: each sender waits on and clears its own."""
+    def waker(self, sends: Callable[[str], bool] = _any_kind) -> threading.Event:
+        """An event of the caller's own that put() sets for the kinds it `sends`: each sender waits
+        on and clears its own."""
         event = threading.Event()
         with self.lock:
-            self.wakes.append(event)
+            self.wakes.append((sends, event))
         return event
 
-    def notify(self) -> None:
-        for event in list(self.wakes):
-            event.set()
+    def notify(self, kind: str | None = None) -> None:
+        """Wake the senders of `kind` (None: all of them)."""
+        for sends, event in list(self.wakes):
+            if kind is None or sends(kind):
+                event.set()
 
     def _shed(self) -> None:
         for path in sorted(self.dir.glob("*-metrics.*json")):
@@ -300,7 +317,8 @@ class Shipper:
     def start(self) -> None:
         senders = [("shipper-send", False, self.held), ("shipper-artifacts", True, self.artifacts_held)]
         threads = [threading.Thread(target=self._tail_loop, name="shipper-tail", daemon=True)] + [
-            threading.Thread(target=self._send_loop, args=(artifacts, held, self.spool.waker()), name=name, daemon=True)
+            threading.Thread(target=self._send_loop, args=(artifacts, held, self.spool.waker(_artifact_kind if artifacts else _other_kind)),
+                             name=name, daemon=True)
             for name, artifacts, held in senders]
         for t in threads:
             t.start()
