@@ -728,10 +728,12 @@ def _job_range(job_id: str, start: float | None, now: float, replays: _Replays) 
         lo, hi = replays.low.starts.get(job_id), replays.high.starts.get(job_id)
     # Shorter durations need not mean an earlier start (a backfill hole can close), so the
     # range is widened to always contain the point estimate.
-    if start is not None:
-        lo = start if lo is None else min(lo, start)
-        hi = None if hi is None else max(hi, start)
-    return lo, hi
+    return (lo, hi) if start is None else _holding(lo, hi, start)
+
+
+def _holding(lo: float | None, hi: float | None, start: float) -> tuple[float | None, float | None]:
+    """(lo, hi) widened to hold `start` (an unknown high stays unknown)."""
+    return (start if lo is None else min(lo, start)), (None if hi is None else max(hi, start))
 
 
 def _job_estimate(
@@ -746,7 +748,6 @@ def _job_estimate(
         raw = start
         key = WaitCalibration.job_key(job, estimated_wait=start - now)
         start = now + pool_calibration.adjust(key, start - now)
-        lo = start if lo is None else min(lo, start)
-        hi = None if hi is None else max(hi, start)
+        lo, hi = _holding(lo, hi, start)
     return Estimate(job_id=job_id, start=start, low=lo, high=hi, extrapolated=job_id in replays.point.extrapolated,
                     raw_start=raw)
