@@ -18,7 +18,7 @@ run: gpu_check-cpu.json) with the commit, devices, driver and date.
     python bench/gpu_check.py --cpu --slots 2    # the dry run, anywhere
     python bench/gpu_check.py --template lm-pretrain   # the 124M GPT, bf16: a load that fills a GPU
 
-ddp-train on digits is mostly per-step overhead on a large GPU (an H100 ran it 12-16% busy);
+ddp-train on digits is mostly per-step overhead on a large GPU (an H100 ran it 12-19% busy);
 lm-pretrain keeps one busy, so the busy check means something there.
 """
 
@@ -54,7 +54,7 @@ TAGS = {"task": "classification", "dataset": "sklearn-digits", "candidate": "bas
 MAX_BATCH = 840  # lcm(1..8), and under the ~1,257 training samples of all ten digits
 LM_BATCH = 32  # lm-pretrain sequences per step, before rounding up to a multiple of every k
 # Percent each GPU must be busy: the fault caught is a GPU left at 0 while the run holds it. Digits
-# cannot fill a large GPU (an H100 read 12-16%, launch-bound), so its floor only tells 0 from working.
+# cannot fill a large GPU (an H100 read 12-19%, launch-bound), so its floor only tells 0 from working.
 DEFAULT_MIN_UTIL = {"ddp-train": 5.0, "lm-pretrain": 25.0}
 J_PER_WH = 3600.0
 
@@ -269,7 +269,8 @@ def plan(args: argparse.Namespace, hw: Hardware) -> tuple[list[int], dict[str, A
     lcm = math.lcm(*ks)
     batch = args.batch_size or (max(LM_BATCH, lcm) if lm else (MAX_BATCH // lcm) * lcm)
     if batch < 1 or batch % lcm:
-        raise SystemExit(f"gpu_check: no global batch <= {MAX_BATCH} divides every k in {ks}; choose --ks (e.g. 1,2,4,8)")
+        what = f"--batch-size {batch} does not divide" if args.batch_size else f"no global batch <= {MAX_BATCH} divides"
+        raise SystemExit(f"gpu_check: {what} by every k in {ks}; choose --ks (e.g. 1,2,4,8)")
     gpu = hw.kind == "gpu"
     if lm:
         return ks, {"preset": args.preset or ("124m" if gpu else "tiny"), "steps": args.steps or 150, "batch_size": batch,
@@ -411,7 +412,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slots", type=int, default=2, help="CPU slots for the dry run (default 2)")
     p.add_argument("--gpus", type=int, default=0, help="use only the first N GPUs (default: all)")
     p.add_argument("--ks", default="", help="devices per run, comma-separated (default 1..N)")
-    p.add_argument("--steps", type=int, default=0, help="steps per run (default 1000)")
+    p.add_argument("--steps", type=int, default=0, help="steps per run (default 1000; lm-pretrain 150)")
     p.add_argument("--batch-size", type=int, default=0, help=f"global batch; must divide by every k (default: the largest "
                    f"multiple of lcm(k) up to {MAX_BATCH})")
     p.add_argument("--template", choices=["ddp-train", "lm-pretrain"], default="ddp-train",
