@@ -1,8 +1,9 @@
 """Queue-wait estimates: replay the front of the queue with the scheduler core itself, and
 place jobs further back by how far behind their rank times jobs have lately been starting.
 
-Near the front (the first `max_ahead` jobs of a pool), running jobs end at their expected ends,
-queued jobs run for their expected runtimes, and nothing new arrives. At each end the very same
+Near the front (the first `max_ahead` jobs of a pool), running jobs end at their live ETA or
+their predicted (median) end, queued jobs run for their predicted (median) runtimes, and nothing
+new arrives. At each end the very same
 `schedule()` pass runs (same ordering, aging, quotas, backfill and packing as the live
 scheduler), so a job's estimated start is when that pass would place it; the range comes from
 two more replays in which every remaining duration is shrunk or stretched (by default to half
@@ -454,7 +455,8 @@ class _Replay:
         job = self.queued.pop(placement.job_id)
         self.starts[job.id] = now
         self.pending.discard(job.id)
-        end = now + max(0.0, _expected_runtime(job)) * self.scale
+        # One run's own length: the median (the mean of a heavy tail is for sums, `_extrapolate`).
+        end = now + max(0.0, job.predicted_runtime) * self.scale
         self.running[job.id] = RunningJob(
             id=job.id,
             team=job.team,
@@ -619,11 +621,12 @@ def _extrapolate(
 
 
 def _expected_runtime(job: QueuedJob) -> float:
-    # Waits add many durations together, so they take the expected (mean) runtime where known.
+    # The fluid guess adds many durations together, so it takes the expected (mean) runtime.
     return job.predicted_runtime if job.expected_runtime is None else job.expected_runtime
 
 
 def _expected_end(run: RunningJob) -> float:
+    # The live ETA where the run reports one, else the median end (see `RunningJob.expected_end`).
     return run.predicted_end if run.expected_end is None else run.expected_end
 
 

@@ -125,8 +125,9 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     progress: float | None = None
     stopping: bool = False
-    # Expected end (mean of the history rather than the median behind `predicted_end`): only
-    # wait estimates read it, since they sum many durations; None means `predicted_end`.
+    # Where wait estimates take it to end when that is not `predicted_end` (None): its live ETA,
+    # the run page's figure. Not the history's mean: replayed on the trace, means put the ends
+    # of the runs in front too late and the estimates of runs that waited were right half as often.
     expected_end: float | None = None
     # Seconds it ran in earlier attempts (wall clock, however many devices), before this one
     # started: with the current attempt's time, its attained service (`Policy.demote_after_s`).
@@ -177,8 +178,8 @@ class QueuedJob:
     preemptible: bool = True
     blocked_reason: str | None = None
     blocked_message: str = ""
-    # Expected runtime (the history's mean): what wait estimates add up; the core orders and
-    # backfills by `predicted_runtime` only. None means `predicted_runtime`.
+    # Expected runtime (the history's mean): what the fluid guess of a wait adds up; the core
+    # and the estimate's replay go by `predicted_runtime`. None means `predicted_runtime`.
     expected_runtime: float | None = None
     # The virtual deadline (see `policies.virtual_deadline`), fixed once when the job first
     # meets a priority-ordered pass (`core.deadlines_due`) and kept from then on, also across a

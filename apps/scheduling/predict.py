@@ -13,8 +13,9 @@ longer; otherwise it is their seconds per step.
 The point estimate is a quantile of that history (the median by default: durations are
 heavy-tailed, so for one job a mean misleads), with a low/high quantile range. Alongside it
 comes the mean over a longer window (`mean_s`): the right figure wherever many predictions are
-summed, as in a queue-wait estimate, where summing medians of a heavy-tailed distribution
-underestimates the work ahead many times over.
+summed, as in the fluid guess of a long queue's wait, where summing medians of a heavy-tailed
+distribution underestimates the work ahead many times over. (A replay of the front of the line
+ends each run at its median: which run frees devices first is a question about single runs.)
 
 Hardware sets the pace: where a run names its pool and that pool has finished at least
 `min_samples` runs of the same team, template and devices (same parameters, or scaled by steps),

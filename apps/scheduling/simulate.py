@@ -11,9 +11,9 @@ are handled together) it runs the same `schedule()` the portal runs. Runtime pre
 only jobs that had finished by then, and a job's virtual deadline is fixed at its submission
 from the prediction and fair share of that moment (`core.deadlines_due`), as in the portal.
 At each submission the portal's own estimator (`estimate.queue_estimates`) records when the new
-job is expected to start: a replay of the front of the line, summing expected rather than
-median runtimes, or, for a job with `estimate_max_ahead` others ahead of it, the recent lag of
-starts behind their rank times (`QueueLag`). Only the replay's pass budget is smaller than the
+job is expected to start: a replay of the front of the line with median runtimes, or, for a
+job with `estimate_max_ahead` others ahead of it, the recent lag of starts behind their rank
+times (`QueueLag`). Only the replay's pass budget is smaller than the
 portal's, so that 13,000 estimates fit in the replay's time. The report compares each estimate
 with when the job did start.
 
@@ -610,27 +610,19 @@ class Replay:
                 predicted, expected = self.prediction(self.by_id[job_id])
                 if predicted != queued.predicted_runtime or expected != queued.expected_runtime:
                     self.queued[job_id] = replace(queued, predicted_runtime=predicted, expected_runtime=expected)
-        # A run past its predicted (or expected) end gets a new one conditioned on how long it
-        # has run: with heavy tails, a run that outlived its peers is probably a long one.
+        # A run past its predicted end gets a new one conditioned on how long it has run: with
+        # heavy tails, a run that outlived its peers is probably a long one.
         while self.overdue and self.overdue[0][0] <= now:
             _, job_id = heapq.heappop(self.overdue)
             run = self.running.get(job_id)
-            if run is None or run.stopping:
-                continue
-            expected_end = run.predicted_end if run.expected_end is None else run.expected_end
-            if run.predicted_end > now and expected_end > now:
+            if run is None or run.stopping or run.predicted_end > now:
                 continue
             job = self.by_id[job_id]
             done = self.saved.get(job_id, 0.0) + now - run.started_at
             query = RuntimeQuery(team=job.team, job_type=job.job_type, devices=job.gpus, elapsed_s=done)
-            pred = self.predictor.predict(query)
-            predicted_end = run.predicted_end
-            if predicted_end <= now:
-                predicted_end = max(now + pred.runtime_s - done, now + 60.0)
-            if expected_end <= now:
-                expected_end = max(now + pred.expected_s - done, now + 60.0)
-            self.running[job_id] = replace(run, predicted_end=predicted_end, expected_end=expected_end)
-            heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
+            predicted_end = max(now + self.predictor.predict(query).runtime_s - done, now + 60.0)
+            self.running[job_id] = replace(run, predicted_end=predicted_end)
+            heapq.heappush(self.overdue, (predicted_end, job_id))
 
     def _start(self, job_id: str, allocation: tuple[tuple[str, int], ...], now: float) -> None:
         queued = self.queued.pop(job_id)
@@ -653,8 +645,8 @@ class Replay:
         del self.queued_by_type[job.job_type][job_id]
         for node_id, count in allocation:
             self.free[node_id] -= count
+        # No live ETA in a trace: estimates take it to end at its predicted (median) end.
         predicted_end = now + queued.predicted_runtime
-        expected_end = now + (queued.predicted_runtime if queued.expected_runtime is None else queued.expected_runtime)
         self.running[job_id] = RunningJob(
             id=job_id,
             team=job.team,
@@ -664,7 +656,6 @@ class Replay:
             started_at=now,
             predicted_end=predicted_end,
             preemptible=self.policy.preemption,
-            expected_end=expected_end,
             attained_s=queued.attained_s,
             checkpoint_every_s=self.resume.checkpoint_every_s if self.policy.preemption else None,
             preemptions=queued.preemptions,
@@ -677,7 +668,7 @@ class Replay:
         end = now + restart + job.duration_s - self.saved.get(job_id, 0.0)
         self.ends[job_id] = end
         heapq.heappush(self.completions, (end, job_id))
-        heapq.heappush(self.overdue, (min(predicted_end, expected_end), job_id))
+        heapq.heappush(self.overdue, (predicted_end, job_id))
         self._watch_victim(queued, now)
 
     def _watch_victim(self, queued: QueuedJob, now: float) -> None:
@@ -700,7 +691,7 @@ class Replay:
         if self.ends[job_id] <= stop_at:
             return  # it finishes before it would have stopped
         self.preemptions += 1
-        self.running[job_id] = replace(run, stopping=True, predicted_end=stop_at, expected_end=stop_at)
+        self.running[job_id] = replace(run, stopping=True, predicted_end=stop_at)
         self.ends[job_id] = stop_at
         heapq.heappush(self.completions, (stop_at, job_id))
 

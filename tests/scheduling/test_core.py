@@ -656,16 +656,21 @@ def test_predictor_mean_is_for_sums_and_survivors() -> None:
     assert RuntimePredictor().predict(RuntimeQuery("t", "none", 1)).expected_s == 3600.0
 
 
-def test_estimates_add_up_expected_runtimes() -> None:
-    # The scheduler orders by the median-like prediction; the wait adds up the expected ones.
+def test_the_replay_runs_medians_and_the_fluid_guess_adds_up_means() -> None:
+    # A running run ends at its live ETA (`expected_end`) where it has one; the replay runs each
+    # queued job for its median (`predicted_runtime`): which run frees devices first is a
+    # question about single runs, and means of a heavy tail put those ends too late.
     running = [replace(run("r", (("n1", 8),), end=1000), expected_end=4000)]
     queue = [
         replace(job("a", devices=8, runtime=500, submitted=0), expected_runtime=3000),
         job("b", devices=8, runtime=500, submitted=1),
     ]
     s = state([node("n1", 0)], queue, running, now=100, policy=FIFO)
-    assert simulate_starts(s).starts == {"a": 4000, "b": 7000}
-    # Past the pass limit the fluid guess counts expected work ahead too: b waits for a's 3000 s.
+    assert simulate_starts(s).starts == {"a": 4000, "b": 4500}
+    # Without a live ETA the run ends at its predicted end.
+    plain = state([node("n1", 0)], queue, [run("r", (("n1", 8),), end=1000)], now=100, policy=FIFO)
+    assert simulate_starts(plain).starts == {"a": 1000, "b": 1500}
+    # Past the pass limit the fluid guess sums the work ahead by its means: b waits for a's 3000 s.
     rough = simulate_starts(s, max_passes=1)
     assert rough.starts == {"a": 4000, "b": 7000} and rough.extrapolated == {"a", "b"}
 
