@@ -23,6 +23,7 @@ that has been right more often than the replay; both callers feed it the same ou
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Collection, Mapping, Sequence
@@ -32,7 +33,7 @@ from functools import partial
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
 from apps.scheduling.placement import INF
-from apps.scheduling.policies import OrderKey, rank_time
+from apps.scheduling.policies import OrderKey, demotion_threshold, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
 MAX_AHEAD = 150
@@ -225,6 +226,21 @@ class QueueLag:
 Lags = QueueLag | Mapping[str, QueueLag] | None
 
 
+def _in_order(lags: Lags, state: ClusterState) -> Lags:
+    """The lags of the pools whose line moves forward through rank times, as `QueueLag`
+    assumes. Not where least attained service demotes: runs that stop demoted runs start far
+    ahead of their rank times, and the lag put them hours or days late (on the trace's seed 1,
+    a median 38 times the wait); the fluid guess was right 3 times as often there."""
+    if lags is None:
+        return None
+    kept: dict[str, QueueLag] = {}
+    for pool in {j.pool for j in state.queued}:
+        lag = _lag_of(lags, pool)
+        if lag is not None and demotion_threshold(state.policies.get(pool, state.default_policy)) == math.inf:
+            kept[pool] = lag
+    return kept
+
+
 def _lag_of(lags: Lags, pool: str) -> QueueLag | None:
     """The lag to use for a pool: one for every pool, or each pool's own."""
     if lags is None or isinstance(lags, QueueLag):
@@ -279,8 +295,10 @@ def simulate_starts(
     target with that many jobs or more ahead of it in its pool skips the replay and is placed
     at once. `lag` (one `QueueLag` for every pool, or one per pool) places such targets, and
     any the replay does not reach, where the measured lag of the line puts them, with the
-    spread of the lags as their range; without enough recent starts they get the fluid guess.
+    spread of the lags as their range; without enough recent starts, or in a pool whose line
+    does not move in rank order (`_in_order`), they get the fluid guess.
     """
+    lag = _in_order(lag, state)
     placed: dict[str, float] = {}
     ranges: dict[str, tuple[float, float]] = {}
     rank_times: dict[str, float] = {}

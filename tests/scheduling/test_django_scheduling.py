@@ -217,8 +217,11 @@ def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, po
     fifo = lags_load(now=now, policies={"local": Policy(ordering=Ordering.FIFO)})["local"]
     assert fifo.lag_at(now.timestamp()) == pytest.approx(-3600, abs=30)
 
-    # A pass replays only the run at the front; the two behind it go where the lag puts them.
+    # A pass replays only the run at the front; the two behind it go where the lag puts them,
+    # in a pool whose line moves in deadline order (no demotion: see the test below).
     monkeypatch.setattr(services, "MAX_AHEAD", 1)
+    pool.policy = {"demote_after_s": 0}
+    pool.save(update_fields=["policy"])
     register(pool, "n1")
     blocker = make(cast, pool)
     assert scheduling_pass().placed == [blocker.pk]
@@ -235,6 +238,31 @@ def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, po
         assert (run.estimated_start - run.queue_deadline).total_seconds() == pytest.approx(500, abs=1)
         assert (run.estimated_start_low - run.queue_deadline).total_seconds() == pytest.approx(200, abs=1)
         assert (run.estimated_start_high - run.queue_deadline).total_seconds() == pytest.approx(700, abs=1)
+
+
+def test_a_demoting_pool_places_runs_far_back_by_the_work_ahead_not_the_lag(cast: Any, pool: NodePool,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under least attained service runs start far ahead of their deadlines (they stop demoted
+    # runs), so the lag of the line would put them late: the fluid guess places them instead.
+    from apps.scheduling import services
+
+    now = timezone.now()
+    for behind in (800, 100, 700, 200, 600, 300, 500, 400):
+        sample = make(cast, pool, status=RunStatus.RUNNING, queue_deadline=now - timedelta(seconds=3600 + behind))
+        QueueEstimate.objects.create(run=sample, recorded_at=now - timedelta(seconds=3660), kind=EstimateKind.AT_SUBMISSION,
+                                     actual_start=now - timedelta(seconds=3600))
+    monkeypatch.setattr(services, "MAX_AHEAD", 1)
+    register(pool, "n1")
+    blocker = make(cast, pool)
+    assert scheduling_pass().placed == [blocker.pk]
+    start(blocker)
+    waiting = [make(cast, pool) for _ in range(3)]
+    scheduling_pass()
+    refresh(*waiting)
+    for run in waiting[1:]:
+        assert run.queue_deadline is not None and run.estimated_start is not None
+        # Not the lag's 500 s past its deadline.
+        assert abs((run.estimated_start - run.queue_deadline).total_seconds() - 500) > 60
 
 
 def test_predicted_runtime_uses_history_then_falls_back_to_max(cast: Any, pool: NodePool) -> None:
