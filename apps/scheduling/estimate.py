@@ -1,17 +1,18 @@
 """Queue-wait estimates: replay the front of the queue with the scheduler core itself, and
-place jobs further back by how far behind their rank times jobs have lately been starting.
+place jobs further back by how far behind their rank times jobs have lately been starting, or
+by the work ahead of them.
 
 Near the front (the first `max_ahead` jobs of a pool), running jobs end at their live ETA or
 their predicted (median) end, queued jobs run for their predicted (median) runtimes, and nothing
-new arrives. At each end the very same
-`schedule()` pass runs (same ordering, aging, quotas, backfill and packing as the live
+new arrives. At each end the very same `schedule()` pass runs (same ordering, aging, quotas, backfill and packing as the live
 scheduler), so a job's estimated start is when that pass would place it; the range comes from
 two more replays in which every remaining duration is shrunk or stretched (by default to half
 and to double). Further back, a replay would have to guess weeks of other people's runtimes and
 still ignore everything submitted meanwhile, so such jobs are placed by the measured lag of
-starts behind their rank times (`QueueLag`), with the spread of those lags as the range. The
-portal and the trace simulator both call `queue_estimates`, so the simulator's accuracy figures
-are the portal's.
+starts behind their rank times (`QueueLag`), with the spread of those lags as the range, where
+the line moves through rank times; in a pool that demotes (least attained service) by the work
+ahead of them over the pool's devices (`_in_order`, `_extrapolate`). The portal and the trace
+simulator both call `queue_estimates`, so the simulator's accuracy figures are the portal's.
 
 Estimates ignore work not yet submitted, so a job can be overtaken by later, higher-ranked
 arrivals; treat the high end as the more honest figure on a busy pool. Under least attained
