@@ -48,7 +48,8 @@ ESTIMATE_EVERY_S = 600.0
 UTILIZATION_EVERY_S = 60.0
 # The forward replay covers the first `estimate.MAX_AHEAD` runs of each pool and is bounded so a
 # huge queue cannot stall a pass; runs further back, or beyond the bound, are placed by the
-# measured lag of recent starts (or, without enough of them, by the work queued ahead).
+# measured lag of recent starts (or, without enough of them or in a pool that demotes, by the
+# work queued ahead).
 ESTIMATE_MAX_PASSES = 400
 # A stored estimate is rewritten only when it moved by more than this (saves a write per run).
 ESTIMATE_WRITE_SLACK_S = 20.0

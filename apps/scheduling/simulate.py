@@ -12,8 +12,8 @@ only jobs that had finished by then, and a job's virtual deadline is fixed at it
 from the prediction and fair share of that moment (`core.deadlines_due`), as in the portal.
 At each submission the portal's own estimator (`estimate.queue_estimates`) records when the new
 job is expected to start: a replay of the front of the line with median runtimes, or, for a
-job with `estimate_max_ahead` others ahead of it, the recent lag of starts behind their rank
-times (`QueueLag`). Only the replay's pass budget is smaller than the
+job with `estimate_max_ahead` others ahead of it, the work ahead of it (the trainyard policy
+demotes, so the recent lag of starts behind rank times, `QueueLag`, serves FIFO only). Only the replay's pass budget is smaller than the
 portal's, so that 13,000 estimates fit in the replay's time. The report compares each estimate
 with when the job did start.
 
@@ -371,7 +371,7 @@ class Replay:
         # The at-submission replay: bounded work per submission, coarser steps far ahead.
         self.estimate_passes = 12
         self.estimate_step_ratio = 0.05
-        # A job with this many others ahead of it is placed by the lag without a replay.
+        # A job with this many others ahead of it is placed without a replay (`simulate_starts`).
         self.estimate_max_ahead = MAX_AHEAD
         # Starts of jobs that waited, behind their rank times (deadline, or submission under FIFO).
         self.lag = QueueLag()
