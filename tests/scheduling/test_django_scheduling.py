@@ -191,9 +191,24 @@ def test_deadline_fixed_by_the_first_pass_holds_the_place_when_history_arrives(c
     assert (first.queue_position, second.queue_position) == (1, 2)
 
 
+def _three_behind_a_blocker(cast: Any, pool: NodePool, monkeypatch: pytest.MonkeyPatch) -> list[Run]:
+    """Three runs queued behind one that holds the pool's only node, after a pass that replays
+    only the front of the line (`MAX_AHEAD` 1)."""
+    from apps.scheduling import services
+
+    monkeypatch.setattr(services, "MAX_AHEAD", 1)
+    register(pool, "n1")
+    blocker = make(cast, pool)
+    assert scheduling_pass().placed == [blocker.pk]
+    start(blocker)
+    waiting = [make(cast, pool) for _ in range(3)]
+    scheduling_pass()
+    refresh(*waiting)
+    return waiting
+
+
 def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, pool: NodePool,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from apps.scheduling import services
     from apps.scheduling.model import Ordering, Policy
     from apps.scheduling.snapshot import lags_load
 
@@ -219,17 +234,9 @@ def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, po
 
     # A pass replays only the run at the front; the two behind it go where the lag puts them,
     # in a pool whose line moves in deadline order (no demotion: see the test below).
-    monkeypatch.setattr(services, "MAX_AHEAD", 1)
     pool.policy = {"demote_after_s": 0}
     pool.save(update_fields=["policy"])
-    register(pool, "n1")
-    blocker = make(cast, pool)
-    assert scheduling_pass().placed == [blocker.pk]
-    start(blocker)
-    waiting = [make(cast, pool) for _ in range(3)]
-    scheduling_pass()
-    refresh(*waiting)
-    front, *back = waiting
+    front, *back = _three_behind_a_blocker(cast, pool, monkeypatch)
     assert front.queue_position == 1 and front.estimated_start is not None
     for run in back:
         assert run.queue_deadline is not None and run.estimated_start is not None
@@ -244,22 +251,12 @@ def test_a_demoting_pool_places_runs_far_back_by_the_work_ahead_not_the_lag(cast
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # Under least attained service runs start far ahead of their deadlines (they stop demoted
     # runs), so the lag of the line would put them late: the fluid guess places them instead.
-    from apps.scheduling import services
-
     now = timezone.now()
     for behind in (800, 100, 700, 200, 600, 300, 500, 400):
         sample = make(cast, pool, status=RunStatus.RUNNING, queue_deadline=now - timedelta(seconds=3600 + behind))
         QueueEstimate.objects.create(run=sample, recorded_at=now - timedelta(seconds=3660), kind=EstimateKind.AT_SUBMISSION,
                                      actual_start=now - timedelta(seconds=3600))
-    monkeypatch.setattr(services, "MAX_AHEAD", 1)
-    register(pool, "n1")
-    blocker = make(cast, pool)
-    assert scheduling_pass().placed == [blocker.pk]
-    start(blocker)
-    waiting = [make(cast, pool) for _ in range(3)]
-    scheduling_pass()
-    refresh(*waiting)
-    for run in waiting[1:]:
+    for run in _three_behind_a_blocker(cast, pool, monkeypatch)[1:]:
         assert run.queue_deadline is not None and run.estimated_start is not None
         # Not the lag's 500 s past its deadline.
         assert abs((run.estimated_start - run.queue_deadline).total_seconds() - 500) > 60
