@@ -4,8 +4,8 @@ by the work ahead of them.
 
 Near the front (the first `max_ahead` jobs of a pool), running jobs end at their live ETA or
 their predicted (median) end, queued jobs run for their predicted (median) runtimes, and nothing
-new arrives. At each end the very same `schedule()` pass runs (same ordering, aging, quotas, backfill and packing as the live
-scheduler), so a job's estimated start is when that pass would place it; the range comes from
+new arrives. At each end the very same `schedule()` pass runs (same ordering, aging, quotas,
+backfill and packing as the live scheduler), so a job's estimated start is when that pass would place it; the range comes from
 two more replays in which every remaining duration is shrunk or stretched (by default to half
 and to double). Further back, a replay would have to guess weeks of other people's runtimes and
 still ignore everything submitted meanwhile, so such jobs are placed by the measured lag of

@@ -13,8 +13,9 @@ from the prediction and fair share of that moment (`core.deadlines_due`), as in 
 At each submission the portal's own estimator (`estimate.queue_estimates`) records when the new
 job is expected to start: a replay of the front of the line with median runtimes, or, for a
 job with `estimate_max_ahead` others ahead of it, the work ahead of it (the trainyard policy
-demotes, so the recent lag of starts behind rank times, `QueueLag`, serves FIFO only). Only the replay's pass budget is smaller than the
-portal's, so that 13,000 estimates fit in the replay's time. The report compares each estimate
+demotes, so the recent lag of starts behind rank times, `QueueLag`, serves FIFO only). Only
+the replay's pass budget is smaller than the portal's, so that 13,000 estimates fit in the
+replay's time. The report compares each estimate
 with when the job did start.
 
 Policies: `fifo` (strict submission order, no backfill, first-fit), `backfill` (FIFO plus EASY
