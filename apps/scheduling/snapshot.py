@@ -446,19 +446,20 @@ def _running_load(
             allocation=tuple((node_id, count) for _, node_id, count in sorted(alloc[attempt.pk])),
             started_at=ts(started), predicted_end=max(end, now_s), preemptible=run.preemptible,
             last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
-            expected_end=None if stopping or expected is None else max(expected, now_s),
+            expected_end=None if stopping else expected,
             memory_per_device=run.memory_bytes_per_device, cpus_per_device=run.cpus_per_device))
     return running, running_jobs
 
 
 def _live_end(run: Run, attempt: Attempt, *, started: datetime, now_s: float) -> float | None:
     """When the wait estimates behind a running run take it to end, once it reports a rate: at
-    its live ETA, the figure its page shows ("about N seconds left"), never past its limit. None
-    without a rate: then its predicted end (the history's median), as `RunningJob.expected_end` says."""
+    its live ETA, the figure its page shows ("about N seconds left"), never past its limit nor
+    before now. None without a rate: then its predicted end (the history's median), as
+    `RunningJob.expected_end` says."""
     eta = run_live_eta_s(run=run, started_at=started, resumed_from_step=attempt.resumed_from_step)
     if eta is None:
         return None
-    return min(now_s + eta, ts(started) + float(run.max_runtime_s))
+    return max(min(now_s + eta, ts(started) + float(run.max_runtime_s)), now_s)
 
 
 def _queued_jobs(
