@@ -24,7 +24,6 @@ that has been right more often than the replay; both callers feed it the same ou
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Collection, Mapping, Sequence
@@ -34,7 +33,7 @@ from functools import partial
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, QueuedJob, RunningJob
 from apps.scheduling.placement import INF
-from apps.scheduling.policies import OrderKey, demotion_threshold, rank_time
+from apps.scheduling.policies import OrderKey, line_in_rank_order, rank_time
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
 MAX_AHEAD = 150
@@ -237,7 +236,7 @@ def _in_order(lags: Lags, state: ClusterState) -> Lags:
     kept: dict[str, QueueLag] = {}
     for pool in {j.pool for j in state.queued}:
         lag = _lag_of(lags, pool)
-        if lag is not None and demotion_threshold(state.policies.get(pool, state.default_policy)) == math.inf:
+        if lag is not None and line_in_rank_order(state.policies.get(pool, state.default_policy)):
             kept[pool] = lag
     return kept
 

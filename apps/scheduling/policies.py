@@ -85,6 +85,12 @@ def demotion_threshold(policy: Policy) -> float:
     return math.inf
 
 
+def line_in_rank_order(policy: Policy) -> bool:
+    """Whether the pool's line moves forward through rank times, as `estimate.QueueLag` assumes:
+    not where least attained service demotes (runs that stop demoted runs start far ahead)."""
+    return demotion_threshold(policy) == math.inf
+
+
 def service(seconds: float, devices: int, policy: Policy) -> float:
     """Attained service of `seconds` run on `devices`: device-seconds under 2-D least attained
     service (`Policy.service_per_device`), else seconds, however wide."""

@@ -39,7 +39,7 @@ from apps.scheduling import model as core
 from apps.scheduling.estimate import QueueLag
 from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.outcomes import estimate_requeued
-from apps.scheduling.policies import decay_usage
+from apps.scheduling.policies import decay_usage, line_in_rank_order
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
 
 CLASS_OF: dict[str, core.PriorityClass] = {
@@ -501,12 +501,17 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
     its test, a first start later than the submission, means just that. A run placed by its first
     pass is no sample even when that pass came late (busy workers): its wait was the portal's,
     not the line's, and the replay, whose passes take no time, never has one.
+
+    Only pools whose line moves in rank order get one (`policies.line_in_rank_order`): the
+    estimator ignores a demoting pool's lag, so its samples are not read at all.
     """
-    lags = {pool: QueueLag() for pool in policies}
-    window = timedelta(seconds=max((lag.window_s for lag in lags.values()), default=0.0))
+    lags = {pool: QueueLag() for pool, policy in policies.items() if line_in_rank_order(policy)}
+    if not lags:
+        return lags
+    window = timedelta(seconds=max(lag.window_s for lag in lags.values()))
     rows = (
         QueueEstimate.objects.filter(kind=EstimateKind.AT_SUBMISSION, actual_start__gte=now - window,
-                                     actual_start__lte=now)
+                                     actual_start__lte=now, run__pool__name__in=sorted(lags))
         .exclude(estimate_requeued())
         .order_by("actual_start", "pk")
         .values_list("run__pool__name", "actual_start", "run__queue_deadline", "run__created_at")

@@ -208,7 +208,8 @@ def _three_behind_a_blocker(cast: Any, pool: NodePool, monkeypatch: pytest.Monke
 
 
 def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, pool: NodePool,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    django_assert_num_queries: Any) -> None:
     from apps.scheduling.model import Ordering, Policy
     from apps.scheduling.snapshot import lags_load
 
@@ -226,8 +227,11 @@ def test_runs_far_back_are_placed_by_the_lag_of_recent_first_waits(cast: Any, po
     Attempt.objects.filter(pk=placed.pk).update(created_at=now - timedelta(days=2))
     QueueEstimate.objects.create(run=requeued, recorded_at=now - timedelta(hours=2), kind=EstimateKind.AT_SUBMISSION,
                                  actual_start=now - timedelta(minutes=10))
-    lag = lags_load(now=now, policies={"local": Policy()})["local"]
+    lag = lags_load(now=now, policies={"local": Policy(demote_after_s=0)})["local"]
     assert lag.lags_at(now.timestamp()) == pytest.approx([100, 200, 300, 400, 500, 600, 700, 800])
+    # A pool that demotes has no lag: the estimator would not use it, so nothing is read.
+    with django_assert_num_queries(0):
+        assert lags_load(now=now, policies={"local": Policy()}) == {}
     # In a FIFO pool the rank time is the submission time (the sample rows were created just now).
     fifo = lags_load(now=now, policies={"local": Policy(ordering=Ordering.FIFO)})["local"]
     assert fifo.lag_at(now.timestamp()) == pytest.approx(-3600, abs=30)

@@ -78,7 +78,7 @@ def test_a_run_placed_at_once_then_requeued_is_a_requeue_everywhere(cast: Any, p
     assert abs(cal.adjust(again, HOUR) - 3 * HOUR) <= 0.25 * 3 * HOUR
     assert cal.adjust(new, HOUR) == HOUR
     # The lag of first waits samples only the eight.
-    lag = lags_load(now=now, policies={"local": Policy()})["local"]
+    lag = lags_load(now=now, policies={"local": Policy(demote_after_s=0)})["local"]
     assert lag.lags_at(now.timestamp()) == pytest.approx([100, 200, 300, 400, 500, 600, 700, 800])
     # The queue page scores them in its at-requeue bucket, and not as first waits.
     accuracy = estimate_accuracy(pool=pool, now=now)
@@ -276,6 +276,6 @@ def test_live_lag_samples_first_starts_a_pass_left_waiting_not_a_late_first_pass
     assert row.actual_start is not None
     waited.refresh_from_db()
     assert waited.queue_deadline is not None
-    lag = lags_load(now=timezone.now(), policies={"local": Policy()})["local"]
+    lag = lags_load(now=timezone.now(), policies={"local": Policy(demote_after_s=0)})["local"]
     started = row.actual_start.timestamp()
     assert list(lag._starts) == [(started, pytest.approx(started - waited.queue_deadline.timestamp()))]
