@@ -261,12 +261,13 @@ VARIANTS = (
 )
 
 
-def equal_quotas(teams: Sequence[str], capacity: int) -> tuple[TeamQuota, ...]:
-    """Equal guarantees summing to the cluster; anyone may borrow the rest while it is idle."""
+def equal_quotas(teams: Sequence[str], capacity: int, share: float = 1.0) -> tuple[TeamQuota, ...]:
+    """Equal guarantees summing to `share` of the cluster (all of it by default); anyone may
+    borrow the rest while it is idle."""
     names = sorted(set(teams))
     if not names:
         return ()
-    base, extra = divmod(capacity, len(names))
+    base, extra = divmod(int(capacity * share), len(names))
     return tuple(
         TeamQuota(team=t, pool=POOL, guaranteed_devices=base + (1 if i < extra else 0), borrow_limit=None)
         for i, t in enumerate(names)
@@ -330,6 +331,7 @@ class Replay:
         policy: Policy,
         estimates: bool,
         preemptible: Preemptible = Preemptible(),
+        guarantee_share: float = 1.0,
     ) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, int(j.id) if j.id.isdigit() else 0, j.id))
         self.by_id = {j.id: j for j in self.jobs}
@@ -339,7 +341,7 @@ class Replay:
         self.policy = policy
         self.estimates = estimates
         self.resume = preemptible
-        self.quotas = equal_quotas([j.team for j in self.jobs], nodes * gpus_per_node)
+        self.quotas = equal_quotas([j.team for j in self.jobs], nodes * gpus_per_node, guarantee_share)
         self.limits = limits_by_team(self.quotas, POOL, nodes * gpus_per_node)
         self._init_jobs()
         self._init_estimator()
@@ -878,10 +880,11 @@ def replay_trace(
     policy: str = "trainyard",
     estimates: bool = True,
     preemptible: Preemptible = Preemptible(),
+    guarantee_share: float = 1.0,
 ) -> tuple[Summary, list[JobOutcome]]:
     started, cpu_started = time.perf_counter(), time.process_time()
     sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates,
-                 preemptible=preemptible)
+                 preemptible=preemptible, guarantee_share=guarantee_share)
     sim.run()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return summarize(sim, policy, wall, cpu), sim.outcomes
@@ -961,20 +964,22 @@ def _waited_rows(attr: str, when: str) -> list[tuple[str, Callable[[Summary], st
     return rows
 
 
-def _variant_replay(task: tuple[Variant, str, str, int, int, Preemptible, int | None, bool]) -> Summary:
-    variant, policy, trace, nodes, gpus_per_node, resume, limit, estimates = task
+def _variant_replay(task: tuple[Variant, str, str, int, int, Preemptible, int | None, bool, float]) -> Summary:
+    variant, policy, trace, nodes, gpus_per_node, resume, limit, estimates, share = task
     jobs = variant.jobs(load_trace(trace, limit))
     # The goals judge the trainyard estimator; the baselines' replays skip the estimates (and
     # trainyard's too with `estimates` off: `--no-estimates`, for the policy's figures alone).
     return replay_trace(jobs, nodes=variant.nodes or nodes, gpus_per_node=gpus_per_node, policy=policy,
-                        estimates=estimates and policy == "trainyard", preemptible=resume)[0]
+                        estimates=estimates and policy == "trainyard", preemptible=resume, guarantee_share=share)[0]
 
 
 def run_variants(trace: str, *, nodes: int, gpus_per_node: int = 8, resume: Preemptible = Preemptible(),
                  limit: int | None = None, workers: int = 1, variants: Sequence[Variant] = VARIANTS,
-                 policies: Sequence[str] = tuple(POLICIES), estimates: bool = True) -> dict[str, dict[str, Summary]]:
+                 policies: Sequence[str] = tuple(POLICIES), estimates: bool = True,
+                 guarantee_share: float = 1.0) -> dict[str, dict[str, Summary]]:
     """Every policy on every variant: {variant name: {policy: summary}}."""
-    tasks = [(v, p, trace, nodes, gpus_per_node, resume, limit, estimates) for v in variants for p in policies]
+    tasks = [(v, p, trace, nodes, gpus_per_node, resume, limit, estimates, guarantee_share)
+             for v in variants for p in policies]
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             summaries = list(pool.map(_variant_replay, tasks))
@@ -1061,7 +1066,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds a stopped job takes to exit")
     parser.add_argument("--restart", type=float, default=defaults.restart_s, metavar="S",
                         help="seconds a resumed job spends loading before it makes progress")
+    parser.add_argument("--guarantee-share", type=float, default=1.0, metavar="F",
+                        help="share of the cluster the teams' equal guarantees add up to (0 to 1; 0: no "
+                             "guarantees, every run may be preempted)")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.guarantee_share <= 1.0:
+        parser.error(f"--guarantee-share must be between 0 and 1 (got {args.guarantee_share:g})")
     try:
         resume = Preemptible(checkpoint_every_s=args.checkpoint_every, grace_s=args.grace, restart_s=args.restart)
         POLICIES["trainyard"] = policy_with(POLICIES["trainyard"], args.overrides)
@@ -1075,7 +1085,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = list(POLICIES) if args.policy == "all" else [args.policy]
     summaries = [
         replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name,
-                     estimates=not args.no_estimates, preemptible=resume)[0]
+                     estimates=not args.no_estimates, preemptible=resume, guarantee_share=args.guarantee_share)[0]
         for name in names
     ]
     print(format_table(summaries))
@@ -1089,7 +1099,7 @@ def _main_variants(args: argparse.Namespace, resume: Preemptible) -> int:
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     results = run_variants(args.trace, nodes=args.nodes, gpus_per_node=args.gpus_per_node, resume=resume,
                            limit=args.limit, workers=args.workers, policies=policies,
-                           estimates=not args.no_estimates)
+                           estimates=not args.no_estimates, guarantee_share=args.guarantee_share)
     if args.reuse:
         for variant in json.loads(Path(args.reuse).read_text())["variants"]:
             for row in variant["results"]:

@@ -19,8 +19,10 @@ import pytest
 
 from apps.scheduling.model import ClusterState, Decision
 from apps.scheduling.simulate import (
+    POLICIES,
     VARIANTS,
     JobOutcome,
+    Preemptible,
     Replay,
     Summary,
     TraceJob,
@@ -104,6 +106,23 @@ def test_equal_quotas_sum_to_the_cluster() -> None:
     assert [q.team for q in quotas] == ["a", "b", "c"]
     assert sum(q.guaranteed_devices for q in quotas) == 320
     assert all(q.borrow_limit is None for q in quotas)
+    # A share of the cluster (`--guarantee-share`): smaller guarantees, or none at all.
+    assert sum(q.guaranteed_devices for q in equal_quotas(["c", "a", "b"], 320, 0.5)) == 160
+    assert {q.guaranteed_devices for q in equal_quotas(["c", "a", "b"], 320, 0.0)} == {0}
+
+
+def test_a_run_inside_its_guarantee_is_stopped_for_service_only_without_guarantees() -> None:
+    # One device; team a's guarantee is that device. Its 10-hour run is demoted after an hour,
+    # yet b's short run waits for its end: a run inside its team's guarantee is never a victim.
+    jobs = [TraceJob(id="1", team="a", submit_s=0.0, gpus=1, duration_s=36000.0, job_type="x"),
+            TraceJob(id="2", team="b", submit_s=7200.0, gpus=1, duration_s=600.0, job_type="y")]
+    guarded = Replay(jobs, nodes=1, gpus_per_node=1, policy=POLICIES["trainyard"], estimates=False)
+    guarded.run()
+    assert guarded.started["2"] == 36000.0 and guarded.preemptions == 0
+    # With no guarantees the demoted run may be stopped, and b's run starts within its grace.
+    bare = Replay(jobs, nodes=1, gpus_per_node=1, policy=POLICIES["trainyard"], estimates=False, guarantee_share=0.0)
+    bare.run()
+    assert 7200.0 <= bare.started["2"] <= 7200.0 + Preemptible().grace_s and bare.preemptions == 1
 
 
 def test_perturb_keeps_the_kind_of_workload_and_changes_the_sample() -> None:
@@ -233,6 +252,11 @@ def test_cli_prints_a_table_and_writes_json(tmp_path: Path, capsys: pytest.Captu
     assert payload["results"][0]["jobs"] == 50
     assert main([str(trace), "--nodes", "2", "--policy", "fifo", "--perturb", "3", "--limit", "50", "--no-estimates"]) == 0
     assert "fifo" in capsys.readouterr().out
+    # Guarantees over a share of the cluster: a share outside 0-1 is refused, naming the flag.
+    with pytest.raises(SystemExit):
+        main([str(trace), "--nodes", "2", "--guarantee-share", "1.5"])
+    assert "--guarantee-share must be between 0 and 1 (got 1.5)" in capsys.readouterr().err
+    assert main([str(trace), "--nodes", "2", "--limit", "50", "--no-estimates", "--guarantee-share", "0"]) == 0
 
 
 # -- acceptance on the real trace ----------------------------------------------------------------
