@@ -59,7 +59,12 @@ def test_server_outage_loses_and_duplicates_nothing(live_stack: LiveStack, tmp_p
     text = "".join(t for (t,) in stack.query("SELECT text FROM runs_logchunk WHERE run_id=? ORDER BY seq", (run,)))
     counts = Counter(line for line in text.splitlines() if line.startswith("line "))
     assert counts == Counter({f"line {i}": 1 for i in range(steps)})
-    ckpts = stack.query("SELECT step, deleted_at IS NOT NULL, stored_path FROM runs_checkpoint WHERE run_id=? ORDER BY step", (run,))
+    # A kept checkpoint counts as stored once a worker read it back, which may come just after
+    # the run's end (the agent's last upload and its check race the exit report).
+    def stored() -> list[tuple[int, bool, str]] | None:
+        rows = stack.query("SELECT step, deleted_at IS NOT NULL, stored_path FROM runs_checkpoint WHERE run_id=? ORDER BY step", (run,))
+        return rows if all(path for (_, deleted, path) in rows if not deleted) else None
+    ckpts = stack.wait_for(stored, 60, "the kept checkpoints to be stored")
     assert [s for (s, _, _) in ckpts] == list(range(19, steps, 20))
     # Keep-last-2 removed the older files on the node: their records stay, marked deleted, and
     # the server's copies (those uploaded before the SDK removed them) are gone too.
