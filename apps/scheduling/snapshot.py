@@ -516,13 +516,10 @@ def lags_load(*, now: datetime, policies: dict[str, core.Policy]) -> dict[str, Q
         .order_by("actual_start", "pk")
         .values_list("run__pool__name", "actual_start", "run__queue_deadline", "run__created_at")
     )
-    for pool, started, deadline, created in rows:
-        lag = lags.get(pool)
-        if lag is None or started is None:
-            continue
+    for pool, started, deadline, created in rows:  # the query names only the pools in `lags`
         rank = created if deadline is None or policies[pool].ordering == core.Ordering.FIFO else deadline
-        if rank is None:
+        if started is None or rank is None:
             continue
-        lag.observe(ts(started), ts(rank))
+        lags[pool].observe(ts(started), ts(rank))
     return lags
 
