@@ -26,8 +26,12 @@ run: $(STAMP)
 test-packages:
 	@scripts/system-packages "make test" $(TEST_PACKAGES)
 
+# Two workers by default (TEST_WORKERS=0 runs in one process): most of the suite's time is live
+# tests waiting on real processes, so two share two cores well. A file is one unit of work, the
+# replays and live files go first (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: test-packages $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not live and not browser and not slow"

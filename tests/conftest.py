@@ -58,13 +58,42 @@ def pytest_configure(config: Any) -> None:
     os.environ.setdefault("TRAINYARD_AGENT_SINGLE_TENANT", "1")
 
 
+# Files that share something of the host's and so never run beside each other under xdist:
+# the session's Slurm cluster (and its munged), and the per-job Unix users, cgroups and dockerd.
+SHARED_GROUPS = {
+    "tests/slurm/test_cluster.py": "slurm", "tests/slurm/test_slurm_pool.py": "slurm",
+    "tests/agents/test_isolation.py": "host", "tests/agents/test_isolation_live.py": "host",
+    "tests/agents/test_container_live.py": "host",
+}
+
+
+def _group(item: Any) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    return SHARED_GROUPS.get(path, path)
+
+
+def _kind(item: Any) -> int:
+    """0 for the trace replays, 1 for tests with real processes or a browser, 2 for the rest."""
+    if item.get_closest_marker("trace"):
+        return 0
+    return 1 if any(item.get_closest_marker(m) for m in ("live", "process", "browser")) else 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Tests with real processes get one retry: they race real timeouts on a shared 2-core
     CI machine. A retry that passes is reported as a rerun (visible in the summary), and a
-    deterministic failure still fails twice."""
+    deterministic failure still fails twice.
+
+    Under `-n N --dist loadgroup` a file is one unit of work (its module fixtures are made once),
+    and the longest kinds go first, so that no worker is left alone with a replay at the end."""
+    rank: dict[str, int] = {}
     for item in items:
         if item.get_closest_marker("live") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+        rank[_group(item)] = min(rank.get(_group(item), 2), _kind(item))
+    items.sort(key=lambda item: rank[_group(item)])  # stable: a file's tests keep their order
 
 
 # Why a retried test failed the first time: the plugin only names it, and a rerun that passed

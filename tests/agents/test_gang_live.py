@@ -44,14 +44,16 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def rank_pids(run_id: int, attempt: int) -> dict[int, int]:
-    """Global rank -> pid of this attempt's rank processes (the launchers carry no RANK)."""
+def rank_pids(stack: LiveStack, run_id: int, attempt: int) -> dict[int, int]:
+    """Global rank -> pid of this attempt's rank processes (the launchers carry no RANK), on this
+    stack's agents only (under xdist another stack may run a gang with the same ids)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         env = _environ(int(entry.name))
-        if env.get("TRAINYARD_RUN_ID") == str(run_id) and env.get("TRAINYARD_ATTEMPT") == str(attempt) and "RANK" in env:
+        if (env.get("TRAINYARD_RUN_ID") == str(run_id) and env.get("TRAINYARD_ATTEMPT") == str(attempt) and "RANK" in env
+                and env.get("TRAINYARD_RUN_DIR", "").startswith(str(stack.workdir))):
             found[int(env["RANK"])] = int(entry.name)
     return found
 
@@ -106,7 +108,7 @@ def test_sigkill_of_one_rank_stops_the_gang_and_it_resumes_from_its_checkpoint(r
     # Wait for a checkpoint on the server (every 100 steps) and all four ranks up.
     stack.wait_for(lambda: stack.query("SELECT COUNT(*) FROM runs_checkpoint WHERE run_id=? AND stored_path != ''",
                                        (run["id"],))[0][0] > 0, 240, "a stored checkpoint")
-    pids = stack.wait_for(lambda: len(p := rank_pids(run["id"], 1)) == 4 and p, 30, "four rank processes")
+    pids = stack.wait_for(lambda: len(p := rank_pids(stack, run["id"], 1)) == 4 and p, 30, "four rank processes")
     os.kill(pids[3], signal.SIGKILL)
     killed_at = time.monotonic()
     stack.wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and _environ(pid) for pid in pids.values()), 40,
@@ -143,7 +145,7 @@ def test_python_exception_in_one_rank_fails_the_gang_with_its_traceback(recipe_s
     agent(stack, "node-a", slots=2)
     agent(stack, "node-b", slots=2)
     run_id = submit_raw(stack, rank2_raises(tmp_path), nodes=2, devices=2, grace=10)
-    pids = stack.wait_for(lambda: len(p := rank_pids(run_id, 1)) == 4 and p, 90, "four rank processes")
+    pids = stack.wait_for(lambda: len(p := rank_pids(stack, run_id, 1)) == 4 and p, 90, "four rank processes")
     row = wait_status(stack, run_id, {"failed", "queued", "succeeded"}, 90)
     assert row["status"] == "failed", row
     assert row["status_reason"].startswith("rank 2 failed with exit code 1"), row["status_reason"]
