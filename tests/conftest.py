@@ -85,15 +85,22 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     CI machine. A retry that passes is reported as a rerun (visible in the summary), and a
     deterministic failure still fails twice.
 
-    Under `-n N --dist loadgroup` a file is one unit of work (its module fixtures are made once),
-    and the longest kinds go first, so that no worker is left alone with a replay at the end."""
-    rank: dict[str, int] = {}
+    Under `-n N --dist loadgroup` a file is one unit of work (its module fixtures are made once)."""
     for item in items:
         if item.get_closest_marker("live") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
         item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_longest_first(items: list[Any]) -> None:
+    """The trace replays, then the files with real processes, go first (after pytest-django's
+    own ordering, which it makes in a tryfirst hook), so that no worker is left alone with a
+    replay at the end. Stable: within a kind the order stays pytest-django's."""
+    rank: dict[str, int] = {}
+    for item in items:
         rank[_group(item)] = min(rank.get(_group(item), 2), _kind(item))
-    items.sort(key=lambda item: rank[_group(item)])  # stable: a file's tests keep their order
+    items.sort(key=lambda item: rank[_group(item)])
 
 
 # Why a retried test failed the first time: the plugin only names it, and a rerun that passed
