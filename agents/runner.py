@@ -56,7 +56,10 @@ def _signal_pids(pgid: int, pids: set[int], sig: int) -> None:
         pass  # the group is already gone
     for pid in pids:
         try:
-            os.kill(pid, sig)
+            # Only those that left the group: a second SIGTERM reran a job's checkpoint handler,
+            # or killed it outright once Python's exit had restored the default action.
+            if os.getpgid(pid) != pgid:
+                os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             continue
 

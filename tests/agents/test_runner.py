@@ -5,6 +5,8 @@ checkpoint a resumed attempt starts from."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from agents import monitor as monitor_mod
 from agents.config import parse_args
 from agents.devices import Nvml
 from agents.monitor import Monitor
-from agents.runner import Runner, checkpoints_forget_lost, resumable_step
+from agents.runner import Runner, _signal_pids, checkpoints_forget_lost, resumable_step
 
 pytestmark = [pytest.mark.live, pytest.mark.process]
 
@@ -152,3 +154,22 @@ def test_checkpoints_a_lost_attempt_wrote_past_the_servers_are_not_resumed_from(
     # No checkpoint on the server at all: everything the lost attempt wrote goes.
     assert checkpoints_forget_lost(tmp_path, lost={1}, after_step=-1) == ["ckpt-0000000020.pt"]
     assert resumable_step(tmp_path) is None
+
+
+
+def test_a_stop_signals_each_process_once_and_reaches_those_that_left_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group's signal and the monitor's list of descendants both named the job's processes:
+    a job got SIGTERM twice, and ran its checkpoint handler twice or died of the second one."""
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    sent: list[tuple[str, int, int]] = []
+    monkeypatch.setattr("agents.runner.os.killpg", lambda pgid, sig: sent.append(("group", pgid, sig)))
+    monkeypatch.setattr("agents.runner.os.kill", lambda pid, sig: sent.append(("process", pid, sig)))
+    try:
+        _signal_pids(leader.pid, {leader.pid, left.pid}, signal.SIGTERM)
+    finally:
+        monkeypatch.undo()
+        for proc in (leader, left):
+            proc.kill()
+            proc.wait()
+    assert sent == [("group", leader.pid, signal.SIGTERM), ("process", left.pid, signal.SIGTERM)]
