@@ -99,7 +99,8 @@ def pytest_collection_modifyitems_longest_first(items: list[Any]) -> None:
     replay at the end. Stable: within a kind the order stays pytest-django's."""
     rank: dict[str, int] = {}
     for item in items:
-        rank[_group(item)] = min(rank.get(_group(item), 2), _kind(item))
+        group = _group(item)
+        rank[group] = min(rank.get(group, 2), _kind(item))
     items.sort(key=lambda item: rank[_group(item)])
 
 

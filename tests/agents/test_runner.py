@@ -156,7 +156,6 @@ def test_checkpoints_a_lost_attempt_wrote_past_the_servers_are_not_resumed_from(
     assert resumable_step(tmp_path) is None
 
 
-
 def test_a_stop_signals_each_process_once_and_reaches_those_that_left_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """The group's signal and the monitor's list of descendants both named the job's processes:
     a job got SIGTERM twice, and ran its checkpoint handler twice or died of the second one."""
