@@ -50,6 +50,12 @@ def cast(db: Any, django_user_model: Any) -> Cast:
     return Cast(django_user_model)
 
 
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption("--database-only", action="store_true",
+                     help="run only the tests that use a database (Django's test database, or a live stack's): "
+                          "the rest cannot differ by database (CI's SQLite pass)")
+
+
 def pytest_configure(config: Any) -> None:
     """Agents started by tests run jobs as the test's own user (CI runs as root): a per-job user
     could not reach the job scripts in pytest's private temporary folders. tests/agents/test_isolation*
@@ -92,11 +98,21 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
+def _uses_database(item: Any) -> bool:
+    # db and transactional_db (and so live_server and the cast) stand on django_db_setup.
+    fixtures = getattr(item, "fixturenames", ())
+    return "django_db_setup" in fixtures or any(item.get_closest_marker(m) for m in ("django_db", "live", "database"))
+
+
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_longest_first(items: list[Any]) -> None:
+def pytest_collection_modifyitems_longest_first(config: Any, items: list[Any]) -> None:
     """The trace replays, then the files with real processes, go first (after pytest-django's
     own ordering, which it makes in a tryfirst hook), so that no worker is left alone with a
     replay at the end. Stable: within a kind the order stays pytest-django's."""
+    if config.getoption("database_only"):
+        keep = [item for item in items if _uses_database(item)]
+        config.hook.pytest_deselected(items=[item for item in items if not _uses_database(item)])
+        items[:] = keep
     rank: dict[str, int] = {}
     for item in items:
         group = _group(item)

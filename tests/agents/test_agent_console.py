@@ -46,6 +46,7 @@ def run_agent(*args: str, timeout: float = 20, env: dict[str, str] | None = None
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_help_gives_units_environment_and_the_first_start() -> None:
     done = run_agent("--help", env={"TRAINYARD_AGENT_JOIN_TOKEN": "tyj_secret-from-env"})
     assert done.returncode == 0
@@ -60,12 +61,14 @@ def test_help_gives_units_environment_and_the_first_start() -> None:
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_a_server_url_without_a_scheme_is_refused_at_once() -> None:
     done = run_agent("--server", "portal.example.com:8000", "--join-token", "tyj_x")
     assert done.returncode == 2 and "--server must be the portal's URL, like http://host:8000" in done.stderr
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_the_first_start_without_a_join_token_says_where_to_get_one(tmp_path: Path) -> None:
     port = free_port()  # nothing listens: the agent must not even need the server to say this
     started = time.monotonic()
@@ -76,6 +79,7 @@ def test_the_first_start_without_a_join_token_says_where_to_get_one(tmp_path: Pa
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_an_unreachable_server_is_retried_with_backoff_and_ctrl_c_stops_the_agent(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "agent.log"
@@ -176,6 +180,7 @@ def test_idle_cpu_slots_report_no_reading(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_the_console_says_when_the_portal_drains_undrains_and_goes_away(live_stack: LiveStack) -> None:
     stack = live_stack
     start_agent(stack, "node-a")

@@ -12,7 +12,7 @@ import pytest
 from tests.agents.helpers import alive, start_agent, submit, wait_status, write
 from tests.fixtures.live import LiveStack
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 JOB_OK = """
 import time, trainyard

@@ -139,6 +139,7 @@ def test_report_spools_the_record_for_the_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_a_custom_entrypoint_without_the_sdk_gets_a_full_record(live_stack: LiveStack) -> None:
     live_stack.start_worker()
     start_agent(live_stack, "node-lineage")

@@ -407,6 +407,7 @@ def test_an_8mb_flood_finishes_and_keeps_its_head_and_tail(stack: LiveStack, tmp
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_cancel_during_a_flood_and_the_node_takes_the_next_run(stack: LiveStack, tmp_path: Path) -> None:
     run = submit(stack, f"python {write(tmp_path / 'endless.py', ENDLESS)}", grace=2)
     wait_status(stack, run, {"running"}, 60)

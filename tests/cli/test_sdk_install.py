@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures.live import ROOT
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.process]
 
 
 def test_pip_install_sdk_in_a_fresh_venv(tmp_path: Path) -> None:

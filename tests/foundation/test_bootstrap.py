@@ -198,6 +198,7 @@ def _state(env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.database
 def test_bootstrap_on_an_empty_database_then_again(empty_database: dict[str, str]) -> None:
     env = empty_database
     refused = _manage(env, "bootstrap", "--pool", "a100:batch:2.40")

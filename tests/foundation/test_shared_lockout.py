@@ -122,6 +122,7 @@ class Browser:
 
 
 @pytest.mark.live
+@pytest.mark.process
 def test_lockout_is_shared_by_two_web_processes(tmp_path: Path, redis_url: str) -> None:
     stack = LiveStack(tmp_path, redis_url)
     try:

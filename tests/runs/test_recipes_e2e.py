@@ -47,6 +47,7 @@ def test_train_then_finetune_and_evaluate_its_checkpoint(recipe_stack: LiveStack
     assert latest["sha256"] in str(tuned["lineage"]) and latest["sha256"] in str(evaluated["lineage"])
 
 
+@pytest.mark.process
 def test_ddp_train_on_two_one_slot_agents(recipe_stack: LiveStack) -> None:
     stack = recipe_stack
     agent(stack, "node-a")
