@@ -346,6 +346,12 @@ class Policy:
     # Off by default: with the cap, `pack_capped` and a share of 0.3, p99 JCT 1.17x backfill's on
     # the trace (0.94-1.29x over the variants), Jain's index 0.42-0.70: short of 0.85 (issue 28).
     capped_first: bool = False
+    # A new run's first estimated start is kept as a promise: where it is earlier than the run's
+    # deadline it becomes its deadline, so runs submitted later go behind it unless their own
+    # deadline is earlier still (under least attained service, later short work overtaking a
+    # waiting run made it wait a median 4x its estimate). The replay's raw figure, before the
+    # learned correction, is the promise: that is the line the replay saw. Ordered pools only.
+    promise_estimates: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -437,6 +437,11 @@ def _order_rules(policy: Policy) -> list[str]:
                 "Teams that used more than their share of the pool recently get later deadlines "
                 f"(recent use counts half as much after {half_life_h:g} hours)."
             )
+        if policy.promise_estimates:
+            rules.append(
+                "The first start a waiting job is estimated is kept as a promise: where it is earlier than "
+                "the job's deadline it becomes the deadline, so jobs submitted later go behind it."
+            )
     return rules
 
 

@@ -295,6 +295,8 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
     position: dict[str, int] = defaultdict(int)
     changed: list[Run] = []
     history: list[QueueEstimate] = []
+    promised: list[Run] = []
+    jobs = {job.id: job for job in snap.state.queued}
     for entry in waiting:
         run = snap.queued[entry.job_id]
         position[entry.pool] += 1
@@ -305,6 +307,10 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
         moved = _queue_fields(run, position[entry.pool], entry.code.value, message, (start, low, high), now)
         if moved is not None:
             changed.append(run)
+        # A run the pass is making room for starts as its victims leave: no promise, as in the replay.
+        if first and e is not None and entry.code != WaitCode.PREEMPTING and _promise(
+                run, jobs.get(entry.job_id), snap.state.policies.get(entry.pool), e.raw_start):
+            promised.append(run)
         kind = _estimate_kind(run, first=first, last=last_rows.get(run.pk), moved=bool(moved), now=now)
         if kind is not None and estimates:
             history.append(QueueEstimate(run=run, recorded_at=now, kind=kind, position=position[entry.pool],
@@ -319,7 +325,20 @@ def queue_write(*, snap: Snapshot, decision: Decision, placed: set[int], estimat
             estimated_start=run.estimated_start, estimated_start_low=run.estimated_start_low,
             estimated_start_high=run.estimated_start_high, updated_at=now)
     QueueEstimate.objects.bulk_create(history, batch_size=BATCH)
+    for run in promised:
+        Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(queue_deadline=run.queue_deadline)
     return len(waiting)
+
+
+def _promise(run: Run, job: core.QueuedJob | None, policy: core.Policy | None, raw_start: float | None) -> bool:
+    """`Policy.promise_estimates`, as the replay keeps it: a new run's first estimated start (the
+    replay's raw figure) becomes its deadline where earlier. Whether the run's deadline moved."""
+    if policy is None or not policy.promise_estimates or job is None or job.placed_before or raw_start is None:
+        return False
+    if job.deadline is None or raw_start >= job.deadline:
+        return False
+    run.queue_deadline = dt(raw_start)
+    return True
 
 
 def _queue_estimates(snap: Snapshot, waiting: list[QueueEntry], timings: dict[str, float] | None) -> dict[str, Estimate]:

@@ -760,6 +760,15 @@ class Replay:
         for job_id in new:
             if job_id in result:
                 self.estimated[job_id] = result[job_id].start
+                if self.policy.promise_estimates:
+                    self._promise(job_id, result[job_id].raw_start)
+
+    def _promise(self, job_id: str, start: float | None) -> None:
+        """`Policy.promise_estimates`: the first estimated start becomes the deadline where earlier."""
+        queued = self.queued.get(job_id)
+        if start is not None and queued is not None and queued.deadline is not None and start < queued.deadline:
+            self.queued[job_id] = replace(queued, deadline=start)
+            self.deadlines[job_id] = start
 
 
 def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.0) -> Summary:

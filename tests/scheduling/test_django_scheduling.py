@@ -526,3 +526,31 @@ def test_queue_shows_each_pools_own_day_of_utilization_thinned(cast: Any, pool: 
     assert pools["local"]["utilization"]["used_devices"] == 0, "the current figure is the newest sample, not a thinned one"
     assert [row["used_devices"] for row in pools["other"]["utilization_history"]] == [5, 5, 5]
     assert pools["other"]["accuracy"]["runs"] == 0 and pools["local"]["accuracy"]["runs"] == 0
+
+
+@pytest.mark.parametrize("promise", [True, False], ids=["promised", "not-promised"])
+def test_a_promised_first_estimate_becomes_the_deadline_and_later_runs_go_behind(
+        cast: Any, pool: NodePool, promise: bool) -> None:
+    """`Policy.promise_estimates` (issue 28): a long run's first estimated start, well before its
+    virtual deadline, becomes its deadline, so a short run submitted later no longer overtakes it."""
+    pool.policy = {"promise_estimates": promise}
+    pool.save()
+    register(pool, "n1")
+    blocker = make(cast, pool, max_runtime_s=600)
+    assert scheduling_pass().placed == [blocker.pk]
+    start(blocker)
+    long = make(cast, pool, max_runtime_s=36_000)
+    scheduling_pass()
+    long.refresh_from_db()
+    [row] = QueueEstimate.objects.filter(run=long)
+    assert long.queue_deadline is not None and row.raw_estimated_start is not None
+    if not promise:  # the estimate is well before the virtual deadline: a promise would move it
+        assert row.raw_estimated_start < long.queue_deadline - timedelta(hours=1)
+    assert (long.queue_deadline == row.raw_estimated_start) is promise
+    promised = long.queue_deadline
+
+    short = make(cast, pool, max_runtime_s=600)
+    scheduling_pass()
+    refresh(long, short)
+    assert long.queue_deadline == promised  # kept: only the first estimate is a promise
+    assert (long.queue_position, short.queue_position) == ((1, 2) if promise else (2, 1))

@@ -15,6 +15,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,25 @@ def test_a_run_inside_its_guarantee_is_stopped_for_service_only_without_guarante
     bare = Replay(jobs, nodes=1, gpus_per_node=1, policy=POLICIES["trainyard"], estimates=False, guarantee_share=0.0)
     bare.run()
     assert 7200.0 <= bare.started["2"] <= 7200.0 + Preemptible().grace_s and bare.preemptions == 1
+
+
+def test_a_promise_lowers_a_new_jobs_deadline_to_its_first_estimate_and_never_raises_it() -> None:
+    jobs = synthetic(300, seed=5, rate_s=60.0)
+    policy = replace(POLICIES["trainyard"], promise_estimates=True)
+    sim = Replay(jobs, nodes=1, gpus_per_node=8, policy=policy, estimates=True)
+    sim._queue(jobs[0])
+    sim.queued[jobs[0].id] = replace(sim.queued[jobs[0].id], deadline=5000.0)
+    sim._promise(jobs[0].id, 7000.0)
+    assert sim.queued[jobs[0].id].deadline == 5000.0  # later than the deadline: kept
+    sim._promise(jobs[0].id, 3000.0)
+    assert sim.queued[jobs[0].id].deadline == 3000.0 and sim.deadlines[jobs[0].id] == 3000.0
+    # A whole busy replay: every job ends, and some deadlines were promises (earlier than without).
+    plain = Replay(jobs, nodes=2, gpus_per_node=8, policy=POLICIES["trainyard"], estimates=True)
+    promised = Replay(jobs, nodes=2, gpus_per_node=8, policy=policy, estimates=True)
+    plain.run()
+    promised.run()
+    assert len(promised.outcomes) == len(plain.outcomes) == len(jobs)
+    assert any(promised.deadlines[j] < plain.deadlines[j] for j in plain.deadlines)
 
 
 def test_perturb_keeps_the_kind_of_workload_and_changes_the_sample() -> None:
