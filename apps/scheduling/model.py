@@ -351,7 +351,10 @@ class Policy:
     # deadline is earlier still (under least attained service, later short work overtaking a
     # waiting run made it wait a median 4x its estimate). The replay's raw figure, before the
     # learned correction, is the promise: that is the line the replay saw. Ordered pools only.
-    promise_estimates: bool = False
+    # On by default: on every sample of the trace replay it raised the share of runs that waited
+    # over 10 minutes started within the window of their estimate, at about 1% of avg JCT
+    # (README, issue 28).
+    promise_estimates: bool = True
 
 
 @dataclass(frozen=True, slots=True)

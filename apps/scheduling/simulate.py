@@ -1058,7 +1058,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", choices=[*POLICIES, "all"], default="trainyard")
     parser.add_argument("--json", dest="json_out")
     parser.add_argument("--limit", type=int)
-    parser.add_argument("--no-estimates", action="store_true", help="skip the at-submission estimates")
+    parser.add_argument("--no-estimates", action="store_true",
+                        help="skip the at-submission estimates (and so their promises: Policy.promise_estimates)")
     parser.add_argument("--perturb", type=int, metavar="SEED", help="replay another sample of the same kind (see `perturb`)")
     parser.add_argument("--variants", action="store_true",
                         help="every policy on the trace and on VARIANTS (other seeds, 0.7x and 1.3x load, 30 and 60 "

@@ -58,6 +58,9 @@ def _policy(rng: random.Random) -> Policy:
         demote_after_s=rng.choice([0.0, 1800.0, 3600.0]),
         demotion_factor=rng.choice([1.0, 2.0, 4.0]),
         demoted_min_attempt_s=rng.choice([0.0, 900.0]),
+        # Recorded before promises were on by default; the core never reads it (the queue writer
+        # and the replay do), only the rules it explains would differ.
+        promise_estimates=False,
     )
 
 

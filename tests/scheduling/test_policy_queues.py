@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from apps.scheduling.core import Policy, TeamQuota, queue_order, schedule
 from apps.scheduling.policies import demoted
-from apps.scheduling.simulate import Variant, run_variants
+from apps.scheduling.simulate import POLICIES, Variant, run_variants
 from apps.scheduling.snapshot import policy_from_json
 from tests.scheduling.test_core import POOL, job, node, run, state
 from tests.scheduling.test_service_guards import long_among_short
@@ -120,8 +122,10 @@ def test_the_options_are_off_by_default_and_a_pools_json_sets_them() -> None:
     assert (policy.demoted_fifo, policy.starved_preempt, policy.victim_preemption_cost_s) == (True, False, 3600.0)
 
 
-def test_variants_replay_the_policy_alone_without_estimates(tmp_path: Path) -> None:
-    # `simulate --variants --no-estimates`: the same decisions, no estimates made.
+def test_variants_replay_the_policy_alone_without_estimates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `simulate --variants --no-estimates`: no estimates made, so no promise kept (`Policy.promise_estimates`):
+    # the decisions of a replay with estimates and without promises.
+    monkeypatch.setitem(POLICIES, "trainyard", replace(POLICIES["trainyard"], promise_estimates=False))
     rows = [(j.id, j.team, j.submit_s, j.gpus, j.duration_s, j.job_type) for j in synthetic(60, seed=2, rate_s=100.0)]
     trace = str(write_trace(tmp_path / "t.csv", rows))
     with_estimates = run_variants(trace, nodes=1, variants=(Variant("trace"),), policies=("trainyard",))

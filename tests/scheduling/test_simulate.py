@@ -130,7 +130,8 @@ def test_a_run_inside_its_guarantee_is_stopped_for_service_only_without_guarante
 
 def test_a_promise_lowers_a_new_jobs_deadline_to_its_first_estimate_and_never_raises_it() -> None:
     jobs = synthetic(300, seed=5, rate_s=60.0)
-    policy = replace(POLICIES["trainyard"], promise_estimates=True)
+    policy = POLICIES["trainyard"]
+    assert policy.promise_estimates, "on by default"
     sim = Replay(jobs, nodes=1, gpus_per_node=8, policy=policy, estimates=True)
     sim._queue(jobs[0])
     sim.queued[jobs[0].id] = replace(sim.queued[jobs[0].id], deadline=5000.0)
@@ -139,7 +140,7 @@ def test_a_promise_lowers_a_new_jobs_deadline_to_its_first_estimate_and_never_ra
     sim._promise(jobs[0].id, 3000.0)
     assert sim.queued[jobs[0].id].deadline == 3000.0 and sim.deadlines[jobs[0].id] == 3000.0
     # A whole busy replay: every job ends, and some deadlines were promises (earlier than without).
-    plain = Replay(jobs, nodes=2, gpus_per_node=8, policy=POLICIES["trainyard"], estimates=True)
+    plain = Replay(jobs, nodes=2, gpus_per_node=8, policy=replace(policy, promise_estimates=False), estimates=True)
     promised = Replay(jobs, nodes=2, gpus_per_node=8, policy=policy, estimates=True)
     plain.run()
     promised.run()
