@@ -351,9 +351,9 @@ class Policy:
     # deadline is earlier still (under least attained service, later short work overtaking a
     # waiting run made it wait a median 4x its estimate). The replay's raw figure, before the
     # learned correction, is the promise: that is the line the replay saw. Ordered pools only.
-    # On by default: on every sample of the trace replay it raised the share of runs that waited
-    # over 10 minutes started within the window of their estimate, at about 1% of avg JCT
-    # (README, issue 28).
+    # On by default: of the runs that waited over 10 minutes, the share started within the window
+    # of their estimate rose on four of the trace replay's seven samples (43.7% to 56.5% on the
+    # trace), stayed on two and fell on 60 nodes; avg JCT moved by 1.3% at most (README, issue 28).
     promise_estimates: bool = True
 
 
