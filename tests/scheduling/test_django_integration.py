@@ -103,5 +103,5 @@ def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack:
     assert row["status"] in {"queued", "scheduled", "running"}
 
     stack.wait_for(lambda: run_row(stack, urgent)["status"] == "succeeded", 60, "the urgent run to succeed")
-    assert_resumes_after_preemption(stack, victim, 90)
+    assert_resumes_after_preemption(stack, victim, 240)  # a whole training under CI load
 
