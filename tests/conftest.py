@@ -65,15 +65,11 @@ def pytest_configure(config: Any) -> None:
 
 
 # Files that share something of the host's and so never run beside each other under xdist:
-# the session's Slurm cluster (and its munged), and the per-job Unix users, cgroups and dockerd;
-# and the heaviest trainings.
+# the session's Slurm cluster (and its munged), and the per-job Unix users, cgroups and dockerd.
 SHARED_GROUPS = {
     "tests/slurm/test_cluster.py": "slurm", "tests/slurm/test_slurm_pool.py": "slurm",
     "tests/agents/test_isolation.py": "host", "tests/agents/test_isolation_live.py": "host",
     "tests/agents/test_container_live.py": "host",
-    # The two preemption files train several real models each: side by side on CI's 2 cores their
-    # resumed runs ran past the tests' timeouts (session 25's CI), so they take turns.
-    "tests/scheduling/test_django_integration.py": "preemption", "tests/scheduling/test_demotion_live.py": "preemption",
 }
 
 
