@@ -37,6 +37,7 @@ def submit(stack: LiveStack, token: str, project: str, params: dict[str, Any]) -
 
 @pytest.mark.live
 @pytest.mark.process
+@pytest.mark.timeout(600)  # the 240 s resume wait comes after two trainings
 def test_a_new_run_preempts_a_demoted_run_which_resumes_and_succeeds(recipe_stack: LiveStack) -> None:  # noqa: F811
     stack = recipe_stack
     stack.manage("shell", "-c", SETUP)

@@ -49,6 +49,7 @@ def queue_entries(stack: LiveStack, token: str) -> list[dict[str, Any]]:
 
 @pytest.mark.live
 @pytest.mark.process
+@pytest.mark.timeout(600)  # the 240 s resume wait comes after two trainings
 def test_urgent_run_preempts_low_run_which_resumes_from_checkpoint(recipe_stack: LiveStack) -> None:  # noqa: F811
     stack = recipe_stack
     bob, alice, carol = stack.token("bob"), stack.token("alice"), stack.token("carol")
