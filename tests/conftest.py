@@ -110,8 +110,11 @@ def pytest_collection_modifyitems_longest_first(config: Any, items: list[Any]) -
     own ordering, which it makes in a tryfirst hook), so that no worker is left alone with a
     replay at the end. Stable: within a kind the order stays pytest-django's."""
     if config.getoption("database_only"):
-        keep = [item for item in items if _uses_database(item)]
-        config.hook.pytest_deselected(items=[item for item in items if not _uses_database(item)])
+        keep: list[Any] = []
+        drop: list[Any] = []
+        for item in items:
+            (keep if _uses_database(item) else drop).append(item)
+        config.hook.pytest_deselected(items=drop)
         items[:] = keep
     rank: dict[str, int] = {}
     for item in items:
