@@ -65,17 +65,41 @@ def pytest_configure(config: Any) -> None:
 
 
 # Files that share something of the host's and so never run beside each other under xdist:
-# the session's Slurm cluster (and its munged), and the per-job Unix users, cgroups and dockerd.
+# the session's Slurm cluster (and its munged), and the per-job Unix users, cgroups and dockerd;
+# and the heaviest trainings.
 SHARED_GROUPS = {
     "tests/slurm/test_cluster.py": "slurm", "tests/slurm/test_slurm_pool.py": "slurm",
     "tests/agents/test_isolation.py": "host", "tests/agents/test_isolation_live.py": "host",
     "tests/agents/test_container_live.py": "host",
+    # The two preemption files train several real models each: side by side on CI's 2 cores their
+    # resumed runs ran past the tests' timeouts (session 25's CI), so they take turns.
+    "tests/scheduling/test_django_integration.py": "preemption", "tests/scheduling/test_demotion_live.py": "preemption",
 }
 
 
-def _group(item: Any) -> str:
-    path = item.nodeid.split("::", 1)[0]
+def group_of(nodeid: str) -> str:
+    """A test's unit of work under xdist: its file, or the shared group its file is in."""
+    path = nodeid.split("::", 1)[0].split("@", 1)[0]
     return SHARED_GROUPS.get(path, path)
+
+
+def _group(item: Any) -> str:
+    return group_of(item.nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """`--dist loadgroup` with our groups. Not xdist_group marks: pytest 9 keeps a node's id in
+    `_id`, and xdist 3.8 still writes the group suffix to `_nodeid`, so its marks are lost."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return FileGroupScheduling(config, log)
 
 
 def _kind(item: Any) -> int:
@@ -85,17 +109,17 @@ def _kind(item: Any) -> int:
     return 1 if any(item.get_closest_marker(m) for m in ("live", "process", "browser")) else 2
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Tests with real processes get one retry: they race real timeouts on a shared 2-core
     CI machine. A retry that passes is reported as a rerun (visible in the summary), and a
     deterministic failure still fails twice.
 
-    Under `-n N --dist loadgroup` a file is one unit of work (its module fixtures are made once)."""
+    Under `-n N --dist loadgroup` a file is one unit of work (its module fixtures are made once):
+    see pytest_xdist_make_scheduler."""
     for item in items:
         if item.get_closest_marker("live") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 def _uses_database(item: Any) -> bool:
