@@ -4,6 +4,7 @@ alike (the one helper both import: bench puts the repository root on sys.path)."
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MLFLOW_VENV = ROOT / "bench" / ".venv-mlflow"
 REQUIREMENTS = ROOT / "requirements-bench.txt"
 VENV_PYTHON = MLFLOW_VENV / "bin" / "python"
+LOCK = ROOT / "bench" / ".venv-mlflow.lock"
 
 
 def python_imports(python: str | Path, modules: Sequence[str] = ("mlflow",)) -> bool:
@@ -23,7 +25,14 @@ def python_imports(python: str | Path, modules: Sequence[str] = ("mlflow",)) -> 
 
 def mlflow_python(modules: Sequence[str] = ("mlflow",)) -> str:
     """The venv's interpreter, creating the venv (a few minutes, once) when it cannot import
-    ``modules``. Raises RuntimeError saying which step failed."""
+    ``modules``. Raises RuntimeError saying which step failed. Callers take turns: both xdist
+    workers, and CI's copy made beside lint (.ci/run), may ask at once."""
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _made(modules)
+
+
+def _made(modules: Sequence[str]) -> str:
     if python_imports(VENV_PYTHON, modules):
         return str(VENV_PYTHON)
     for step in ([sys.executable, "-m", "venv", str(MLFLOW_VENV)],
