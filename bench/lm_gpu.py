@@ -111,6 +111,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per step")
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--attention", default="auto", help="lm_pretrain's CUDA attention kernel: auto, flash, cudnn, efficient")
     parser.add_argument("--deterministic", action="store_true", help="keep the recipe's deterministic kernels (slower on GPUs)")
     parser.add_argument("--timeout", type=float, default=540)
     args = parser.parse_args()
@@ -123,7 +124,7 @@ def main() -> int:
     skip = min(args.skip, steps - 1)
     params = {"preset": preset, "steps": steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum, "lr": 0.0006,
               "warmup_steps": 5, "eval_every": 0, "eval_batches": 1, "amp": True, "compile": not (cpu or args.no_compile),
-              "deterministic": args.deterministic}
+              "deterministic": args.deterministic, "attention": args.attention}
 
     peak = None
     device_name = "CPU"

@@ -12,6 +12,20 @@ from torch.utils.checkpoint import checkpoint
 from recipes.lm_presets import GPTConfig
 
 
+def choose_attention(kernel: str) -> None:
+    """Allow only ``kernel`` (lm_pretrain's ``attention``) for this process's CUDA attention;
+    "auto" leaves PyTorch's own order.
+
+    A kernel that cannot run the shape makes the first forward pass fail, naming why.
+    """
+    if kernel == "auto":
+        return
+    torch.backends.cuda.enable_flash_sdp(kernel == "flash")
+    torch.backends.cuda.enable_cudnn_sdp(kernel == "cudnn")
+    torch.backends.cuda.enable_mem_efficient_sdp(kernel == "efficient")
+    torch.backends.cuda.enable_math_sdp(kernel == "math")
+
+
 class Block(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()

@@ -17,6 +17,7 @@ from recipes.lm_presets import PRESETS, preset_description
 from recipes.params import BATCH_DIVISIBLE, object_schema, param
 
 CORPUS_CHOICES = ["stdlib-top", "stdlib-packages", "stdlib-all"]
+ATTENTION_KERNELS = ["auto", "flash", "cudnn", "efficient", "math"]  # lm_model.choose_attention
 
 PARAM_SCHEMA: dict[str, Any] = object_schema("lm_pretrain parameters", {
     "preset": {"type": "string", "enum": list(PRESETS), "default": "tiny", "description": preset_description()},
@@ -46,6 +47,8 @@ PARAM_SCHEMA: dict[str, Any] = object_schema("lm_pretrain parameters", {
     "deterministic": {"type": "boolean", "default": True,
                       "description": "Deterministic kernels, so a resumed run ends bit-identical on a CPU. Off: faster fused"
                       " GPU kernels (flash attention's backward among them), results that vary in the low bits."},
+    "attention": {"type": "string", "enum": ATTENTION_KERNELS, "default": "auto",
+                  "description": "CUDA attention kernel: PyTorch's choice (auto) or that one kernel alone. No effect on a CPU."},
     "activation_checkpointing": {"type": "boolean", "default": False,
                                  "description": "Recompute each block's activations in the backward pass: less memory, ~30% more compute."},
 }, divisible=BATCH_DIVISIBLE)
@@ -79,6 +82,8 @@ def run_lm(recipe: str, params: dict[str, Any], model_config: dict[str, Any], co
 
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.benchmark = True
+    if device.type == "cuda":
+        lm_model.choose_attention(params.get("attention", "auto"))
     corpus = lm_data.load_corpus(corpus_name)
     precision = common.choose_precision(device, bool(params["amp"]) and device.type == "cuda", "bfloat16")
     model = lm_model.GPT(config, activation_checkpointing=bool(params.get("activation_checkpointing"))).to(device)
@@ -98,7 +103,8 @@ def run_lm(recipe: str, params: dict[str, Any], model_config: dict[str, Any], co
         recipe=recipe, params=params, model=model, model_config={**config.to_dict(), "kind": MODEL_KIND},
         batch=batch, loss=loss, evaluate=lambda m: evaluate_lm(m, corpus, config, params, precision, device),
         flops_per_sample=float(config.flops_per_token() * config.context), units_per_sample=config.context,
-        counts_tokens=True, lineage={**corpus.lineage(), "corpus_slice": corpus_name, **(extra_lineage or {})},
+        counts_tokens=True, lineage={**corpus.lineage(), "corpus_slice": corpus_name, "attention": params.get("attention", "auto"),
+                                     **(extra_lineage or {})},
         saved={"model_kind": MODEL_KIND, "tokenizer": dict(lm_data.TOKENIZER), "data": corpus.lineage()},
         compile=bool(params.get("compile")),
     )

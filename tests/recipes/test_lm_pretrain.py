@@ -77,6 +77,28 @@ def test_byte_corpus_is_deterministic_and_split_by_file(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.process
+def test_attention_allows_the_chosen_cuda_kernel_alone_and_auto_leaves_pytorchs_order() -> None:
+    torch = pytest.importorskip("torch")
+    from recipes.lm_model import choose_attention
+    from recipes.lm_pretrain import PARAM_SCHEMA
+
+    cuda = torch.backends.cuda
+    flags = (cuda.flash_sdp_enabled, cuda.cudnn_sdp_enabled, cuda.mem_efficient_sdp_enabled, cuda.math_sdp_enabled)
+    before = [f() for f in flags]
+    try:
+        choose_attention("auto")
+        assert [f() for f in flags] == before
+        choose_attention("cudnn")
+        assert [f() for f in flags] == [False, True, False, False]
+        choose_attention("math")
+        assert [f() for f in flags] == [False, False, False, True]
+    finally:
+        for setter, value in zip((cuda.enable_flash_sdp, cuda.enable_cudnn_sdp, cuda.enable_mem_efficient_sdp,
+                                  cuda.enable_math_sdp), before, strict=True):
+            setter(value)
+    assert PARAM_SCHEMA["properties"]["attention"]["enum"] == ["auto", "flash", "cudnn", "efficient", "math"]
+
+
 def test_tiny_lm_trains_with_falling_loss_and_efficiency_metrics(lm_reference: Run) -> None:
     records = lm_reference.metrics()
     assert [r["step"] for r in records] == list(range(1, 51))
@@ -91,6 +113,7 @@ def test_tiny_lm_trains_with_falling_loss_and_efficiency_metrics(lm_reference: R
     assert lineage["mfu_peak"].startswith("unknown peak (CPU)")
     assert lineage["peak_memory_source"].startswith("ru_maxrss")
     assert lineage["tokenizer"]["kind"] == "bytes" and lineage["tokenizer"]["vocab_size"] == 256
+    assert lineage["attention"] == "auto"
     assert len(lineage["corpus_sha256"]) == 64 and len(lineage["split_sha256"]) == 64
     assert [c["step"] for c in lm_reference.checkpoints()] == [20, 40, 50]
     assert_checkpoints_valid(lm_reference)
