@@ -3,10 +3,12 @@
 Runs ``python -m recipes.lm_pretrain`` as a job would (the SDK's run directory, no portal) on
 GPU 0 for a fixed number of steps, samples GPU 0's NVML energy counter every 50 ms meanwhile,
 and measures between the end of step ``--skip`` (start-up, compilation and warm-up excluded) and
-the last step: tokens/s from the steps' log times, MFU as model FLOP/s (the recipe's 6N + 12LTd
-per token) over the dense bf16 peak in recipes.lm_loop.PEAK_FLOPS, and J per 1,000 tokens from
-the energy counter. Writes bench/results/lm_gpu.json (``--cpu``: lm_gpu-cpu.json, the tiny
-preset, labelled CPU, no energy and no MFU). The goal on one H100 is 40% MFU at bf16.
+the end of the step before the last (whose record waits for the final evaluation): tokens/s from
+the steps' log times, MFU as model FLOP/s (the recipe's 6N + 12LTd per token) over the dense bf16
+peak in recipes.lm_loop.PEAK_FLOPS, and J per 1,000 tokens from the energy counter; also the
+median step's tokens/s and MFU, and the longest gap between two steps' records. Writes
+bench/results/lm_gpu.json (``--cpu``: lm_gpu-cpu.json, the tiny preset, labelled CPU, no energy
+and no MFU). The goal on one H100 is 40% MFU at bf16.
 
     python bench/lm_gpu.py                      # 124m, bf16, torch.compile
     python bench/lm_gpu.py --no-compile --steps 30
@@ -79,15 +81,20 @@ def figures(workdir: Path, sampler: EnergySampler | None, skip: int, peak: float
         event = json.loads(line)
         if event["type"] == "lineage":
             lineage.update(event["data"])
-    first, last = records[skip - 1], records[-1]
+    # The last step is left out: its record is written after the run's final evaluation.
+    first, last = records[skip - 1], records[-2]
     tokens = last["metrics"]["tokens"] - first["metrics"]["tokens"]
     seconds = last["time"] - first["time"]
     tokens_per_s = tokens / seconds
     flops_per_token = lineage["model_flops_per_sample"] / lineage["model"]["context"]
+    gaps = [b["time"] - a["time"] for a, b in zip(records[skip - 1:-2], records[skip:-1], strict=True)]
+    median_step = statistics.median(r["metrics"]["tokens_per_s"] for r in records[skip:-1])
     out: dict[str, Any] = {
         "steps_measured": last["step"] - first["step"], "tokens_measured": tokens, "seconds": seconds,
         "tokens_per_s": tokens_per_s, "model_tflops": flops_per_token * tokens_per_s / 1e12,
-        "median_step_tokens_per_s": statistics.median(r["metrics"]["tokens_per_s"] for r in records[skip:]),
+        "median_step_tokens_per_s": median_step, "median_step_mfu": flops_per_token * median_step / peak if peak else None,
+        "step_seconds_median": statistics.median(gaps), "step_seconds_max": max(gaps),
+        "final_step_seconds": records[-1]["time"] - records[-2]["time"],
         "mfu": flops_per_token * tokens_per_s / peak if peak else None, "mfu_peak": lineage["mfu_peak"],
         "peak_memory_mb": max(r["metrics"]["peak_memory_mb"] for r in records), "peak_memory_source": lineage["peak_memory_source"],
         "final_loss": last["metrics"]["loss"], "precision": lineage["precision"], "model": lineage["model"],
@@ -121,7 +128,7 @@ def main() -> int:
         print("lm_gpu: no GPU (NVML shows none): a CPU dry run at the tiny preset", flush=True)
     preset = args.preset or ("tiny" if cpu else "124m")
     steps = min(args.steps, 30) if cpu else args.steps
-    skip = min(args.skip, steps - 1)
+    skip = min(args.skip, steps - 2)
     params = {"preset": preset, "steps": steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum, "lr": 0.0006,
               "warmup_steps": 5, "eval_every": 0, "eval_batches": 1, "amp": True, "compile": not (cpu or args.no_compile),
               "deterministic": args.deterministic, "attention": args.attention}
@@ -155,6 +162,10 @@ def main() -> int:
     print(f"lm_pretrain {preset} on {device_name} ({result['precision']}, compile={params['compile']}): "
           f"{result['tokens_per_s']:,.0f} tokens/s, {result['model_tflops']:.3g} model TFLOP/s, MFU {mfu}, "
           f"{joules} per 1,000 tokens, peak memory {result['peak_memory_mb']:,.0f} MiB over {result['steps_measured']} steps")
+    median_mfu = f", MFU {result['median_step_mfu']:.1%}" if result["median_step_mfu"] is not None else ""
+    print(f"  median step {result['median_step_tokens_per_s']:,.0f} tokens/s{median_mfu}; steps {result['step_seconds_median']:.3f} s"
+          f" apart (median), {result['step_seconds_max']:.3f} s at most; the last step with the final evaluation"
+          f" {result['final_step_seconds']:.3f} s, left out")
     path = write_result("lm_gpu-cpu" if cpu else "lm_gpu", result)
     print(f"wrote {path}")
     return 0
