@@ -19,7 +19,8 @@ from bench._results import RESULTS, measured, stamp_file  # noqa: E402
 
 # Benches that measure GPUs: without one they are skipped, not turned into CPU figures.
 GPU_ONLY = {"gpu_check.py": "python bench/gpu_check.py --cpu runs its CPU dry run",
-            "lm_gpu.py": "python bench/lm_gpu.py --cpu runs its CPU dry run"}
+            "lm_gpu.py": "python bench/lm_gpu.py --cpu runs its CPU dry run",
+            "lm_ceiling.py": "it measures CUDA kernels alone and has no CPU dry run"}
 # Benches with a second scenario the README reports: run again with these arguments.
 SCENARIOS = {"load.py": [["--idle-agents", "1000", "--duration", "120"]],
              "gpu_check.py": [["--template", "lm-pretrain", "--json", "bench/results/gpu_check-lm.json"]]}
