@@ -227,11 +227,21 @@ def node_mark_lost(*, node_id: int) -> bool:
         node = node_lost_mark(node_id=node_id)
         if node is None:
             return False
-        attempts = set(Assignment.objects.filter(node=node, state__in=ASSIGNMENT_HOLDS_DEVICES).values_list("attempt_id", flat=True))
-    for attempt_id in sorted(attempts):
-        reason = f"node {node.hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)"
-        lifecycle.attempt_lost(attempt_id=attempt_id, reason=reason)
+    requeue_stranded(node_ids=[node.pk])
     return True
+
+
+def requeue_stranded(*, node_ids: list[int] | None = None) -> int:
+    """Requeue the attempts still holding devices on lost nodes (of `node_ids`, or any): those of
+    a node just declared lost, and any that a sweep which died between the two steps left there."""
+    held = Assignment.objects.filter(node__state=NodeState.LOST, state__in=ASSIGNMENT_HOLDS_DEVICES).exclude(
+        attempt__status__in=ATTEMPT_ENDED)
+    if node_ids is not None:
+        held = held.filter(node_id__in=node_ids)
+    stranded = sorted(set(held.values_list("attempt_id", "node__hostname")))
+    for attempt_id, hostname in stranded:
+        lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"node {hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)")
+    return len(stranded)
 
 
 def nodes_sweep() -> dict[str, int]:
@@ -252,6 +262,8 @@ def nodes_sweep() -> dict[str, int]:
                         settings.TRAINYARD_NODE_TIMEOUT_S)
         for node_id in lost:
             counts["lost"] += int(node_mark_lost(node_id=node_id))
+        if stranded := requeue_stranded():
+            log.warning("requeued %d attempt(s) left running on nodes already declared lost", stranded)
         late = now - timedelta(seconds=settings.TRAINYARD_GANG_START_TIMEOUT_S)
         for attempt_id in Attempt.objects.filter(status=AttemptStatus.STARTING, created_at__lt=late).values_list("pk", flat=True):
             why = f"not every rank started within {settings.TRAINYARD_GANG_START_TIMEOUT_S}s"

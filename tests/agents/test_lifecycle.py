@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.audit.models import AuditEvent
 from apps.fleet.services import nodes_sweep
 from apps.nodes.models import Node, NodePool, SweepWatch
-from apps.nodes.services import node_drain, web_pulse
+from apps.nodes.services import node_drain, node_lost_mark, web_pulse
 from apps.runs.models import Attempt, Checkpoint, EnergySample, Run
 from apps.scheduling.services import placement_pass
 from tests.agents.server import A, claim, make_run, register
@@ -183,6 +184,23 @@ def test_sweeper_back_from_an_outage_gives_silent_nodes_grace(cast: Any, pool: N
     assert dict(Node.objects.values_list("agent_uid", "state")) == {"n1": "ready", "n2": "lost"}
     assert Run.objects.get(pk=run.pk).status == "running"
     assert AuditEvent.objects.filter(action="node.lost", object_id=str(Node.objects.get(agent_uid="n2").pk)).exists()
+
+
+def test_a_run_left_on_a_node_already_lost_is_requeued_by_the_next_sweep(cast: Any, pool: NodePool, settings: Any) -> None:
+    """A sweep that died after declaring the node lost but before requeuing its runs (two steps)
+    leaves them holding devices there; the next sweep requeues them, naming the node."""
+    settings.TRAINYARD_NODE_TIMEOUT_S = 30
+    client, reg = register(pool, "n1")
+    run = make_run(cast, pool)
+    start(client, reg["session"])
+    node = Node.objects.get(agent_uid="n1")
+    with transaction.atomic():
+        node_lost_mark(node_id=node.pk)  # the first step only
+    assert Run.objects.get(pk=run.pk).status == "running"
+    assert nodes_sweep()["lost"] == 0  # nothing newly lost
+    run = Run.objects.get(pk=run.pk)
+    assert run.status == "queued" and run.status_reason.startswith("node n1 lost (silent past 30s)"), run.status_reason
+    assert nodes_sweep()["lost"] == 0 and Run.objects.get(pk=run.pk).status == "queued"  # nothing twice
 
 
 def test_regular_sweeps_declare_silent_nodes_lost_at_once(cast: Any, pool: NodePool, settings: Any) -> None:
