@@ -101,6 +101,8 @@ def test_an_agent_killed_while_the_web_is_up_is_lost_within_the_timeout_plus_10s
     stack.wait_for(lambda: stack.query("SELECT state FROM nodes_node WHERE hostname='node-a'") == [("lost",)], limit,
                    "node-a to be declared lost")
     assert time.monotonic() - t0 <= limit
+    # Declaring the node lost and requeuing its runs are two steps of one sweep.
+    stack.wait_for(lambda: requeue_reasons(stack, runs["node-a"]) != [], 10, "node-a's run to go back in line")
     [reason] = requeue_reasons(stack, runs["node-a"])
     assert reason.startswith("node node-a lost (silent past "), reason
     # The other node keeps its job: same attempt, still running.
