@@ -223,21 +223,16 @@ def _heartbeat_orders(node: Node, running: list[Any]) -> tuple[list[int], list[p
 
 
 def node_mark_lost(*, node_id: int) -> bool:
+    """Declare the node lost; its attempts are requeued by `requeue_stranded`."""
     with transaction.atomic():
-        node = node_lost_mark(node_id=node_id)
-        if node is None:
-            return False
-    requeue_stranded(node_ids=[node.pk])
-    return True
+        return node_lost_mark(node_id=node_id) is not None
 
 
-def requeue_stranded(*, node_ids: list[int] | None = None) -> int:
-    """Requeue the attempts still holding devices on lost nodes (of `node_ids`, or any): those of
-    a node just declared lost, and any that a sweep which died between the two steps left there."""
+def requeue_stranded() -> int:
+    """Requeue every attempt still holding devices on a lost node: those of nodes just declared
+    lost, and any that a sweep which died between the two steps left there."""
     held = Assignment.objects.filter(node__state=NodeState.LOST, state__in=ASSIGNMENT_HOLDS_DEVICES).exclude(
         attempt__status__in=ATTEMPT_ENDED)
-    if node_ids is not None:
-        held = held.filter(node_id__in=node_ids)
     stranded = sorted(set(held.values_list("attempt_id", "node__hostname")))
     for attempt_id, hostname in stranded:
         lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"node {hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)")
@@ -262,8 +257,7 @@ def nodes_sweep() -> dict[str, int]:
                         settings.TRAINYARD_NODE_TIMEOUT_S)
         for node_id in lost:
             counts["lost"] += int(node_mark_lost(node_id=node_id))
-        if stranded := requeue_stranded():
-            log.warning("requeued %d attempt(s) left running on nodes already declared lost", stranded)
+        requeue_stranded()
         late = now - timedelta(seconds=settings.TRAINYARD_GANG_START_TIMEOUT_S)
         for attempt_id in Attempt.objects.filter(status=AttemptStatus.STARTING, created_at__lt=late).values_list("pk", flat=True):
             why = f"not every rank started within {settings.TRAINYARD_GANG_START_TIMEOUT_S}s"
