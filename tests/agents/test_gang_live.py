@@ -131,13 +131,31 @@ def test_sigkill_of_one_rank_stops_the_gang_and_it_resumes_from_its_checkpoint(r
     assert loss_steps == list(range(1, steps + 1)), "every step exactly once"
 
 
-def rank2_raises(gate: Path) -> str:
-    """Every rank marks itself in `gate`; rank 2 raises once all four are up, so the test sees the
-    whole gang however slowly the second node starts on a loaded machine."""
-    return ("python -c \"import os, time\nrank = int(os.environ['RANK'])\nprint('rank', rank, 'of', os.environ['WORLD_SIZE'], "
-            f"flush=True)\nopen('{gate}/' + str(rank), 'w').close()\nif rank == 2:\n    end = time.time() + 90\n"
-            f"    while len(os.listdir('{gate}')) < 4 and time.time() < end:\n        time.sleep(0.2)\n    time.sleep(2)\n"
-            "    raise ValueError('bad batch on rank 2')\ntime.sleep(120)\"")
+RANK2_RAISES = """import os, sys, time
+gate = sys.argv[1]
+rank = int(os.environ['RANK'])
+print('rank', rank, 'of', os.environ['WORLD_SIZE'], flush=True)
+open(os.path.join(gate, str(rank)), 'w').close()
+if rank == 2:
+    end = time.time() + 90
+    while len(os.listdir(gate)) < 4 and time.time() < end:
+        time.sleep(0.2)
+    time.sleep(2)
+    raise ValueError('bad batch on rank 2')
+time.sleep(120)
+"""
+
+
+def rank2_raises(tmp_path: Path) -> str:
+    """Every rank marks itself in a gate folder; rank 2 raises once all four are up, so the test
+    sees the whole gang however slowly the second node starts on a loaded machine. The program
+    lives in a file: inline, it and the gate's path twice ran past the 500-character entrypoint
+    limit once pytest's temp folder numbers reached three digits."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = tmp_path / "rank2_raises.py"
+    script.write_text(RANK2_RAISES)
+    return f"python {script} {gate}"
 
 
 def test_python_exception_in_one_rank_fails_the_gang_with_its_traceback(recipe_stack: LiveStack, tmp_path: Path) -> None:
