@@ -228,7 +228,7 @@ def node_mark_lost(*, node_id: int) -> bool:
         return node_lost_mark(node_id=node_id) is not None
 
 
-def requeue_stranded() -> int:
+def requeue_stranded() -> None:
     """Requeue every attempt still holding devices on a lost node: those of nodes just declared
     lost, and any that a sweep which died between the two steps left there."""
     held = Assignment.objects.filter(node__state=NodeState.LOST, state__in=ASSIGNMENT_HOLDS_DEVICES).exclude(
@@ -236,7 +236,6 @@ def requeue_stranded() -> int:
     stranded = sorted(set(held.values_list("attempt_id", "node__hostname")))
     for attempt_id, hostname in stranded:
         lifecycle.attempt_lost(attempt_id=attempt_id, reason=f"node {hostname} lost (silent past {settings.TRAINYARD_NODE_TIMEOUT_S}s)")
-    return len(stranded)
 
 
 def nodes_sweep() -> dict[str, int]:

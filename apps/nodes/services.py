@@ -449,7 +449,8 @@ def devices_health_update(*, node: Node, devices: list[Any]) -> dict[int, Device
 
 def node_lost_mark(*, node_id: int) -> Node | None:
     """Declare the node lost (locked, audited, its readings cleared); None if it already was.
-    Call inside a transaction: the lock holds until the caller has read what the node held."""
+    Call inside a transaction (the row lock). What the node held is requeued separately
+    (`fleet.services.requeue_stranded`)."""
     node = Node.objects.select_for_update().get(pk=node_id)
     if node.state == NodeState.LOST:
         return None
