@@ -267,6 +267,7 @@ def simulate_starts(
     max_passes: int = 5000,
     horizon_s: float = 90 * 86400.0,
     step_ratio: float = 0.0,
+    min_step_s: float = 0.0,
     extrapolate: bool = True,
     arrivals: Sequence[QueuedJob] = (),
     ahead_only: bool = False,
@@ -283,6 +284,9 @@ def simulate_starts(
     time already simulated, handling every end inside the jump together. A start found that
     way is late by at most that fraction of its wait, a fair price when a wait of days cannot
     be predicted to the minute, and the number of passes grows only logarithmically.
+    `min_step_s` > 0 jumps at least that far each time, so a bounded number of passes reaches
+    further (the trace replay's budget). A start inside a coarse jump is reported at the middle
+    of the jump from the first end it took in, off by at most half the jump either way.
 
     `arrivals` are jobs expected to be submitted later (their `submitted_at` is in the future),
     for instance yesterday's submissions shifted a day ahead. Each joins the replay's queue once
@@ -310,7 +314,7 @@ def simulate_starts(
             return ReplayResult(starts=placed, extrapolated=frozenset(placed), passes=0, rank_times=rank_times,
                                 ranges=ranges)
     replay = _Replay.begin(state, targets, scale, arrivals)
-    replay.run(max_passes=max_passes, horizon_s=horizon_s, step_ratio=step_ratio)
+    replay.run(max_passes=max_passes, horizon_s=horizon_s, step_ratio=step_ratio, min_step_s=min_step_s)
     return replay.result(placed, ranges, rank_times, lag, extrapolate=extrapolate)
 
 
@@ -380,6 +384,9 @@ class _Replay:
     arrived: int = 0
     starts: dict[str, float] = field(default_factory=dict)
     passes: int = 0
+    # The first end inside the last coarse jump (None when the replay stepped to that end itself):
+    # a start then came somewhere between it and the jump's end, so the midpoint is reported.
+    jumped_from: float | None = None
 
     @classmethod
     def begin(
@@ -406,7 +413,7 @@ class _Replay:
             expected=sorted((j for j in arrivals if j.id not in queued), key=lambda j: (j.submitted_at, j.id)),
         )
 
-    def run(self, *, max_passes: int, horizon_s: float, step_ratio: float) -> None:
+    def run(self, *, max_passes: int, horizon_s: float, step_ratio: float, min_step_s: float = 0.0) -> None:
         """Pass after pass until every target started, or out of passes or past the horizon."""
         began = self.state.now
         while self.pending and self.passes < max_passes and self.now - began <= horizon_s:
@@ -420,7 +427,7 @@ class _Replay:
                 for pre in decision.preemptions:
                     self._requeue(pre.victim_id)
                 continue
-            if not self.pending or not self._advance(step_ratio):
+            if not self.pending or not self._advance(step_ratio, min_step_s):
                 break
 
     def result(
@@ -471,7 +478,7 @@ class _Replay:
     def _start(self, placement: Placement) -> None:
         now = self.now
         job = self.queued.pop(placement.job_id)
-        self.starts[job.id] = now
+        self.starts[job.id] = now if self.jumped_from is None else (self.jumped_from + now) / 2
         self.pending.discard(job.id)
         # One run's own length: the median (the mean of a heavy tail is for sums, `_extrapolate`).
         end = now + max(0.0, job.predicted_runtime) * self.scale
@@ -514,7 +521,7 @@ class _Replay:
             cpus_per_device=victim.cpus_per_device,
         )
 
-    def _advance(self, step_ratio: float) -> bool:
+    def _advance(self, step_ratio: float, min_step_s: float = 0.0) -> bool:
         """Nothing else can start until something ends: jump to the next predicted end (or
         further, when coarsening), releasing everything that ends by then. False: nothing runs."""
         ends, running = self.ends, self.running
@@ -522,7 +529,10 @@ class _Replay:
             heapq.heappop(ends)
         if not ends:
             return False
-        now = self.now = max(self.now, ends[0][0], self.now + step_ratio * (self.now - self.state.now))
+        step = max(min_step_s, step_ratio * (self.now - self.state.now))
+        first_end = ends[0][0]
+        now = self.now = max(self.now, first_end, self.now + step)
+        self.jumped_from = first_end if now > first_end else None
         while ends and ends[0][0] <= now:
             _, run_id = heapq.heappop(ends)
             done = running.pop(run_id, None)
@@ -693,6 +703,7 @@ def queue_estimates(
     high_scale: float = 2.0,
     max_passes: int = 5000,
     step_ratio: float = 0.05,
+    min_step_s: float = 0.0,
     max_ahead: int | None = None,
     calibration: Calibrations = None,
 ) -> dict[str, Estimate]:
@@ -709,7 +720,7 @@ def queue_estimates(
     jobs placed by the lag from the spread of the recent lags; jobs placed by the fluid guess
     from the same scales applied to their wait.
     """
-    replay = partial(simulate_starts, state, max_passes=max_passes, step_ratio=step_ratio,
+    replay = partial(simulate_starts, state, max_passes=max_passes, step_ratio=step_ratio, min_step_s=min_step_s,
                      ahead_only=max_ahead is not None, max_ahead=max_ahead, lag=lags)
     wanted = sorted(j.id for j in state.queued) if jobs is None else sorted(jobs)
     never = unestimated(state)

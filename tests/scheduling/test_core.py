@@ -601,6 +601,19 @@ def test_estimate_extrapolates_past_the_pass_limit() -> None:
     assert "q9" in rough.extrapolated and rough.starts["q9"] >= 1000
 
 
+def test_a_minimum_step_reaches_further_on_few_passes_and_reports_mid_jump() -> None:
+    # Eight one-device runs end 100 s apart; the gang needs the whole node: 800 s exactly.
+    running = [run(f"r{i}", (("n1", 1),), end=100.0 * (i + 1)) for i in range(8)]
+    s = state([node("n1", 0)], [job("gang", devices=8, runtime=100)], running, now=0, policy=FIFO)
+    assert simulate_starts(s).starts["gang"] == 800
+    assert "gang" in simulate_starts(s, max_passes=3).extrapolated
+    # Steps of at least 600 s: two jumps (to 600, then from the end at 700 to 1200) free the
+    # node, and the start is reported mid-jump, (700 + 1200) / 2: within half a step of 800.
+    coarse = simulate_starts(s, max_passes=3, min_step_s=600.0)
+    assert "gang" not in coarse.extrapolated and coarse.starts["gang"] == 950
+    assert coarse.passes == 3
+
+
 def test_estimate_counts_expected_arrivals_that_overtake() -> None:
     running = [run("r", (("n1", 8),), end=1000)]
     queue = [job("long", devices=8, runtime=50_000, submitted=0)]
