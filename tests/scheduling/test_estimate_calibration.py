@@ -50,6 +50,22 @@ def test_a_class_whose_estimates_were_right_keeps_them() -> None:
     assert cal.adjust(key, 2 * HOUR) == 2 * HOUR
 
 
+def test_a_correction_only_a_little_better_than_the_replay_is_not_adopted() -> None:
+    key = WaitCalibration.key(estimated_wait=HOUR, requeued=False, devices=1)
+
+    def trained(late: int) -> WaitCalibration:
+        # 20 estimates right at an hour, `late` runs that waited 3 h after the same estimate.
+        cal = WaitCalibration(min_samples=10)
+        for i in range(20 + late):
+            cal.observe(key, HOUR, HOUR if i % 2 == 0 and i < 40 else 3 * HOUR)
+        return cal
+
+    # 3 h is right for 22 outcomes, the replay for 20: not 1.25 times as often, so it stands.
+    assert trained(22).adjust(key, HOUR) == HOUR
+    # Right for 30 against 20: adopted.
+    assert abs(trained(30).adjust(key, HOUR) - 3 * HOUR) <= 0.25 * 3 * HOUR
+
+
 def _job(job_id: str, *, submitted: float, attained: float = 0.0) -> QueuedJob:
     return QueuedJob(id=job_id, team="a", pool="p", priority_class=PriorityClass.NORMAL, submitted_at=submitted,
                      nodes=1, devices_per_node=1, predicted_runtime=HOUR, attained_s=attained)
