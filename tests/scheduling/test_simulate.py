@@ -338,7 +338,7 @@ def test_real_trace_estimate_accuracy(real_replay: Callable[[str], tuple[Summary
     assert all(o.estimated_start is not None for o in outcomes)
     assert trainyard.estimate_within >= ESTIMATE_WITHIN_TARGET, trainyard
     # Most jobs start once their victims have exited; the few that wait longer (gangs where no
-    # node's runs may be stopped) are estimated neither all early nor all late (53% early).
+    # node's runs may be stopped) are estimated neither all early nor all late (28% early).
     long_waits = [o for o in outcomes if o.wait > 600]
     early = sum(1 for o in long_waits if o.estimated_start is not None and o.estimated_start < o.start)
     assert 0.25 <= early / len(long_waits) <= 0.75
