@@ -418,7 +418,7 @@ class _Replay:
             expected=sorted((j for j in arrivals if j.id not in queued), key=lambda j: (j.submitted_at, j.id)),
         )
 
-    def run(self, *, max_passes: int, horizon_s: float, step_ratio: float, min_step_s: float = 0.0) -> None:
+    def run(self, *, max_passes: int, horizon_s: float, step_ratio: float, min_step_s: float) -> None:
         """Pass after pass until every target started, or out of passes or past the horizon."""
         began = self.state.now
         while self.pending and self.passes < max_passes and self.now - began <= horizon_s:
@@ -526,7 +526,7 @@ class _Replay:
             cpus_per_device=victim.cpus_per_device,
         )
 
-    def _advance(self, step_ratio: float, min_step_s: float = 0.0) -> bool:
+    def _advance(self, step_ratio: float, min_step_s: float) -> bool:
         """Nothing else can start until something ends: jump to the next predicted end (or
         further, when coarsening), releasing everything that ends by then. False: nothing runs."""
         ends, running = self.ends, self.running
