@@ -688,6 +688,38 @@ def test_the_replay_runs_medians_and_the_fluid_guess_adds_up_means() -> None:
     assert rough.starts == {"a": 4000, "b": 7000} and rough.extrapolated == {"a", "b"}
 
 
+def test_where_the_pool_demotes_the_fluid_guess_counts_work_ahead_up_to_the_threshold() -> None:
+    # Under least attained service a job ahead holds its devices only until it is demoted below
+    # a new job: two 10-hour jobs ahead of c count 1 hour each, not 10 (issue 28: whole runs put
+    # the trace's fluid guesses 4-10x late). The one pass ends at r's end, 1000.
+    running = [run("r", (("n1", 8),), end=1000)]
+    queue = [job(n, devices=8, runtime=36_000, submitted=i) for i, n in enumerate("abc")]
+    las = Policy(demote_after_s=3600, fair_share_weight=0)
+    rough = simulate_starts(state([node("n1", 0)], queue, running, now=100, policy=las), max_passes=1)
+    assert rough.extrapolated == {"a", "b", "c"} and rough.starts["c"] == 1000 + 2 * 3600
+    # A job ahead that ran already counts what it has left to the threshold.
+    served = [queue[0], replace(queue[1], attained_s=3000), queue[2]]
+    rough = simulate_starts(state([node("n1", 0)], served, running, now=100, policy=las), max_passes=1)
+    assert rough.starts["c"] == 1000 + 3600 + 600
+    # A pool that does not demote counts whole runs.
+    fifo = simulate_starts(state([node("n1", 0)], queue, running, now=100, policy=FIFO), max_passes=1)
+    assert fifo.starts["c"] == 1000 + 2 * 36_000
+
+
+def test_a_run_started_inside_a_coarse_jump_runs_from_its_middle() -> None:
+    # Eight one-device runs end 100 s apart, and 700-second one-device jobs wait behind them;
+    # q8 really starts at 800, when q0 (started at 100) ends. With 600-second steps, q0..q5 start
+    # mid-jump at 350 (the jump from 100 to 600) and run from there, to 1050: inside the next
+    # jump (700 to 1200), so q8 starts in that one, at 950. Run from the jump's end, they held
+    # their devices to 1300 and q8 started a jump later, at 1550.
+    running = [run(f"r{i}", (("n1", 1),), end=100.0 * (i + 1)) for i in range(8)]
+    queue = [job(f"q{i}", runtime=700, submitted=i) for i in range(9)]
+    s = state([node("n1", 0)], queue, running, now=0, policy=FIFO)
+    coarse = simulate_starts(s, min_step_s=600.0)
+    assert coarse.starts["q0"] == 350 and coarse.starts["q5"] == 350
+    assert coarse.starts["q8"] == 950
+
+
 def test_queue_lag_places_a_job_by_the_recent_lag_of_starts() -> None:
     lag = QueueLag(window_s=1000, min_samples=3)
     assert lag.eta(500, now=100) is None  # too few starts to judge
