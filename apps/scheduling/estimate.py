@@ -33,7 +33,7 @@ from functools import partial
 from apps.scheduling.core import queue_keys, schedule
 from apps.scheduling.model import RETRY_BACKOFF, ClusterState, Node, NodeState, Placement, Policy, PriorityClass, QueuedJob, RunningJob
 from apps.scheduling.placement import INF
-from apps.scheduling.policies import OrderKey, demotion_threshold, line_in_rank_order, rank_time, service
+from apps.scheduling.policies import OrderKey, line_in_rank_order, rank_time, seconds_to_demotion
 
 # Jobs this far back in their pool's line are placed by the lag instead of a replay.
 MAX_AHEAD = 150
@@ -662,12 +662,10 @@ def _fluid_work(policy: Policy, job: QueuedJob) -> float:
     or where the pool demotes, only until it is demoted below that job (its service left to the
     threshold). Counting whole runs put the trace's fluid guesses 4-10x late (issue 28)."""
     run_s = max(0.0, _expected_runtime(job))
-    threshold = demotion_threshold(policy)
-    if threshold < INF and job.priority_class <= PriorityClass.NORMAL:
-        rate = job.devices if policy.service_per_device and job.devices > 1 else 1
-        left = max(0.0, threshold - service(job.attained_s, job.devices, policy))
+    if job.priority_class <= PriorityClass.NORMAL:
+        left = seconds_to_demotion(job.attained_s, job.devices, policy)
         if left > 0:
-            run_s = min(run_s, left / rate)
+            run_s = min(run_s, left)
     return job.devices * run_s
 
 

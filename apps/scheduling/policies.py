@@ -97,6 +97,14 @@ def service(seconds: float, devices: int, policy: Policy) -> float:
     return seconds * devices if policy.service_per_device and devices > 1 else seconds
 
 
+def seconds_to_demotion(attained_s: float, devices: int, policy: Policy) -> float:
+    """Seconds more a job with `attained_s` of service must run until it is demoted (its service
+    grows by its width per second under 2-D least attained service); 0 or less once demoted,
+    infinite where the pool does not demote."""
+    rate = devices if policy.service_per_device and devices > 1 else 1
+    return (demotion_threshold(policy) - service(attained_s, devices, policy)) / rate
+
+
 def service_words(seconds: float, devices: int, policy: Policy) -> str:
     """How long a job has run, for its reasons: with its device time where that is its service."""
     if policy.service_per_device and devices > 1:

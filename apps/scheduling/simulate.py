@@ -63,7 +63,7 @@ from apps.scheduling.model import (
     TeamQuota,
     TeamUsage,
 )
-from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team, min_attempt, service
+from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by_team, min_attempt, seconds_to_demotion, service
 from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
 
 POOL = "trace"
@@ -684,9 +684,7 @@ class Replay:
         threshold = demotion_threshold(policy)
         if not policy.preemption or 0 < policy.max_preemptions <= queued.preemptions or threshold == math.inf:
             return
-        # Its service grows by its width per second under 2-D least attained service.
-        rate = queued.devices if policy.service_per_device and queued.devices > 1 else 1
-        to_demotion = (threshold - service(queued.attained_s, queued.devices, policy)) / rate
+        to_demotion = seconds_to_demotion(queued.attained_s, queued.devices, policy)
         ready = now + max(to_demotion, min_attempt(queued.preemptions, policy), 0.0)
         heapq.heappush(self.victim_ready, (ready, queued.id, now))
 
