@@ -170,6 +170,8 @@ class Attempt(models.Model):
     # Set when the server wants the attempt stopped; agents see it on heartbeat and SIGTERM it.
     stop_kind = models.CharField(max_length=16, choices=StopKind.choices, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # A preempted attempt: the waiting run it stops for, which has first claim on its devices.
+    stopping_for = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     lineage = models.JSONField(default=dict, blank=True)
     energy_j = models.FloatField(default=0.0)
     resumed_from_step = models.PositiveBigIntegerField(null=True, blank=True)

@@ -175,6 +175,9 @@ class _Walk:
     reserve_depth: int
     # Runs chosen as victims in this pass, or stopping on nodes held for a preemptor.
     taken: set[str] = field(default_factory=set)
+    # Waiting job -> (its class, the stopping runs it has first claim on: `RunningJob.stopping_for`),
+    # until its turn in the walk is over.
+    claims: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
     # (shape, team when reclaiming) -> the highest standing that found no victims.
     preempt_failed: dict[tuple[Shape, str], float] = field(default_factory=dict)
     # Whether some set of ready nodes could ever hold the shape.
@@ -262,6 +265,13 @@ class _PoolPass:
             return None
 
         keyed = order_keys(self.queued, now=now, policy=policy, held=held, guarantees=guarantees, fair_share=fair_share)
+        claims: dict[str, tuple[int, set[str]]] = {}
+        if any(r.stopping_for is not None for r in self.running):
+            waiting = {j.id: int(j.priority_class) for j in self.queued if j.blocked_reason is None}
+            for r in self.running:
+                owner = r.stopping_for
+                if r.stopping and owner is not None and owner in waiting:
+                    claims.setdefault(owner, (waiting[owner], set()))[1].add(r.id)
         return _Walk(
             cap=cap,
             guarantees=guarantees,
@@ -275,6 +285,7 @@ class _PoolPass:
             live=set(shortest),
             live_short={shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s},
             reserve_depth=max(1, policy.reserve_depth),
+            claims=claims,
         )
 
     def _victim_floor(self, guarantees: dict[str, int]) -> tuple[dict[str, bool], int | None]:
@@ -339,6 +350,7 @@ class _PoolPass:
         """Each job in line order: admitted, then placed, or preempting, or reserved, or waiting."""
         policy, explain, now = self.policy, self.explain, self.now
         by_standing = not policy.reclaim_borrowed
+        done: str | None = None  # the job whose turn just ended
         for position, item in enumerate(ordered, start=1):
             lowest = walk.lowest_victim
             mine = key_standing(item, policy) if lowest is not None else 0
@@ -351,6 +363,11 @@ class _PoolPass:
             if not explain and self._exhausted(walk):
                 break
             job = item[5]
+            if walk.claims:
+                # From a claimant's turn on, what it did not take is anyone's.
+                if done is not None:
+                    walk.claims.pop(done, None)
+                done = job.id
             if not self._admitted(walk, job, position):
                 continue
             klass = -item[0]  # the effective class (aging applied), as an int: cheap to compare
@@ -552,11 +569,17 @@ class _PoolPass:
         if self.victims is None:
             self.victims = self._victim_index(cap, walk.within_run)
         _, _, memory, cpus = job.shape
+        taken = walk.taken
+        if walk.claims:
+            # Devices stopping for another waiting job are its, unless this one is of a higher class.
+            others = [runs for owner, (owner_class, runs) in walk.claims.items() if owner != job.id and klass <= owner_class]
+            if others:
+                taken = taken.union(*others)
         plan = plan_preemption(
             cap=cap,
             index=self.victims,
             eligible=eligible,
-            taken=walk.taken,
+            taken=taken,
             nodes=job.nodes,
             devices=job.devices_per_node,
             memory=memory,

@@ -125,6 +125,10 @@ class RunningJob:
     last_checkpoint_at: float | None = None
     progress: float | None = None
     stopping: bool = False
+    # For a stopping run: the waiting job it was preempted for, which has first claim on the
+    # devices it frees. Without it a job ahead in line took them for free, and the job told it
+    # would start once they had stopped stopped more runs elsewhere instead (issue 28).
+    stopping_for: str | None = None
     # Where wait estimates take it to end when that is not `predicted_end` (None): its live ETA,
     # the run page's figure. Not the history's mean: replayed on the trace, means put the ends
     # of the runs in front too late and the estimates of runs that waited were right half as often.

@@ -241,7 +241,7 @@ def apply_preemptions(*, snap: Snapshot, decision: Decision) -> list[int]:
         reason = _victim_reason(victim, for_run, pre.kind, ran_s=core_run.service(snap.state.now) if core_run else 0.0,
                                 demote_after_s=policy.demote_after_s)
         try:
-            run_preempt(run=victim, reason=reason)
+            run_preempt(run=victim, reason=reason, for_run_id=for_run.pk if for_run is not None else None)
         except Conflict:
             continue  # it ended meanwhile: its devices come back anyway
         Run.objects.filter(pk=victim.pk, status__in=[RunStatus.SCHEDULED, RunStatus.RUNNING]).update(

@@ -529,7 +529,7 @@ class Replay:
                     self._start(placement.job_id, placement.allocation, now)
                 self.making_room.clear()
                 for preemption in decision.preemptions:
-                    self._stop(preemption.victim_id, now)
+                    self._stop(preemption.victim_id, now, preemption.for_job_id)
                     # Expected once the victims' grace is over (whether one ends sooner by itself is
                     # the trace's secret: estimates never read a job's own duration).
                     self.making_room[preemption.for_job_id] = now + self.resume.grace_s
@@ -688,14 +688,14 @@ class Replay:
         ready = now + max(to_demotion, min_attempt(queued.preemptions, policy), 0.0)
         heapq.heappush(self.victim_ready, (ready, queued.id, now))
 
-    def _stop(self, job_id: str, now: float) -> None:
+    def _stop(self, job_id: str, now: float, for_job_id: str) -> None:
         """A preempted job: it exits within its grace (or ends by itself first) and requeues."""
         run = self.running[job_id]
         stop_at = now + self.resume.grace_s
         if self.ends[job_id] <= stop_at:
             return  # it finishes before it would have stopped
         self.preemptions += 1
-        self.running[job_id] = replace(run, stopping=True, predicted_end=stop_at)
+        self.running[job_id] = replace(run, stopping=True, stopping_for=for_job_id, predicted_end=stop_at)
         self.ends[job_id] = stop_at
         heapq.heappush(self.completions, (stop_at, job_id))
 

@@ -446,6 +446,7 @@ def _running_load(
             allocation=tuple((node_id, count) for _, node_id, count in sorted(alloc[attempt.pk])),
             started_at=ts(started), predicted_end=max(end, now_s), preemptible=run.preemptible,
             last_checkpoint_at=ts(ckpt) if ckpt is not None else None, progress=run.progress, stopping=stopping,
+            stopping_for=str(attempt.stopping_for_id) if stopping and attempt.stopping_for_id is not None else None,
             expected_end=None if stopping else expected,
             memory_per_device=run.memory_bytes_per_device, cpus_per_device=run.cpus_per_device))
     return running, running_jobs

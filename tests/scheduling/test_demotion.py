@@ -172,3 +172,24 @@ def test_the_estimate_of_a_job_that_preempts_is_its_victims_exit() -> None:
     after = queue_estimates(state([node("n1", 0)], [fresh()], [stopping], now=NOW, quotas=QUOTAS))["new"]
     assert after.start == NOW + 30
     assert placed(schedule(state([node("n1", 8)], [fresh()], now=NOW + 30, quotas=QUOTAS)))
+
+
+def test_devices_stopping_for_a_job_are_its_own_against_jobs_ahead_of_it() -> None:
+    # n1's run stops for "first"; "jumper" (shorter, so ahead in line) may not take those devices
+    # for nothing: it stops a run of its own on n2 and "first" keeps n1. Unclaimed, "first" lost
+    # n1 to it and stopped n2's run in a second round.
+    going = replace(long_run(), stopping=True, stopping_for="first", predicted_end=NOW + 30)
+    other = run("other", (("n2", 8),), started=NOW - 2 * HOUR, end=NOW + 50 * HOUR)
+    queue = [job("first", devices=8, submitted=NOW - 60, runtime=20 * HOUR),
+             job("jumper", devices=4, submitted=NOW - 30, runtime=HOUR)]
+    s = state([node("n1", 0), node("n2", 0)], queue, [going, other], now=NOW, quotas=QUOTAS)
+    assert queue_order(s)[POOL][0].id == "jumper"
+    decision = schedule(s)
+    assert [(p.victim_id, p.for_job_id) for p in decision.preemptions] == [("other", "jumper")]
+    assert entry(decision, "first").code == WaitCode.PREEMPTING
+    # Unclaimed, the stopping run's devices went to the job ahead and "first" stopped "other".
+    unclaimed = schedule(replace(s, running=(replace(going, stopping_for=None), other)))
+    assert [(p.victim_id, p.for_job_id) for p in unclaimed.preemptions] == [("other", "first")]
+    # A job of a higher class may still take them.
+    urgent = schedule(replace(s, queued=(*queue[:1], replace(queue[1], priority_class=U))))
+    assert [(p.victim_id, p.for_job_id) for p in urgent.preemptions] == [("other", "first")]

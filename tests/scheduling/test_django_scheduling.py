@@ -27,6 +27,7 @@ from apps.runs.services.lifecycle import assignment_exited, assignment_started
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.selectors import estimate_accuracy, run_predicted_runtime
 from apps.scheduling.services import scheduling_pass
+from apps.scheduling.snapshot import snapshot_load
 from tests.agents.server import register
 
 
@@ -89,6 +90,10 @@ def test_urgent_run_preempts_borrowed_low_run_which_requeues(cast: Any, pool: No
     other = low2 if victim.pk == low1.pk else low1
     attempt = Attempt.objects.get(run=victim)
     assert attempt.stop_kind == "preempt"
+    # The stopping attempt names the run it stops for, which has first claim on its devices.
+    assert attempt.stopping_for_id == urgent.pk
+    stopping = {r.id: r for r in snapshot_load(now=timezone.now(), lock=False).state.running}[str(victim.pk)]
+    assert (stopping.stopping, stopping.stopping_for) == (True, str(urgent.pk))
     refresh(urgent, victim)
     assert urgent.reason_code == "preempting" and "Stopping 1 lower-priority run" in urgent.status_reason
     assert victim.reason_code == "preempting" and "team vision" in victim.status_reason

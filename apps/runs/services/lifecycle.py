@@ -334,8 +334,9 @@ def run_cancel(*, run: Run, user: Any) -> Run:
 
 
 @transaction.atomic
-def run_preempt(*, run: Run, reason: str) -> Run:
-    """Ask the agents to checkpoint and stop the run; it is requeued when they report the exit."""
+def run_preempt(*, run: Run, reason: str, for_run_id: int | None = None) -> Run:
+    """Ask the agents to checkpoint and stop the run; it is requeued when they report the exit.
+    `for_run_id`: the waiting run it makes room for (`Attempt.stopping_for`)."""
     run = _lock_run(run.pk)
     attempt = current_attempt(run=run)
     if run.is_finished or attempt is None or attempt.status in ATTEMPT_ENDED:
@@ -343,6 +344,7 @@ def run_preempt(*, run: Run, reason: str) -> Run:
     attempt = _locked(attempt.pk)
     if not attempt.stop_kind:
         attempt.reason = reason[:500]  # becomes part of the run's status reason when the exit is reported
-        attempt.save(update_fields=["reason"])
+        attempt.stopping_for_id = for_run_id
+        attempt.save(update_fields=["reason", "stopping_for"])
     _request_stop(attempt, StopKind.PREEMPT)
     return run
