@@ -297,7 +297,7 @@ class Policy:
     # `demoted_min_attempt_s`) competes again as a job that was never demoted: by its fixed
     # deadline, and it may preempt demoted runs (`policies.starved`). 0 turns it off, the
     # default: at 4 it more than doubled the trace replay's avg JCT and cut Jain's index from
-    # 0.92 to 0.25-0.41 on every sample (README, issue 28), so a pool must ask for it.
+    # 0.92 to 0.25-0.41 on every sample (docs/scheduler-replays.md), so a pool must ask for it.
     starve_factor: float = 0.0
     # 2-D least attained service (Tiresias): service counts device-seconds, so a run on 64
     # devices reaches `demote_after_s` (then read as device-seconds) 64 times sooner than one on
@@ -318,7 +318,7 @@ class Policy:
     # (FIFO inside a queue) rather than least service first, so a demoted job that resumes never
     # overtakes, and then stops, one of its level that has run a little longer. Off by default:
     # with one level it gave the trace replay's only p99 JCT under backfill's (0.87x) but 2.3x the
-    # default's avg JCT, Jain's index 0.39 and 107 stops of one run (README, issue 28).
+    # default's avg JCT, Jain's index 0.39 and 107 stops of one run (docs/scheduler-replays.md).
     demoted_fifo: bool = False
     # With the starvation guard on, whether a starved job may also preempt demoted runs (True, as
     # before) or only regains its place in line, ahead of the demoted queue and by its fixed
@@ -357,7 +357,7 @@ class Policy:
     # learned correction, is the promise: that is the line the replay saw. Ordered pools only.
     # On by default: of the runs that waited over 10 minutes, the share started within the window
     # of their estimate rose on four of the trace replay's seven samples (43.7% to 56.5% on the
-    # trace), stayed on two and fell on 60 nodes; avg JCT moved by 1.3% at most (README, issue 28).
+    # trace), stayed on two and fell on 60 nodes; avg JCT moved by 1.3% at most (docs/scheduler-replays.md).
     promise_estimates: bool = True
 
 

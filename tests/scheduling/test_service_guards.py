@@ -12,7 +12,7 @@ from tests.scheduling.test_core import POOL, entry, job, node, run, state
 N, U = PriorityClass.NORMAL, PriorityClass.URGENT
 HOUR = 3600.0
 NOW = 100 * HOUR
-GUARD = Policy(starve_factor=4.0, max_preemptions=10)  # off by default (README: they broke Jain on the replays)
+GUARD = Policy(starve_factor=4.0, max_preemptions=10)  # off by default (docs/scheduler-replays.md: they broke Jain)
 CAPPED = Policy(max_preemptions=10)  # off by default too, for the same reason
 QUOTAS = (TeamQuota(team="vision", pool=POOL, guaranteed_devices=0), TeamQuota(team="nlp", pool=POOL, guaranteed_devices=0))
 
