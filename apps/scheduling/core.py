@@ -163,8 +163,6 @@ class _Walk:
     # Shortest predicted runtime per gang shape among the jobs not held from outside.
     shortest: dict[Shape, float]
     keyed: list[OrderKey]
-    # Preemptible runs inside their team's guarantee (never victims).
-    within_run: dict[str, bool]
     # The standing a waiting job must beat to preempt anyone; None once nobody can.
     lowest_victim: int | None
     # Shapes that might still start a job in this pass, and those among them with a job short
@@ -180,6 +178,10 @@ class _Walk:
     claims: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
     # (shape, team when reclaiming) -> the highest standing that found no victims.
     preempt_failed: dict[tuple[Shape, str], float] = field(default_factory=dict)
+    # (shape, standing) of each failed plan made while no job had first claim on stopping runs
+    # and none was reclaiming: a gang at least as large in every part, standing no higher,
+    # cannot find victims either (`_dominated`).
+    failed_plans: list[tuple[Shape, int]] = field(default_factory=list)
     # Whether some set of ready nodes could ever hold the shape.
     hardware: dict[Shape, bool] = field(default_factory=dict)
     # The earliest predicted end at which the shape did not fit.
@@ -205,6 +207,8 @@ class _PoolPass:
     placements: list[Placement] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     run_standing: dict[str, int] = field(default_factory=dict)
+    # Runs some waiting job could stop, beyond their team's guarantee (`_victim_floor`).
+    borrowed: list[RunningJob] = field(default_factory=list)
     # Built on the pass's first preemption attempt (`_try_preempt`).
     victims: VictimIndex | None = None
     top_standing: float = INF
@@ -243,7 +247,8 @@ class _PoolPass:
         """The walk's starting state, or None when, without reasons to give, nothing can change."""
         policy, now, explain = self.policy, self.now, self.explain
         guarantees = guarantees_by_team(self.quotas, self.pool)
-        within_run, lowest_victim = self._victim_floor(guarantees)
+        held = team_usage_devices(self.running)
+        lowest_victim = self._victim_floor(guarantees, held)
         shortest = self._survey()
         # Reclaiming borrowed devices ignores standing, so only without it can standing rule
         # preemption out.
@@ -254,7 +259,6 @@ class _PoolPass:
             # for, so skip ordering altogether (the common case on a busy cluster).
             return None
 
-        held = team_usage_devices(self.running)
         capacity = self.capacity = sum(t for i, t in enumerate(cap.total) if cap.ready[i])
         limits = limits_by_team(self.quotas, self.pool, capacity)
         fair_share = _fair_share(policy, self.queued, self.usage, guarantees)
@@ -280,7 +284,6 @@ class _PoolPass:
             fair_share=fair_share,
             shortest=shortest,
             keyed=keyed,
-            within_run=within_run,
             lowest_victim=lowest_victim,
             live=set(shortest),
             live_short={shape for shape, r in shortest.items() if r <= policy.headroom_max_runtime_s},
@@ -288,26 +291,25 @@ class _PoolPass:
             claims=claims,
         )
 
-    def _victim_floor(self, guarantees: dict[str, int]) -> tuple[dict[str, bool], int | None]:
-        """Which runs are inside their guarantee, and the lowest standing (class, or service level
-        once demoted: `policies.STANDING_STEP`) among the borrowed preemptible ones: a job of that
-        standing or lower has nobody to preempt. Sets `run_standing`."""
+    def _victim_floor(self, guarantees: dict[str, int], held: dict[str, int]) -> int | None:
+        """The lowest standing (class, or service level once demoted: `policies.STANDING_STEP`)
+        among the runs some waiting job could stop: preemptible, not already stopping, beyond their
+        team's guarantee, and stopped fewer than `Policy.max_preemptions` times unless an urgent job
+        waits. A job of that standing or lower has nobody to preempt. Sets `run_standing` and
+        `borrowed` (those runs)."""
         if not (self.policy.preemption and any(r.preemptible and not r.stopping for r in self.running)):
-            return {}, None
-        self.urgent_waiting = any(j.priority_class >= PriorityClass.URGENT for j in self.queued)
+            return None
+        # (Only the cap asks whether an urgent job waits: a look at every waiting job.)
+        cap = self.policy.max_preemptions
+        urgent = self.urgent_waiting = cap != 0 and any(j.priority_class >= PriorityClass.URGENT for j in self.queued)
         run_standing = self.run_standing = running_standings(self.running, self.now, self.policy)
-        within_run = runs_within_guarantee(self.running, guarantees, run_standing)
-        lowest_victim = min(
-            (run_standing[r.id] for r in self.running if self._movable(r) and not within_run[r.id]),
-            default=None,
-        )
-        return within_run, lowest_victim
-
-    def _movable(self, run: RunningJob) -> bool:
-        """Whether some waiting job could stop the run (guarantees aside): preemptible, not already
-        stopping, and stopped fewer than `Policy.max_preemptions` times unless an urgent job waits."""
-        return run.preemptible and not run.stopping and (
-            not self.policy.max_preemptions or run.preemptions < self.policy.max_preemptions or self.urgent_waiting)
+        within_run = runs_within_guarantee(self.running, guarantees, run_standing, held)
+        # One comprehension: this runs over every run on every pass.
+        borrowed = self.borrowed = [
+            r for r in self.running
+            if r.preemptible and not r.stopping and (not cap or r.preemptions < cap or urgent) and not within_run[r.id]
+        ]
+        return min((run_standing[r.id] for r in borrowed), default=None)
 
     def _survey(self) -> dict[Shape, float]:
         """Shortest predicted runtime per gang shape (if not even that fits anywhere now, no job of
@@ -545,29 +547,40 @@ class _PoolPass:
         memo = (job.shape, job.team if reclaiming else "")
         if not ((reclaiming or mine > lowest) and mine > walk.preempt_failed.get(memo, -INF)):
             return False
+        if not reclaiming and walk.failed_plans and _dominated(job.shape, mine, walk.failed_plans):
+            walk.preempt_failed[memo] = mine
+            return False
         if self._try_preempt(walk, job, PriorityClass(klass), mine, reclaiming, position):
             walk.blockers.append(_Blocker(job, PriorityClass(klass), self.now))
             return True
         walk.preempt_failed[memo] = mine
+        if not reclaiming and not walk.claims:
+            walk.failed_plans.append((job.shape, mine))
         return False
 
     def _try_preempt(self, walk: _Walk, job: QueuedJob, klass: PriorityClass, mine: int, reclaim: bool, position: int) -> bool:
         now, policy, standings = self.now, self.policy, self.run_standing
 
+        cap_stops = policy.max_preemptions if klass < PriorityClass.URGENT else 0
+        minimum: dict[int, float] = {}  # `min_attempt` by stops so far
+
         def eligible(run: RunningJob) -> bool:
             # (The index holds only preemptible runs beyond their guarantee, none stopping.)
-            if 0 < self.policy.max_preemptions <= run.preemptions and klass < PriorityClass.URGENT:
+            if 0 < cap_stops <= run.preemptions:
                 return False  # stopped often enough: only an urgent job may stop it again
             if run.priority_class < klass:
                 return True
             if standings.get(run.id, mine) < mine:
                 # Demoted for its service: fair game once this attempt has had its minimum.
-                return now - run.started_at >= min_attempt(run.preemptions, policy)
+                least = minimum.get(run.preemptions)
+                if least is None:
+                    least = minimum[run.preemptions] = min_attempt(run.preemptions, policy)
+                return now - run.started_at >= least
             return reclaim and run.team != job.team
 
         cap = walk.cap
         if self.victims is None:
-            self.victims = self._victim_index(cap, walk.within_run)
+            self.victims = self._victim_index(cap)
         _, _, memory, cpus = job.shape
         taken = walk.taken
         if walk.claims:
@@ -599,14 +612,14 @@ class _PoolPass:
             self._entry(job, position, WaitCode.PREEMPTING, _preempting_message(plan.victims, klass), reserved_start=now)
         return True
 
-    def _victim_index(self, cap: PoolCapacity, within_run: dict[str, bool]) -> VictimIndex:
+    def _victim_index(self, cap: PoolCapacity) -> VictimIndex:
         # Only runs that stand below someone waiting can ever be chosen (reclaiming aside).
-        top, by_standing, standings = self.top_standing, not self.policy.reclaim_borrowed, self.run_standing
+        top, standings = self.top_standing, self.run_standing
+        candidates = self.borrowed if self.policy.reclaim_borrowed else [r for r in self.borrowed if standings[r.id] < top]
         return VictimIndex(
             cap,
-            self.running,
-            lambda r: self._movable(r) and not within_run.get(r.id, False)
-            and (not by_standing or standings.get(r.id, top) < top),
+            candidates,
+            [r for r in self.running if r.stopping],
             self.now,
             per_preemption_s=self.policy.victim_preemption_cost_s,
         )
@@ -909,6 +922,19 @@ def deadlines_due(state: ClusterState) -> dict[str, float]:
     return due
 
 
+def _dominated(shape: Shape, mine: int, failed: list[tuple[Shape, int]]) -> bool:
+    """Whether a plan for `shape` at standing `mine` must fail as one in `failed` did.
+
+    Within a pass capacity only shrinks, reservations and held nodes only grow, and the runs
+    taken only grow (first claims aside, hence none in `failed`); a standing no higher finds a
+    subset of the victims (its class is no higher either), and a gang at least as large in
+    nodes, devices, memory and cores per node needs more of them on more nodes."""
+    nodes, devices, memory, cpus = shape
+    return any(
+        mine <= m and nodes >= s[0] and devices >= s[1] and memory >= s[2] and cpus >= s[3] for s, m in failed
+    )
+
+
 def _drain(heap: list[OrderKey]) -> Iterator[OrderKey]:
     while heap:
         yield heapq.heappop(heap)
@@ -934,12 +960,9 @@ def schedule(state: ClusterState, *, explain: bool = True) -> Decision:
         nodes_by_pool[node.pool].append(node)
         if node.state == NodeState.READY:
             free_by_pool[node.pool] += max(0, node.free_devices)
-    if not explain:
+    if not explain and all(free_by_pool[pool] == 0 for pool in nodes_by_pool):
         movable = {r.pool for r in state.running if r.preemptible and not r.stopping}
-        if all(
-            free_by_pool[pool] == 0 and not (pool in movable and state.policies.get(pool, state.default_policy).preemption)
-            for pool in nodes_by_pool
-        ):
+        if not any(pool in movable and state.policies.get(pool, state.default_policy).preemption for pool in nodes_by_pool):
             # Every pool is full and nothing may be preempted: no decision is possible, and
             # without reasons to give there is no need to even look at the queue.
             return Decision(placements=(), preemptions=(), queue=(), fragmentation=())

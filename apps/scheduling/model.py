@@ -209,15 +209,14 @@ class QueuedJob:
     memory_per_device: int = 0
     cpus_per_device: float = 0.0
     devices: int = field(init=False, repr=False, compare=False)
+    # (nodes, devices, memory, CPU cores per node): jobs of one shape fit the same places.
+    # Derived once, like `devices`: a pass reads it several times per waiting job.
+    shape: tuple[int, int, int, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "devices", self.nodes * self.devices_per_node)
-
-    @property
-    def shape(self) -> tuple[int, int, int, float]:
-        """(nodes, devices, memory, CPU cores per node): jobs of one shape fit the same places."""
         d = self.devices_per_node
-        return (self.nodes, d, self.memory_per_device * d, self.cpus_per_device * d)
+        object.__setattr__(self, "devices", self.nodes * d)
+        object.__setattr__(self, "shape", (self.nodes, d, self.memory_per_device * d, self.cpus_per_device * d))
 
 
 @dataclass(frozen=True, slots=True)

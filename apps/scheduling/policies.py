@@ -184,12 +184,18 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
     if threshold == math.inf:
         return {run.id: int(run.priority_class) * STANDING_STEP for run in running}
     bounds = _level_bounds(threshold, policy.demotion_factor)
-    normal = PriorityClass.NORMAL
+    normal, step, per_device = PriorityClass.NORMAL, STANDING_STEP, policy.service_per_device
     out: dict[str, int] = {}
+    # `service` and `standing` inlined: this runs over every run on every pass.
     for run in running:
-        attained = service(run.attained_s + now - run.started_at, run.devices, policy)
-        demoted_run = attained >= threshold and run.priority_class <= normal
-        out[run.id] = standing(int(run.priority_class), bisect_right(bounds, attained) if demoted_run else 0)
+        attained = run.attained_s + now - run.started_at
+        if per_device and run.devices > 1:
+            attained = attained * run.devices
+        klass = run.priority_class
+        if attained >= threshold and klass <= normal:
+            out[run.id] = klass * step - bisect_right(bounds, attained)
+        else:
+            out[run.id] = klass * step
     return out
 
 
@@ -237,24 +243,34 @@ def team_usage_devices(running: Iterable[RunningJob]) -> dict[str, int]:
 
 
 def runs_within_guarantee(
-    running: Sequence[RunningJob], guarantees: Mapping[str, int], standings: Mapping[str, int] | None = None
+    running: Sequence[RunningJob],
+    guarantees: Mapping[str, int],
+    standings: Mapping[str, int] | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> dict[str, bool]:
     """Which runs sit inside their team's guarantee.
 
     A team's runs fill its guarantee in order of class (highest first; `standings` ranks them
     instead where demotion applies, see `running_standings`) then start time (oldest first);
     whatever spills over is borrowed. This makes the newest, least important runs the borrowed
-    ones, so they are the ones preemption may touch.
+    ones, so they are the ones preemption may touch. `held` is each team's devices over
+    `running` (`team_usage_devices`), where the caller has it.
     """
     # (-standing, start, id, devices) per team: plain tuples sort fast, and this runs every pass.
     by_team: dict[str, list[tuple[int, float, str, int]]] = defaultdict(list)
     for run in running:
-        rank = int(run.priority_class) * STANDING_STEP if standings is None else standings[run.id]
+        rank = run.priority_class * STANDING_STEP if standings is None else standings[run.id]
         by_team[run.team].append((-rank, run.started_at, run.id, run.devices))
+    if held is None:
+        held = team_usage_devices(running)
     within: dict[str, bool] = {}
     for team, runs in by_team.items():
-        runs.sort()
         room = guarantees.get(team, 0)
+        if held[team] <= room:
+            # Every run fits, whatever the order: no need to sort.
+            within.update((row[2], True) for row in runs)
+            continue
+        runs.sort()
         for _, _, run_id, devices in runs:
             fits = devices <= room
             within[run_id] = fits

@@ -10,18 +10,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from apps.scheduling.model import RunningJob
 from apps.scheduling.placement import PoolCapacity
-
-
-@dataclass(frozen=True, slots=True)
-class _Need:
-    devices: int
-    memory: float
-    cpus: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,29 +34,30 @@ def _victim_cost(run: RunningJob, now: float, per_preemption_s: float = 0.0) -> 
 class VictimIndex:
     """A pass's possible victims, node by node, cheapest first, and the runs already stopping.
 
-    Built once per pass (`candidate` says which runs could ever be victims: preemptible, not
-    stopping, beyond their team's guarantee), so each waiting job's `plan_preemption` only
-    filters it rather than sorting every node's runs again."""
+    Built once per pass from the runs that could ever be victims (`candidates`: preemptible, not
+    stopping, beyond their team's guarantee) and those `stopping`, so each waiting job's
+    `plan_preemption` only filters it rather than sorting every node's runs again."""
 
-    def __init__(self, cap: PoolCapacity, running: Sequence[RunningJob], candidate: Callable[[RunningJob], bool],
+    def __init__(self, cap: PoolCapacity, candidates: Iterable[RunningJob], stopping: Iterable[RunningJob],
                  now: float, per_preemption_s: float = 0.0) -> None:
         # Per node: (run id, devices, memory, CPU cores) of each run already stopping there.
         self.stopping: dict[int, list[tuple[str, int, float, float]]] = defaultdict(list)
-        per_node: dict[int, list[tuple[tuple[float, int, float, str], RunningJob, int]]] = defaultdict(list)
-        for run in running:
-            cost: tuple[float, int, float, str] | None = None
+        index, ready = cap.index, cap.ready
+        for run in stopping:
             for node_id, count in run.allocation:
-                i = cap.index.get(node_id)
-                if i is None or not cap.ready[i]:
-                    continue
-                if run.stopping:
+                i = index.get(node_id)
+                if i is not None and ready[i]:
                     self.stopping[i].append((run.id, count, run.memory_per_device * count, run.cpus_per_device * count))
-                elif candidate(run):
-                    if cost is None:
-                        cost = _victim_cost(run, now, per_preemption_s)
+        per_node: dict[int, list[tuple[tuple[float, int, float, str], RunningJob, int]]] = defaultdict(list)
+        for run in candidates:
+            cost = _victim_cost(run, now, per_preemption_s)
+            for node_id, count in run.allocation:
+                i = index.get(node_id)
+                if i is not None and ready[i]:
                     per_node[i].append((cost, run, count))
+        by_cost = itemgetter(0)
         self.by_node: dict[int, list[tuple[float, RunningJob, int]]] = {
-            i: [(cost[0], run, count) for cost, run, count in sorted(rows, key=lambda row: row[0])]
+            i: [(cost[0], run, count) for cost, run, count in sorted(rows, key=by_cost)]
             for i, rows in per_node.items()
         }
 
@@ -86,11 +81,36 @@ def plan_preemption(
     other jobs in this pass already counted on; they are neither victims nor free devices here.
     """
     options: list[tuple[float, int, tuple[RunningJob, ...]]] = []
-    need = _Need(devices, memory, cpus)
+    sized = memory > 0 or cpus > 0
+    # One loop over the nodes, inlined: this runs for every waiting job that tries to preempt.
+    ready, total, reserved, free = cap.ready, cap.total, cap.reserved, cap.free
+    stopping, by_node = index.stopping, index.by_node
     for i in range(len(cap.ids)):
-        option = _node_option(cap, index, i, eligible, taken, need)
-        if option is not None:
-            options.append(option)
+        if not ready[i] or total[i] - reserved[i] < devices:
+            continue
+        if sized and (cap.mem_total[i] - cap.mem_reserved[i] < memory or cap.cpu_total[i] - cap.cpu_reserved[i] < cpus):
+            continue
+        have = free[i] - reserved[i]
+        mem, cpu = cap.mem_free[i] - cap.mem_reserved[i], cap.cpu_free[i] - cap.cpu_reserved[i]
+        for run_id, count, freed_mem, freed_cpu in stopping.get(i, ()):
+            if run_id not in taken:
+                have, mem, cpu = have + count, mem + freed_mem, cpu + freed_cpu
+        fits = have >= devices and (not sized or (mem >= memory and cpu >= cpus))
+        if fits:
+            options.append((0.0, i, ()))
+            continue
+        # The cheapest victims on the node that make room.
+        chosen: list[RunningJob] = []
+        cost = 0.0
+        for risk, run, count in by_node.get(i, ()):
+            if run.id in taken or not eligible(run):
+                continue
+            chosen.append(run)
+            cost += risk
+            have, mem, cpu = have + count, mem + run.memory_per_device * count, cpu + run.cpus_per_device * count
+            if have >= devices and (not sized or (mem >= memory and cpu >= cpus)):
+                options.append((cost, i, tuple(chosen)))
+                break
     if len(options) < nodes:
         return None
     best = heapq.nsmallest(nodes, options, key=lambda o: (o[0], len(o[2]), o[1]))
@@ -104,33 +124,3 @@ def plan_preemption(
         nodes=tuple(sorted(o[1] for o in best)),
         victims=tuple(sorted(victims.values(), key=lambda r: r.id)),
     )
-
-
-def _node_option(cap: PoolCapacity, index: VictimIndex, i: int, eligible: Callable[[RunningJob], bool], taken: set[str],
-                 need: _Need) -> tuple[float, int, tuple[RunningJob, ...]] | None:
-    """(cost, node, victims): the cheapest victims on node `i` that make room for `need`, or None."""
-    devices, sized = need.devices, need.memory > 0 or need.cpus > 0
-    if not cap.ready[i] or cap.total[i] - cap.reserved[i] < devices:
-        return None
-    if sized and (cap.mem_total[i] - cap.mem_reserved[i] < need.memory or cap.cpu_total[i] - cap.cpu_reserved[i] < need.cpus):
-        return None
-    have = cap.free[i] - cap.reserved[i]
-    mem, cpu = cap.mem_free[i] - cap.mem_reserved[i], cap.cpu_free[i] - cap.cpu_reserved[i]
-    for run_id, count, freed_mem, freed_cpu in index.stopping.get(i, ()):
-        if run_id not in taken:
-            have, mem, cpu = have + count, mem + freed_mem, cpu + freed_cpu
-
-    def fits() -> bool:
-        return have >= devices and (not sized or (mem >= need.memory and cpu >= need.cpus))
-
-    chosen: list[RunningJob] = []
-    cost = 0.0
-    for risk, run, count in index.by_node.get(i, ()) if not fits() else ():
-        if run.id in taken or not eligible(run):
-            continue
-        chosen.append(run)
-        cost += risk
-        have, mem, cpu = have + count, mem + run.memory_per_device * count, cpu + run.cpus_per_device * count
-        if fits():
-            break
-    return (cost, i, tuple(chosen)) if fits() else None
