@@ -392,6 +392,7 @@ class _Replay:
     # The first end inside the last coarse jump (None when the replay stepped to that end itself):
     # a start then came somewhere between it and the jump's end, so the midpoint is reported.
     jumped_from: float | None = None
+    node_states: dict[tuple[str, int], Node] = field(default_factory=dict)
 
     @classmethod
     def begin(
@@ -468,10 +469,7 @@ class _Replay:
         state, free = self.state, self.free
         return ClusterState(
             now=self.now,
-            nodes=tuple(
-                n if n.free_devices == free[n.id] else replace(n, free_devices=free[n.id])
-                for n in self.nodes.values()
-            ),
+            nodes=tuple(n if n.free_devices == free[n.id] else self._node(n, free[n.id]) for n in self.nodes.values()),
             running=tuple(self.running.values()),
             queued=tuple(self.queued.values()),
             quotas=state.quotas,
@@ -479,6 +477,13 @@ class _Replay:
             policies=state.policies,
             default_policy=state.default_policy,
         )
+
+    def _node(self, node: Node, free: int) -> Node:
+        # A node takes few states over a replay: one object each (`replace` is slow).
+        seen = self.node_states.get((node.id, free))
+        if seen is None:
+            seen = self.node_states[node.id, free] = replace(node, free_devices=free)
+        return seen
 
     def _start(self, placement: Placement) -> None:
         now = self.now

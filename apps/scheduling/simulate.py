@@ -338,6 +338,7 @@ class Replay:
         self.gpn = gpus_per_node
         self.node_ids = [f"node-{i:04d}" for i in range(nodes)]
         self.free = {n: gpus_per_node for n in self.node_ids}
+        self.nodes_seen: dict[tuple[str, int], Node] = {}
         self.policy = policy
         self.estimates = estimates
         self.resume = preemptible
@@ -444,13 +445,20 @@ class Replay:
     def state(self, now: float) -> ClusterState:
         return ClusterState(
             now=now,
-            nodes=tuple(Node(id=n, pool=POOL, total_devices=self.gpn, free_devices=self.free[n]) for n in self.node_ids),
+            nodes=tuple(self._node(n, self.free[n]) for n in self.node_ids),
             running=tuple(self.running.values()),
             queued=tuple(self.queued.values()),
             quotas=self.quotas,
             usage=tuple(TeamUsage(team=t, pool=POOL, device_seconds=u) for t, u in sorted(self.usage.items())),
             policies={POOL: self.policy},
         )
+
+    def _node(self, node_id: str, free: int) -> Node:
+        # Nodes are immutable and take few states: one object each, not one per pass.
+        node = self.nodes_seen.get((node_id, free))
+        if node is None:
+            node = self.nodes_seen[node_id, free] = Node(id=node_id, pool=POOL, total_devices=self.gpn, free_devices=free)
+        return node
 
     def median_wait(self) -> float:
         seen = self.waits_seen
