@@ -263,7 +263,7 @@ def runs_within_guarantee(
         by_team[run.team].append((-rank, run.started_at, run.id, run.devices))
     if held is None:
         held = team_usage_devices(running)
-    within: dict[str, bool] = {}
+    within: dict[str, bool] = dict.fromkeys((run.id for run in running), False)
     for team, runs in by_team.items():
         room = guarantees.get(team, 0)
         if held[team] <= room:
@@ -272,14 +272,12 @@ def runs_within_guarantee(
             continue
         runs.sort()
         for _, _, run_id, devices in runs:
-            fits = devices <= room
-            within[run_id] = fits
-            if fits:
-                room -= devices
-            else:
+            if devices > room:
                 # Once a run spills over, everything after it is borrowed too: a small later run
                 # slipping into the leftover room would make the boundary depend on sizes.
-                room = -1
+                break
+            within[run_id] = True
+            room -= devices
     return within
 
 
