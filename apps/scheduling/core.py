@@ -212,8 +212,6 @@ class _PoolPass:
     # Built on the pass's first preemption attempt (`_try_preempt`).
     victims: VictimIndex | None = None
     top_standing: float = INF
-    # An urgent job waits: it may stop runs past `Policy.max_preemptions` too.
-    urgent_waiting: bool = False
     # Nodes holding a run that reached `Policy.max_preemptions` (`Policy.pack_capped`); built on
     # the first such placement of the pass.
     capped_nodes: set[int] | None = None
@@ -299,15 +297,16 @@ class _PoolPass:
         `borrowed` (those runs)."""
         if not (self.policy.preemption and any(r.preemptible and not r.stopping for r in self.running)):
             return None
-        # (Only the cap asks whether an urgent job waits: a look at every waiting job.)
-        cap = self.policy.max_preemptions
-        urgent = self.urgent_waiting = cap != 0 and any(j.priority_class >= PriorityClass.URGENT for j in self.queued)
+        # An urgent job waiting may stop runs past the cap too; only the cap asks (a look at every
+        # waiting job).
+        limit = self.policy.max_preemptions
+        urgent = limit != 0 and any(j.priority_class >= PriorityClass.URGENT for j in self.queued)
         run_standing = self.run_standing = running_standings(self.running, self.now, self.policy)
         within_run = runs_within_guarantee(self.running, guarantees, run_standing, held)
         # One comprehension: this runs over every run on every pass.
         borrowed = self.borrowed = [
             r for r in self.running
-            if r.preemptible and not r.stopping and (not cap or r.preemptions < cap or urgent) and not within_run[r.id]
+            if r.preemptible and not r.stopping and (not limit or r.preemptions < limit or urgent) and not within_run[r.id]
         ]
         return min((run_standing[r.id] for r in borrowed), default=None)
 
