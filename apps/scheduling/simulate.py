@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from apps.scheduling.breakdown import format_breakdown, slowdown_breakdown
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
 from apps.scheduling.estimate import CLOSE_S, MAX_AHEAD, CalibrationKey, QueueLag, WaitCalibration, close_margin, queue_estimates
 from apps.scheduling.model import (
@@ -1074,6 +1075,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", action="store_true",
                         help="every policy on the trace and on VARIANTS (other seeds, 0.7x and 1.3x load, 30 and 60 "
                              "nodes); one line each; only trainyard's replays estimate")
+    parser.add_argument("--sample", choices=[v.name for v in VARIANTS],
+                        help="replay one of --variants' samples alone (its seed, load and nodes)")
+    parser.add_argument("--breakdown", type=int, default=0, metavar="TEAMS",
+                        help="print (and write with --json) where the slowdown of the TEAMS worst-off teams goes: "
+                             "by the jobs' width and length, first start or after it")
     parser.add_argument("--workers", type=int, default=1, help="replays at once with --variants")
     parser.add_argument("--reuse", metavar="JSON",
                         help="with --variants and one --policy: the other policies' figures from this earlier --json")
@@ -1098,19 +1104,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     if args.variants:
+        if args.sample or args.breakdown:
+            parser.error("--sample and --breakdown replay one sample: leave out --variants")
         return _main_variants(args, resume)
+    if args.sample and args.perturb is not None:
+        parser.error("--sample names its own seed: leave out --perturb")
+    if args.breakdown < 0:
+        parser.error(f"--breakdown must be 0 or more teams (got {args.breakdown})")
     jobs = load_trace(args.trace, args.limit)
+    nodes = args.nodes
+    if args.sample:
+        variant = next(v for v in VARIANTS if v.name == args.sample)
+        jobs, nodes = variant.jobs(jobs), variant.nodes or nodes
     if args.perturb is not None:
         jobs = perturb(jobs, seed=args.perturb)
     names = list(POLICIES) if args.policy == "all" else [args.policy]
-    summaries = [
-        replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name,
-                     estimates=not args.no_estimates, preemptible=resume, guarantee_share=args.guarantee_share)[0]
+    replays = [
+        replay_trace(jobs, nodes=nodes, gpus_per_node=args.gpus_per_node, policy=name,
+                     estimates=not args.no_estimates, preemptible=resume, guarantee_share=args.guarantee_share)
         for name in names
     ]
+    summaries = [summary for summary, _ in replays]
     print(format_table(summaries))
+    breakdowns = {s.policy: slowdown_breakdown(outcomes, teams=args.breakdown) for s, outcomes in replays} if args.breakdown else {}
+    for policy, rows in breakdowns.items():
+        print(format_breakdown(policy, rows))
     if args.json_out:
-        payload = {"trace": str(args.trace), "results": [asdict(s) for s in summaries]}
+        payload: dict[str, Any] = {"trace": str(args.trace), "results": [asdict(s) for s in summaries]}
+        if args.sample:
+            payload["sample"] = args.sample
+        if breakdowns:
+            payload["breakdown"] = {policy: [asdict(r) for r in rows] for policy, rows in breakdowns.items()}
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 
