@@ -61,13 +61,23 @@ class TeamBreakdown:
     parts: tuple[Part, ...]
 
 
+def run_length(outcome: Outcome) -> float:
+    """The duration slowdown divides by: at least 1 s, so a zero-length job has one too."""
+    return max(outcome.job.duration_s, 1.0)
+
+
+def slowdown(outcome: Outcome) -> float:
+    """JCT over duration: the figure `simulate.summarize` averages per team for Jain's index."""
+    return outcome.jct / run_length(outcome)
+
+
 def _bucket(value: float, buckets: Sequence[tuple[float, str]]) -> str:
     return next(name for bound, name in buckets if value < bound)
 
 
 def slowdown_breakdown(outcomes: Sequence[Outcome], *, teams: int, parts: int = 5) -> list[TeamBreakdown]:
     """The `teams` teams with the highest mean slowdown, worst first, each with its `parts`
-    largest parts of the excess. Slowdown is JCT over duration (at least 1 s), as in `summarize`."""
+    largest parts of the excess (`slowdown`)."""
     by_team: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         by_team[o.job.team].append(o)
@@ -78,14 +88,13 @@ def slowdown_breakdown(outcomes: Sequence[Outcome], *, teams: int, parts: int = 
         sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0])
         total = 0.0
         for o in mine:
-            duration = max(o.job.duration_s, 1.0)
-            slowdown = o.jct / duration
-            total += slowdown
+            ratio, first = slowdown(o), o.wait / run_length(o)
+            total += ratio
             row = sums[_bucket(o.job.gpus, WIDTHS), _bucket(o.job.duration_s, LENGTHS)]
             row[0] += 1
-            row[1] += (slowdown - 1) / n
-            row[2] += o.wait / duration / n
-            row[3] += (slowdown - 1 - o.wait / duration) / n
+            row[1] += (ratio - 1) / n
+            row[2] += first / n
+            row[3] += (ratio - 1 - first) / n
             row[4] += o.preempted
         ranked = sorted(sums.items(), key=lambda kv: (-kv[1][1], kv[0]))[:parts]
         rows.append(TeamBreakdown(

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from apps.scheduling.breakdown import format_breakdown, slowdown_breakdown
+from apps.scheduling.breakdown import format_breakdown, slowdown, slowdown_breakdown
 from apps.scheduling.core import UNLIMITED, deadlines_due, schedule
 from apps.scheduling.estimate import CLOSE_S, MAX_AHEAD, CalibrationKey, QueueLag, WaitCalibration, close_margin, queue_estimates
 from apps.scheduling.model import (
@@ -788,7 +788,7 @@ def summarize(replay: Replay, policy_name: str, wall_s: float, cpu_s: float = 0.
     waits = [o.wait for o in outcomes]
     slowdown_by_team: dict[str, list[float]] = defaultdict(list)
     for o in outcomes:
-        slowdown_by_team[o.job.team].append(o.jct / max(o.job.duration_s, 1.0))
+        slowdown_by_team[o.job.team].append(slowdown(o))
     team_slowdown = {team: statistics.fmean(v) for team, v in sorted(slowdown_by_team.items())}
     team_means = list(team_slowdown.values())
     busy = sum(o.job.gpus * o.job.duration_s for o in outcomes)
