@@ -27,7 +27,7 @@ simulations this trace comes from: under a policy that preempts, a stopped job l
 since its last periodic checkpoint and pays a restart when it resumes (`Preemptible`, set with
 `--checkpoint-every`, `--grace` and `--restart`); the report counts the preemptions and the
 device-hours lost. The baselines never preempt. A job's wait, and its estimate's error, are
-measured to its first start.
+measured to its first start. `--report PAGE.html` draws the replay (`replay_report`).
 """
 
 from __future__ import annotations
@@ -1011,20 +1011,36 @@ def run_variants(trace: str, *, nodes: int, gpus_per_node: int = 8, resume: Pree
     return dict(out)
 
 
+@dataclass(frozen=True, slots=True)
+class GoalCell:
+    """One goal on one sample: whether it held, and the figure it was judged by."""
+
+    held: bool
+    text: str
+
+
+def goal_cells(fifo: Summary, backfill: Summary, ty: Summary) -> dict[str, GoalCell]:
+    """Issue 28's goals for one replay of the three policies: whether each held, and its figure."""
+    over_10m = ty.waited.get("10m", {})
+    est, now, median = (over_10m.get(k, 0.0) for k in ("estimate", "starts_now", "pool_median"))
+    jct_fifo, jct_bf = ty.avg_jct_s / fifo.avg_jct_s, ty.avg_jct_s / backfill.avg_jct_s
+    p99_bf = ty.p99_jct_s / backfill.p99_jct_s
+    return {
+        "jct <= 0.6 fifo": GoalCell(jct_fifo <= 0.6, f"{jct_fifo:.2f}×"),
+        "jct <= 0.9 backfill": GoalCell(jct_bf <= 0.9, f"{jct_bf:.2f}×"),
+        "jain >= 0.85": GoalCell(ty.jain_slowdown >= 0.85, f"{ty.jain_slowdown:.3f}"),
+        "p99 <= backfill": GoalCell(p99_bf <= 1.0, f"{p99_bf:.2f}×"),
+        "preempted <= 10": GoalCell(ty.max_preemptions_per_job <= 10, f"{ty.max_preemptions_per_job}"),
+        "est > 10m >= 0.7": GoalCell(est >= 0.7, f"{est:.1%}"),
+        "est beats baselines": GoalCell(est > max(now, median), f"{est:.0%} vs {max(now, median):.0%}"),
+        "busy >= backfill": GoalCell(ty.busy_while_waiting >= backfill.busy_while_waiting,
+                                     f"{ty.busy_while_waiting:.3f} vs {backfill.busy_while_waiting:.3f}"),
+    }
+
+
 def goals(fifo: Summary, backfill: Summary, ty: Summary) -> dict[str, bool]:
     """Issue 28's goals for one replay of the three policies."""
-    over_10m = ty.waited.get("10m", {})
-    return {
-        "jct <= 0.6 fifo": ty.avg_jct_s <= 0.6 * fifo.avg_jct_s,
-        "jct <= 0.9 backfill": ty.avg_jct_s <= 0.9 * backfill.avg_jct_s,
-        "jain >= 0.85": ty.jain_slowdown >= 0.85,
-        "p99 <= backfill": ty.p99_jct_s <= backfill.p99_jct_s,
-        "preempted <= 10": ty.max_preemptions_per_job <= 10,
-        "est > 10m >= 0.7": over_10m.get("estimate", 0.0) >= 0.7,
-        "est beats baselines": over_10m.get("estimate", 0.0) > max(over_10m.get("starts_now", 0.0),
-                                                                   over_10m.get("pool_median", 0.0)),
-        "busy >= backfill": ty.busy_while_waiting >= backfill.busy_while_waiting,
-    }
+    return {name: cell.held for name, cell in goal_cells(fifo, backfill, ty).items()}
 
 
 def format_variants(results: dict[str, dict[str, Summary]]) -> str:
@@ -1061,7 +1077,7 @@ def policy_with(policy: Policy, overrides: Sequence[str]) -> Policy:
     return replace(policy, **changes)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("trace")
     parser.add_argument("--nodes", type=int, required=True)
@@ -1080,6 +1096,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--breakdown", type=int, default=0, metavar="TEAMS",
                         help="print (and write with --json) where the slowdown of the TEAMS worst-off teams goes: "
                              "by the jobs' width and length, first start or after it")
+    parser.add_argument("--report", metavar="HTML",
+                        help="write the replay as charts to this HTML page (self-contained): JCT distribution, each "
+                             "team's slowdown, stops per run, estimates against waits; with --variants, the goals")
     parser.add_argument("--workers", type=int, default=1, help="replays at once with --variants")
     parser.add_argument("--reuse", metavar="JSON",
                         help="with --variants and one --policy: the other policies' figures from this earlier --json")
@@ -1095,9 +1114,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--guarantee-share", type=float, default=1.0, metavar="F",
                         help="share of the cluster the teams' equal guarantees add up to (0 to 1; 0: no "
                              "guarantees, every run may be preempted)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if not 0.0 <= args.guarantee_share <= 1.0:
         parser.error(f"--guarantee-share must be between 0 and 1 (got {args.guarantee_share:g})")
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        parser.error(f"--report {args.report}: folder {Path(args.report).resolve().parent} does not exist")
     try:
         resume = Preemptible(checkpoint_every_s=args.checkpoint_every, grace_s=args.grace, restart_s=args.restart)
         POLICIES["trainyard"] = policy_with(POLICIES["trainyard"], args.overrides)
@@ -1136,6 +1162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if breakdowns:
             payload["breakdown"] = {policy: [asdict(r) for r in rows] for policy, rows in breakdowns.items()}
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
+    if args.report:
+        from apps.scheduling import replay_report  # plotly only for a report
+
+        title = f"Replay of {Path(args.trace).name}" + (f", sample {args.sample}" if args.sample else "")
+        Path(args.report).write_text(replay_report.replay_page(
+            title, {s.policy: outcomes for s, outcomes in replays}, {s.policy: s for s in summaries}))
+        print(f"report: {args.report}")
     return 0
 
 
@@ -1159,7 +1192,24 @@ def _main_variants(args: argparse.Namespace, resume: Preemptible) -> int:
     for name, by_policy in results.items():
         for summary in by_policy.values():
             print(f"{name:11} {summary.policy:10} {summary.cpu_s:7.1f} s CPU {summary.wall_s:7.1f} s wall")
+    if args.report:
+        _write_goals_report(args, results)
     return 0
+
+
+def _write_goals_report(args: argparse.Namespace, results: dict[str, dict[str, Summary]]) -> None:
+    from apps.scheduling import replay_report  # plotly only for a report
+
+    grid = {v.name: goal_cells(*(results[v.name][p] for p in ("fifo", "backfill", "trainyard")))
+            for v in VARIANTS if set(results.get(v.name, {})) >= {"fifo", "backfill", "trainyard"}}
+    if not grid:
+        print("report: not written: the goals need fifo, backfill and trainyard (--policy all, or --reuse)")
+        return
+    intro = (f"{Path(args.trace).name} on {args.nodes} nodes and its variants: trainyard against FIFO and "
+             "FIFO+backfill. Each cell is trainyard's figure; × means times the baseline's.")
+    Path(args.report).write_text(replay_report.page(f"Issue 28's goals: {Path(args.trace).name}", intro,
+                                                    [replay_report.goals_figure(grid)]))
+    print(f"report: {args.report}")
 
 
 if __name__ == "__main__":
