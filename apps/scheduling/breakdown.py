@@ -75,6 +75,11 @@ def _bucket(value: float, buckets: Sequence[tuple[float, str]]) -> str:
     return next(name for bound, name in buckets if value < bound)
 
 
+def length_bucket(duration_s: float) -> str:
+    """The name of the `LENGTHS` bucket a run of `duration_s` seconds falls in."""
+    return _bucket(duration_s, LENGTHS)
+
+
 def slowdown_breakdown(outcomes: Sequence[Outcome], *, teams: int, parts: int = 5) -> list[TeamBreakdown]:
     """The `teams` teams with the highest mean slowdown, worst first, each with its `parts`
     largest parts of the excess (`slowdown`)."""
@@ -90,7 +95,7 @@ def slowdown_breakdown(outcomes: Sequence[Outcome], *, teams: int, parts: int = 
         for o in mine:
             ratio, first = slowdown(o), o.wait / run_length(o)
             total += ratio
-            row = sums[_bucket(o.job.gpus, WIDTHS), _bucket(o.job.duration_s, LENGTHS)]
+            row = sums[_bucket(o.job.gpus, WIDTHS), length_bucket(o.job.duration_s)]
             row[0] += 1
             row[1] += (ratio - 1) / n
             row[2] += first / n

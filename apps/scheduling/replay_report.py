@@ -14,6 +14,7 @@ from typing import Protocol
 
 import plotly.graph_objects as go
 
+from apps.scheduling.breakdown import LENGTHS, length_bucket
 from apps.scheduling.estimate import close_margin
 
 # The issue's bars drawn on the charts: stops of one run, waits that count as "really waited".
@@ -29,6 +30,8 @@ class _Job(Protocol):
     def team(self) -> str: ...
     @property
     def submit_s(self) -> float: ...
+    @property
+    def duration_s(self) -> float: ...
 
 
 class Outcome(Protocol):
@@ -168,6 +171,20 @@ def stops_figure(replays: Mapping[str, Sequence[Outcome]]) -> go.Figure:
     return _layout(fig, "How often runs were stopped", "times stopped", "runs (log)", y_log=True)
 
 
+def stops_by_length_figure(replays: Mapping[str, Sequence[Outcome]]) -> go.Figure:
+    """Times stopped by run length, as boxes: the runs past the cap are the long ones."""
+    fig = go.Figure()
+    order = [name for _, name in LENGTHS]
+    for policy, outcomes in replays.items():
+        if not any(o.preempted for o in outcomes):
+            continue
+        fig.add_trace(go.Box(x=[length_bucket(o.job.duration_s) for o in outcomes], y=[o.preempted for o in outcomes],
+                             name=policy, marker_color=COLOURS.get(policy), boxpoints="outliers"))
+    fig.add_hline(y=STOPS_CAP, line={"dash": "dash", "color": "#333"})
+    fig.update_xaxes(categoryorder="array", categoryarray=order)
+    return _layout(fig, "Times stopped by run length (dashed: the cap of 10)", "run length", "times stopped")
+
+
 def estimate_figure(policy: str, points: EstimatePoints) -> go.Figure:
     fig = go.Figure()
     for ok, name, colour in ((True, "within max(10 min, 25% of the wait)", "#2ca02c"), (False, "outside", "#d62728")):
@@ -220,7 +237,9 @@ def page(title: str, intro: str, figures: Sequence[go.Figure]) -> str:
 
 def replay_page(title: str, replays: Mapping[str, Sequence[Outcome]], summaries: Mapping[str, Figures]) -> str:
     """The report of one sample replayed under one or more policies."""
-    figures = [jct_figure(replays, summaries), slowdown_figure(summaries), stops_figure(replays)]
+    figures = [jct_figure(replays, summaries), slowdown_figure(summaries)]
+    if any(o.preempted for outcomes in replays.values() for o in outcomes):
+        figures += [stops_figure(replays), stops_by_length_figure(replays)]
     for policy, outcomes in replays.items():
         points = estimate_points(outcomes)
         if points.runs and points.missing < points.runs:

@@ -94,9 +94,14 @@ def test_cli_writes_a_self_contained_report(tmp_path: Path, capsys: pytest.Captu
     # Plotly.js inline once (no network to open it), then one section per chart.
     assert text.count("<script>/**") == 1 and "<script src" not in text
     for title in ("How long runs took", "Each team's mean slowdown", "How often runs were stopped",
-                  "trainyard: the estimate at submission against the wait"):
+                  "Times stopped by run length", "trainyard: the estimate at submission against the wait"):
         assert title in text
-    assert text.count('<section class="chart">') >= 4
+    assert text.count('<section class="chart">') >= 5
+    # A policy that stops no run has no stops to draw.
+    fifo = tmp_path / "fifo.html"
+    assert main([str(trace), "--nodes", "1", "--policy", "fifo", "--no-estimates", "--report", str(fifo)]) == 0
+    text = fifo.read_text()
+    assert text.count('<section class="chart">') == 2 and "How often runs were stopped" not in text
 
     goals_page = tmp_path / "goals.html"
     assert main([str(trace), "--nodes", "1", "--variants", "--policy", "all", "--report", str(goals_page)]) == 0
