@@ -91,10 +91,35 @@ def stop_counts(outcomes: Sequence[Outcome]) -> dict[int, int]:
     return {k: counts.get(k, 0) for k in range(max(counts, default=-1) + 1)}
 
 
+# A wait and its estimate: (since, start, estimated start or None), all in seconds. `since` is
+# the submission for an at-submission estimate, the stop for one made at a requeue.
+Wait = tuple[float, float, float | None]
+
+
+class Requeue(Protocol):
+    """A preempted run's return to the line (`simulate.Requeue`)."""
+
+    @property
+    def at(self) -> float: ...
+    @property
+    def estimate(self) -> float | None: ...
+    @property
+    def start(self) -> float | None: ...
+
+
+def submission_waits(outcomes: Sequence[Outcome]) -> list[Wait]:
+    return [(o.job.submit_s, o.start, o.estimated_start) for o in outcomes]
+
+
+def requeue_waits(requeues: Sequence[Requeue]) -> list[Wait]:
+    """The requeues that ended in a restart (a run may finish while stopping, and not restart)."""
+    return [(r.at, r.start, r.estimate) for r in requeues if r.start is not None]
+
+
 @dataclass(frozen=True, slots=True)
 class EstimatePoints:
-    """The runs that waited over `WAITED_S`: each drawn one's (wait h, estimated wait h, within
-    max(10 min, 25% of the wait)); `runs`, `within` and `missing` (no estimate) count them all."""
+    """The waits over `WAITED_S`: each drawn one's (wait h, estimated wait h, within max(10 min,
+    25% of the wait)); `runs`, `within` and `missing` (no estimate) count them all."""
 
     points: list[tuple[float, float, bool]]
     runs: int
@@ -106,20 +131,19 @@ class EstimatePoints:
         return self.within / self.runs if self.runs else 0.0
 
 
-def estimate_points(outcomes: Sequence[Outcome], limit: int = 3000) -> EstimatePoints:
-    """The at-submission estimates of the runs that really waited, scored as `simulate` scores
-    them; at most `limit` drawn (every k-th by submission), all counted."""
-    waited = sorted((o for o in outcomes if o.wait > WAITED_S), key=lambda o: o.job.submit_s)
+def estimate_points(waits: Sequence[Wait], limit: int = 3000) -> EstimatePoints:
+    """The estimates of the waits over `WAITED_S`, scored as `simulate` scores them; at most
+    `limit` drawn (every k-th in time), all counted."""
+    waited = sorted((w for w in waits if w[1] - w[0] > WAITED_S), key=lambda w: w[0])
     rows: list[tuple[float, float, bool]] = []
     missing = within = 0
-    for o in waited:
-        if o.estimated_start is None:
+    for since, start, guess in waited:
+        if guess is None:
             missing += 1
             continue
-        guess = o.estimated_start - o.job.submit_s
-        ok = abs(o.estimated_start - o.start) <= close_margin(o.wait)
+        ok = abs(guess - start) <= close_margin(start - since)
         within += ok
-        rows.append((o.wait / 3600.0, guess / 3600.0, ok))
+        rows.append(((start - since) / 3600.0, (guess - since) / 3600.0, ok))
     step = max(1, -(-len(rows) // limit))
     return EstimatePoints(points=rows[::step], runs=len(waited), within=within, missing=missing)
 
@@ -185,7 +209,7 @@ def stops_by_length_figure(replays: Mapping[str, Sequence[Outcome]]) -> go.Figur
     return _layout(fig, "Times stopped by run length (dashed: the cap of 10)", "run length", "times stopped")
 
 
-def estimate_figure(policy: str, points: EstimatePoints) -> go.Figure:
+def estimate_figure(policy: str, points: EstimatePoints, *, requeue: bool = False) -> go.Figure:
     fig = go.Figure()
     for ok, name, colour in ((True, "within max(10 min, 25% of the wait)", "#2ca02c"), (False, "outside", "#d62728")):
         chosen = [p for p in points.points if p[2] == ok]
@@ -195,8 +219,10 @@ def estimate_figure(policy: str, points: EstimatePoints) -> go.Figure:
     line = [FLOOR_H, top]
     fig.add_trace(go.Scatter(x=line, y=line, mode="lines", name="estimate = wait",
                              line={"color": "#333", "dash": "dot", "width": 1}))
-    title = (f"{policy}: the estimate at submission against the wait, for the {points.runs:,} runs that waited over "
-             f"{WAITED_S / 60:.0f} minutes ({points.share:.1%} within"
+    what = ("the estimate made when a stopped run went back in line against its wait to restart, for the "
+            f"{points.runs:,} waits over" if requeue else
+            f"the estimate at submission against the wait, for the {points.runs:,} runs that waited over")
+    title = (f"{policy}: {what} {WAITED_S / 60:.0f} minutes ({points.share:.1%} within"
              + (f"; {points.missing:,} without an estimate" if points.missing else "") + ")")
     return _layout(fig, title, "actual wait, hours (log)", "estimated wait, hours (log)", x_log=True, y_log=True)
 
@@ -235,15 +261,18 @@ def page(title: str, intro: str, figures: Sequence[go.Figure]) -> str:
             f"<body><h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>\n{body}\n</body></html>\n")
 
 
-def replay_page(title: str, replays: Mapping[str, Sequence[Outcome]], summaries: Mapping[str, Figures]) -> str:
-    """The report of one sample replayed under one or more policies."""
+def replay_page(title: str, replays: Mapping[str, Sequence[Outcome]], summaries: Mapping[str, Figures],
+                requeues: Mapping[str, Sequence[Requeue]] | None = None) -> str:
+    """The report of one sample replayed under one or more policies (`requeues`: each policy's
+    runs back in line after a stop, for the estimates made then)."""
     figures = [jct_figure(replays, summaries), slowdown_figure(summaries)]
     if any(o.preempted for outcomes in replays.values() for o in outcomes):
         figures += [stops_figure(replays), stops_by_length_figure(replays)]
     for policy, outcomes in replays.items():
-        points = estimate_points(outcomes)
-        if points.runs and points.missing < points.runs:
-            figures.append(estimate_figure(policy, points))
+        for points, again in ((estimate_points(submission_waits(outcomes)), False),
+                              (estimate_points(requeue_waits((requeues or {}).get(policy, ()))), True)):
+            if points.runs and points.missing < points.runs:
+                figures.append(estimate_figure(policy, points, requeue=again))
     first = next(iter(summaries.values()))
     intro = (f"{first.jobs:,} jobs on {first.nodes} nodes; "
              + "; ".join(f"{p}: average JCT {s.avg_jct_s / 3600:,.1f} h, p99 {s.p99_jct_s / 3600:,.0f} h, "

@@ -892,6 +892,25 @@ def _estimate_figures(outcomes: Sequence[JobOutcome]) -> tuple[int, float, float
     )
 
 
+def replay(
+    jobs: Sequence[TraceJob],
+    *,
+    nodes: int,
+    gpus_per_node: int = 8,
+    policy: str = "trainyard",
+    estimates: bool = True,
+    preemptible: Preemptible = Preemptible(),
+    guarantee_share: float = 1.0,
+) -> tuple[Summary, Replay]:
+    """Replay `jobs` under `policy`: its summary, and the replay (outcomes, requeues) for a report."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates,
+                 preemptible=preemptible, guarantee_share=guarantee_share)
+    sim.run()
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return summarize(sim, policy, wall, cpu), sim
+
+
 def replay_trace(
     jobs: Sequence[TraceJob],
     *,
@@ -902,12 +921,9 @@ def replay_trace(
     preemptible: Preemptible = Preemptible(),
     guarantee_share: float = 1.0,
 ) -> tuple[Summary, list[JobOutcome]]:
-    started, cpu_started = time.perf_counter(), time.process_time()
-    sim = Replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=POLICIES[policy], estimates=estimates,
-                 preemptible=preemptible, guarantee_share=guarantee_share)
-    sim.run()
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    return summarize(sim, policy, wall, cpu), sim.outcomes
+    summary, sim = replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=policy, estimates=estimates,
+                          preemptible=preemptible, guarantee_share=guarantee_share)
+    return summary, sim.outcomes
 
 
 def teams_compared(policy: Summary, baseline: Summary) -> tuple[list[str], list[tuple[str, float, float]]]:
@@ -1146,13 +1162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs = perturb(jobs, seed=args.perturb)
     names = list(POLICIES) if args.policy == "all" else [args.policy]
     replays = [
-        replay_trace(jobs, nodes=nodes, gpus_per_node=args.gpus_per_node, policy=name,
-                     estimates=not args.no_estimates, preemptible=resume, guarantee_share=args.guarantee_share)
+        replay(jobs, nodes=nodes, gpus_per_node=args.gpus_per_node, policy=name,
+               estimates=not args.no_estimates, preemptible=resume, guarantee_share=args.guarantee_share)
         for name in names
     ]
     summaries = [summary for summary, _ in replays]
     print(format_table(summaries))
-    breakdowns = {s.policy: slowdown_breakdown(outcomes, teams=args.breakdown) for s, outcomes in replays} if args.breakdown else {}
+    breakdowns = {s.policy: slowdown_breakdown(sim.outcomes, teams=args.breakdown) for s, sim in replays} if args.breakdown else {}
     for policy, rows in breakdowns.items():
         print(format_breakdown(policy, rows))
     if args.json_out:
@@ -1167,7 +1183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         title = f"Replay of {Path(args.trace).name}" + (f", sample {args.sample}" if args.sample else "")
         Path(args.report).write_text(replay_report.replay_page(
-            title, {s.policy: outcomes for s, outcomes in replays}, {s.policy: s for s in summaries}))
+            title, {s.policy: sim.outcomes for s, sim in replays}, {s.policy: s for s in summaries},
+            {s.policy: sim.requeues for s, sim in replays}))
         print(f"report: {args.report}")
     return 0
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from apps.scheduling.replay_report import estimate_points, jct_curve, stop_counts
-from apps.scheduling.simulate import JobOutcome, TraceJob, goal_cells, goals, main, replay_trace
+from apps.scheduling.replay_report import estimate_points, jct_curve, requeue_waits, stop_counts, submission_waits
+from apps.scheduling.simulate import JobOutcome, Requeue, TraceJob, goal_cells, goals, main, replay, replay_trace
 from tests.scheduling.test_simulate import synthetic, write_trace
 
 H = 3600.0
@@ -50,19 +50,29 @@ def test_estimate_points_score_the_runs_that_waited_as_the_replay_does() -> None
         outcome("far", 10.0, 10.0 + 2 * H, 3 * H, 10.0 + 3 * H),  # an hour off: outside
         outcome("none", 20.0, 20.0 + H, 3 * H, None),        # no estimate: counted, not drawn
     ]
-    points = estimate_points(outcomes)
+    points = estimate_points(submission_waits(outcomes))
     assert (points.runs, points.within, points.missing) == (3, 1, 1)
     assert points.share == pytest.approx(1 / 3)
     assert points.points == [(2.0, pytest.approx(2.4), True), (2.0, pytest.approx(3.0), False)]
-    assert len(estimate_points(outcomes, limit=1).points) == 1
+    assert len(estimate_points(submission_waits(outcomes), limit=1).points) == 1
+    # At a requeue the wait runs from the stop; one that never restarted has no wait to score.
+    back = [Requeue("a", at=H, median_wait=0.0, estimate=3 * H, start=3.2 * H),
+            Requeue("b", at=H, median_wait=0.0, estimate=2 * H)]
+    assert requeue_waits(back) == [(H, 3.2 * H, 3 * H)]
+    again = estimate_points(requeue_waits(back))
+    assert (again.runs, again.within) == (1, 1) and again.points == [(pytest.approx(2.2), 2.0, True)]
 
 
 def test_a_replays_pictures_agree_with_its_summary() -> None:
-    summary, outcomes = replay_trace(synthetic(150, seed=3, rate_s=60.0), nodes=1, policy="trainyard")
-    points = estimate_points(outcomes, limit=10)
+    summary, sim = replay(synthetic(150, seed=3, rate_s=60.0), nodes=1, policy="trainyard")
+    outcomes = sim.outcomes
+    points = estimate_points(submission_waits(outcomes), limit=10)
     assert points.runs == summary.waited["10m"]["jobs"] > 10
     assert points.share == pytest.approx(summary.waited["10m"]["estimate"])
     assert len(points.points) <= 10
+    again = estimate_points(requeue_waits(sim.requeues))
+    assert again.runs == summary.requeued["10m"]["jobs"] > 10
+    assert again.share == pytest.approx(summary.requeued["10m"]["estimate"])
     stops = stop_counts(outcomes)
     assert sum(stops.values()) == summary.jobs and max(stops) == summary.max_preemptions_per_job
     assert sum(n for k, n in stops.items() if k >= 5) == summary.jobs_preempted_5_plus
@@ -94,9 +104,10 @@ def test_cli_writes_a_self_contained_report(tmp_path: Path, capsys: pytest.Captu
     # Plotly.js inline once (no network to open it), then one section per chart.
     assert text.count("<script>/**") == 1 and "<script src" not in text
     for title in ("How long runs took", "Each team's mean slowdown", "How often runs were stopped",
-                  "Times stopped by run length", "trainyard: the estimate at submission against the wait"):
+                  "Times stopped by run length", "trainyard: the estimate at submission against the wait",
+                  "trainyard: the estimate made when a stopped run went back in line"):
         assert title in text
-    assert text.count('<section class="chart">') >= 5
+    assert text.count('<section class="chart">') >= 6
     # A policy that stops no run has no stops to draw.
     fifo = tmp_path / "fifo.html"
     assert main([str(trace), "--nodes", "1", "--policy", "fifo", "--no-estimates", "--report", str(fifo)]) == 0
