@@ -149,7 +149,7 @@ def estimate_points(waits: Sequence[Wait], limit: int = 3000) -> EstimatePoints:
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, *, x_log: bool = False, y_log: bool = False) -> go.Figure:
-    fig.update_layout(title=title, template="plotly_white", height=440, margin={"t": 60, "b": 50, "l": 60, "r": 20},
+    fig.update_layout(title=title, template="plotly_white", height=440, margin={"t": 80, "b": 50, "l": 60, "r": 20},
                       legend={"orientation": "h", "y": -0.18})
     fig.update_xaxes(title=x, type="log" if x_log else None)
     fig.update_yaxes(title=y, type="log" if y_log else None)
@@ -219,11 +219,11 @@ def estimate_figure(policy: str, points: EstimatePoints, *, requeue: bool = Fals
     line = [FLOOR_H, top]
     fig.add_trace(go.Scatter(x=line, y=line, mode="lines", name="estimate = wait",
                              line={"color": "#333", "dash": "dot", "width": 1}))
-    what = ("the estimate made when a stopped run went back in line against its wait to restart, for the "
+    what = ("the estimate made when a stopped run went back in line, against its wait to restart<br>"
             f"{points.runs:,} waits over" if requeue else
-            f"the estimate at submission against the wait, for the {points.runs:,} runs that waited over")
-    title = (f"{policy}: {what} {WAITED_S / 60:.0f} minutes ({points.share:.1%} within"
-             + (f"; {points.missing:,} without an estimate" if points.missing else "") + ")")
+            f"the estimate at submission against the wait<br>{points.runs:,} runs that waited over")
+    title = (f"{policy}: {what} {WAITED_S / 60:.0f} minutes, {points.share:.1%} within max(10 min, 25% of the wait)"
+             + (f"; {points.missing:,} without an estimate" if points.missing else ""))
     return _layout(fig, title, "actual wait, hours (log)", "estimated wait, hours (log)", x_log=True, y_log=True)
 
 
