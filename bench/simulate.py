@@ -28,7 +28,8 @@ same checks then run on `--variants` perturbed samples (`apps.scheduling.simulat
 teams' submissions shifted by up to two days, durations dealt out again within a team's jobs
 of one type and width), and a last table says on how many samples each check held.
 
-Writes bench/results/simulate.json (simulate-POLICY.json with `--policy`). Timings live here,
+Writes bench/results/simulate.json (simulate-POLICY.json with `--policy`), and the trace's replay
+drawn beside it as simulate.html (`simulate --report`'s page). Timings live here,
 not in the test suite, which asserts the same quality figures without the clock
 (tests/scheduling/test_simulate.py).
 """
@@ -46,11 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from apps.scheduling.simulate import (
     Preemptible,
+    Replay,
     Summary,
     TraceJob,
     format_table,
     load_trace,
     perturb,
+    replay,
     replay_trace,
     teams_compared,
 )
@@ -116,10 +119,14 @@ def cost_line(summary: Summary, jobs: list[TraceJob]) -> str:
             "the trace's work)")
 
 
-def _replay_all(jobs: list[TraceJob], args: argparse.Namespace, label: str) -> tuple[dict[str, Summary], list[tuple[str, bool, str]]]:
+def _replay_all(jobs: list[TraceJob], args: argparse.Namespace, label: str,
+                sims: dict[str, Replay] | None = None) -> tuple[dict[str, Summary], list[tuple[str, bool, str]]]:
+    """Every policy asked for on `jobs`, with their checks; each replay kept in `sims` if given."""
     results: dict[str, Summary] = {}
     for name in POLICIES if args.policy == "all" else (args.policy,):
-        results[name] = replay_trace(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name)[0]
+        results[name], sim = replay(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=name)
+        if sims is not None:
+            sims[name] = sim
         print(f"{label} {name}: {results[name].cpu_s:.1f} s CPU, {results[name].wall_s:.1f} s wall", flush=True)
     print(format_table(list(results.values())))
     rows = checks(results)
@@ -131,6 +138,15 @@ def _replay_all(jobs: list[TraceJob], args: argparse.Namespace, label: str) -> t
     if "trainyard" in results:
         print(cost_line(results["trainyard"], jobs))
     return results, rows
+
+
+def _write_report(path: Path, trace: str, results: dict[str, Summary], sims: dict[str, Replay]) -> None:
+    from apps.scheduling.replay_report import replay_page  # plotly only here
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(replay_page(f"Replay of {Path(trace).name} (bench)", {p: s.outcomes for p, s in sims.items()},
+                                results, {p: s.requeues for p, s in sims.items()}))
+    print(f"report: {path}")
 
 
 def teams_line(ty: Summary, fifo: Summary) -> str:
@@ -160,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trace not found: {args.trace}; skipped")
         return 0
     jobs = load_trace(args.trace, args.limit)
-    results, rows = _replay_all(jobs, args, "trace")
+    sims: dict[str, Replay] = {}
+    results, rows = _replay_all(jobs, args, "trace", sims)
+    out = RESULTS if args.policy == "all" else RESULTS.with_name(f"simulate-{args.policy}.json")
+    _write_report(out.with_suffix(".html"), args.trace, results, sims)
+    sims.clear()  # the replays are large: drop them before the variants
     pessimistic: dict[str, object] | None = None
     if args.pessimistic and "trainyard" in results:
         print(f"\n--- trainyard with costlier preemption: {PESSIMISTIC} ---")
@@ -184,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, (check, ok, _) in enumerate(rows):
             held = [ok] + [v["checks"][i]["pass"] for v in variants]
             print(f"  {check:40} {sum(held)}/{len(held)}")
-    # A one-policy run writes beside the full one rather than over it.
-    out = RESULTS if args.policy == "all" else RESULTS.with_name(f"simulate-{args.policy}.json")
+    # A one-policy run writes beside the full one rather than over it (`out` above).
     write_result(out.stem, {
         "trace": str(args.trace),
         "limit": args.limit,
