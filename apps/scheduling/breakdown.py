@@ -17,7 +17,9 @@ LENGTHS = ((600.0, "under 10 min"), (3600.0, "10 min-1 h"), (8 * 3600.0, "1-8 h"
            (math.inf, "over 3 d"))
 
 
-class _Job(Protocol):
+class TraceJobLike(Protocol):
+    """What the breakdown reads of a trace job (`simulate.TraceJob`)."""
+
     @property
     def team(self) -> str: ...
     @property
@@ -30,7 +32,7 @@ class Outcome(Protocol):
     """What the breakdown reads of a finished job (`simulate.JobOutcome`)."""
 
     @property
-    def job(self) -> _Job: ...
+    def job(self) -> TraceJobLike: ...
     @property
     def wait(self) -> float: ...
     @property

@@ -14,7 +14,8 @@ from typing import Protocol
 
 import plotly.graph_objects as go
 
-from apps.scheduling.breakdown import LENGTHS, length_bucket
+from apps.scheduling.breakdown import LENGTHS, TraceJobLike, length_bucket
+from apps.scheduling.breakdown import Outcome as BreakdownOutcome
 from apps.scheduling.estimate import close_margin
 
 # The issue's bars drawn on the charts: stops of one run, waits that count as "really waited".
@@ -25,16 +26,12 @@ FLOOR_H = 1 / 60
 COLOURS = {"fifo": "#8c8c8c", "backfill": "#1f77b4", "trainyard": "#d62728"}
 
 
-class _Job(Protocol):
-    @property
-    def team(self) -> str: ...
+class _Job(TraceJobLike, Protocol):
     @property
     def submit_s(self) -> float: ...
-    @property
-    def duration_s(self) -> float: ...
 
 
-class Outcome(Protocol):
+class Outcome(BreakdownOutcome, Protocol):
     """What the report reads of a finished job (`simulate.JobOutcome`)."""
 
     @property
@@ -43,12 +40,6 @@ class Outcome(Protocol):
     def start(self) -> float: ...
     @property
     def estimated_start(self) -> float | None: ...
-    @property
-    def wait(self) -> float: ...
-    @property
-    def jct(self) -> float: ...
-    @property
-    def preempted(self) -> int: ...
 
 
 class Figures(Protocol):

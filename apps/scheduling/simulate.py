@@ -911,18 +911,9 @@ def replay(
     return summarize(sim, policy, wall, cpu), sim
 
 
-def replay_trace(
-    jobs: Sequence[TraceJob],
-    *,
-    nodes: int,
-    gpus_per_node: int = 8,
-    policy: str = "trainyard",
-    estimates: bool = True,
-    preemptible: Preemptible = Preemptible(),
-    guarantee_share: float = 1.0,
-) -> tuple[Summary, list[JobOutcome]]:
-    summary, sim = replay(jobs, nodes=nodes, gpus_per_node=gpus_per_node, policy=policy, estimates=estimates,
-                          preemptible=preemptible, guarantee_share=guarantee_share)
+def replay_trace(jobs: Sequence[TraceJob], **options: Any) -> tuple[Summary, list[JobOutcome]]:
+    """`replay` (the same keyword options) for callers that need the outcomes only."""
+    summary, sim = replay(jobs, **options)
     return summary, sim.outcomes
 
 
