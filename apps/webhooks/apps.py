@@ -7,10 +7,12 @@ class WebhooksConfig(AppConfig):
     label = "webhooks"
 
     def ready(self) -> None:
+        # "webhooks.deliver" is queued by name (services may not import tasks, which imports
+        # services): registered here, eager Celery finds it.
         from apps.audit.models import AuditEvent
         from apps.billing.signals import budget_alert_notified
         from apps.tenants.views import PROJECT_PANELS
-        from apps.webhooks import signals, views
+        from apps.webhooks import signals, tasks, views  # noqa: F401
 
         if views.project_webhooks_panel not in PROJECT_PANELS:
             PROJECT_PANELS.append(views.project_webhooks_panel)

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from celery import signature
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
@@ -160,11 +161,14 @@ def webhook_endpoint_delete(*, endpoint: WebhookEndpoint) -> None:
 
 # --- emitting -------------------------------------------------------------------------------------
 
-def _queue(delivery_id: int, countdown: float = 0) -> None:
-    from apps.webhooks.tasks import deliver  # tasks imports this module
+# By name: apps.webhooks.tasks imports this module, so this one may not import it back.
+DELIVER_TASK = "webhooks.deliver"
 
+
+def _queue(delivery_id: int, countdown: float = 0) -> None:
     # The webhook sweep re-queues a delivery whose message never made it (Redis down).
-    enqueue(deliver, args=[delivery_id], countdown=countdown, queue="default", what=f"webhook delivery {delivery_id}")
+    enqueue(signature(DELIVER_TASK), args=[delivery_id], countdown=countdown, queue="default",
+            what=f"webhook delivery {delivery_id}")
 
 
 def webhook_emit(*, event: str, payload: dict[str, Any], project_id: int | None = None, team_id: int | None = None,

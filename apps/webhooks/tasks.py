@@ -10,7 +10,7 @@ from apps.webhooks import services
 QUEUE = "default"
 
 
-@shared_task(name="webhooks.deliver", ignore_result=True)
+@shared_task(name=services.DELIVER_TASK, ignore_result=True)
 def deliver(delivery_id: int) -> None:
     retry_in = services.webhook_deliver(delivery_id=delivery_id)
     if retry_in is not None:
