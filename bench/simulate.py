@@ -55,6 +55,7 @@ from apps.scheduling.simulate import (
     perturb,
     replay,
     replay_trace,
+    report_page,
     teams_compared,
 )
 from bench._results import write_result
@@ -141,11 +142,8 @@ def _replay_all(jobs: list[TraceJob], args: argparse.Namespace, label: str,
 
 
 def _write_report(path: Path, trace: str, results: dict[str, Summary], sims: dict[str, Replay]) -> None:
-    from apps.scheduling.replay_report import replay_page  # plotly only here
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(replay_page(f"Replay of {Path(trace).name} (bench)", {p: s.outcomes for p, s in sims.items()},
-                                results, {p: s.requeues for p, s in sims.items()}))
+    path.write_text(report_page(f"Replay of {Path(trace).name} (bench)", [(results[p], sim) for p, sim in sims.items()]))
     print(f"report: {path}")
 
 

@@ -1170,14 +1170,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             payload["breakdown"] = {policy: [asdict(r) for r in rows] for policy, rows in breakdowns.items()}
         Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
     if args.report:
-        from apps.scheduling import replay_report  # plotly only for a report
-
         title = f"Replay of {Path(args.trace).name}" + (f", sample {args.sample}" if args.sample else "")
-        Path(args.report).write_text(replay_report.replay_page(
-            title, {s.policy: sim.outcomes for s, sim in replays}, {s.policy: s for s in summaries},
-            {s.policy: sim.requeues for s, sim in replays}))
+        Path(args.report).write_text(report_page(title, replays))
         print(f"report: {args.report}")
     return 0
+
+
+def report_page(title: str, replays: Sequence[tuple[Summary, Replay]]) -> str:
+    """`replay_report.replay_page` for these replays of one sample, one per policy."""
+    from apps.scheduling import replay_report  # plotly only for a report
+
+    return replay_report.replay_page(title, {s.policy: sim.outcomes for s, sim in replays},
+                                     {s.policy: s for s, _ in replays}, {s.policy: sim.requeues for s, sim in replays})
 
 
 def _main_variants(args: argparse.Namespace, resume: Preemptible) -> int:
