@@ -154,14 +154,15 @@ STANDING_STEP = 1000
 
 
 @lru_cache(maxsize=64)
-def _level_bounds(threshold: float, factor: float) -> tuple[float, ...]:
-    """Service at which each level starts: T, T x factor, T x factor², ... (up to ~100 years)."""
+def _level_bounds(threshold: float, factor: float, levels: int = 0) -> tuple[float, ...]:
+    """Service at which each level starts: T, T x factor, T x factor², ... (up to ~100 years),
+    the first `levels` of them only when it is over 0 (`Policy.demotion_levels`)."""
     if factor <= 1:
         return (threshold,)
     bounds = [threshold]
     while bounds[-1] < 3.2e9 and len(bounds) < STANDING_STEP - 1:
         bounds.append(bounds[-1] * factor)
-    return tuple(bounds)
+    return tuple(bounds[:levels] if levels > 0 else bounds)
 
 
 def service_level(service_s: float, policy: Policy) -> int:
@@ -171,7 +172,7 @@ def service_level(service_s: float, policy: Policy) -> int:
     threshold = demotion_threshold(policy)
     if service_s < threshold:
         return 0
-    return bisect_right(_level_bounds(threshold, policy.demotion_factor), service_s)
+    return bisect_right(_level_bounds(threshold, policy.demotion_factor, policy.demotion_levels), service_s)
 
 
 def standing(klass: int, level: int) -> int:
@@ -183,7 +184,7 @@ def running_standings(running: Iterable[RunningJob], now: float, policy: Policy)
     threshold = demotion_threshold(policy)
     if threshold == math.inf:
         return {run.id: int(run.priority_class) * STANDING_STEP for run in running}
-    bounds = _level_bounds(threshold, policy.demotion_factor)
+    bounds = _level_bounds(threshold, policy.demotion_factor, policy.demotion_levels)
     normal, step, per_device = PriorityClass.NORMAL, STANDING_STEP, policy.service_per_device
     out: dict[str, int] = {}
     # `service` and `standing` inlined: this runs over every run on every pass.
@@ -498,6 +499,10 @@ def _preemption_rules(policy: Policy) -> list[str]:
                    + (f" beyond the first {policy.min_attempt_growth_after}" if policy.min_attempt_growth_after > 0 else "")
                    + "." if policy.min_attempt_growth > 1 else ".")
             )
+        deepest = _level_bounds(demotion_threshold(policy), policy.demotion_factor, policy.demotion_levels)
+        if policy.demotion_factor > 1 and len(deepest) == policy.demotion_levels:
+            rules.append(f"Jobs that have run {hours_minutes(deepest[-1])} or more stand together: "
+                         "none of them stops another to take its turn.")
         if policy.demoted_fifo:
             rules.append("Demoted jobs that have run about as long (the same level) resume in the order they were submitted.")
         if policy.starve_factor > 0:

@@ -1,4 +1,4 @@
-"""Issue 28: Tiresias' discretized queues (`Policy.demoted_fifo`), a starvation guard that only
+"""Issue 28: Tiresias' discretized queues (`Policy.demoted_fifo`, `Policy.demotion_levels`), a starvation guard that only
 lifts a job in line (`Policy.starved_preempt` off), victims spread over runs
 (`Policy.victim_preemption_cost_s`), and device-second service for a 64-device job."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.scheduling.core import Policy, TeamQuota, queue_order, schedule
+from apps.scheduling.core import Policy, TeamQuota, explain_policy, queue_order, schedule
 from apps.scheduling.policies import demoted
 from apps.scheduling.simulate import POLICIES, Variant, run_variants
 from apps.scheduling.snapshot import policy_from_json
@@ -51,6 +51,26 @@ def test_with_several_levels_fifo_orders_inside_a_level_and_levels_still_preempt
     assert [p.victim_id for p in schedule(state([node("n1", 0)], [waiting], [deeper], now=NOW, quotas=QUOTAS,
                                                 policy=policy)).preemptions] == ["old"]
     assert schedule(state([node("n1", 0)], [waiting], [same], now=NOW, quotas=QUOTAS, policy=policy)).preemptions == ()
+
+
+def test_the_deepest_level_holds_every_longer_run() -> None:
+    # Levels at 1 h and 4 h of service only: 5 h and 50 h of service stand together.
+    waiting = replace(job("gang", devices=8, team="vision", submitted=HOUR), attained_s=5 * HOUR)
+    longer = run("old", (("n1", 8),), started=NOW - 50 * HOUR, end=NOW + 50 * HOUR)
+
+    def stopped(policy: Policy) -> list[str]:
+        decision = schedule(state([node("n1", 0)], [waiting], [longer], now=NOW, quotas=QUOTAS, policy=policy))
+        return [p.victim_id for p in decision.preemptions]
+
+    assert stopped(Policy()) == ["old"]  # levels 2 and 3 without a limit
+    assert stopped(Policy(demotion_levels=2)) == []
+    # Waiting, with FIFO inside a level, the older of the two resumes first.
+    older = replace(job("older", submitted=0.0), attained_s=50 * HOUR)
+    assert _order(Policy(demoted_fifo=True), older, waiting) == ["gang", "older"]
+    assert _order(Policy(demoted_fifo=True, demotion_levels=2), older, waiting) == ["older", "gang"]
+    rules = explain_policy(Policy(demotion_levels=2))
+    assert "Jobs that have run 4 h or more stand together" in str(rules)
+    assert "stand together" not in str(explain_policy(Policy()))
 
 
 def test_a_starved_job_regains_its_place_in_line_but_stops_nobody() -> None:
@@ -118,8 +138,11 @@ def test_a_long_job_among_a_stream_of_short_ones_finishes_within_a_bound_and_the
 def test_the_options_are_off_by_default_and_a_pools_json_sets_them() -> None:
     default = Policy()
     assert (default.demoted_fifo, default.starved_preempt, default.victim_preemption_cost_s) == (False, True, 0.0)
-    policy = policy_from_json({"demoted_fifo": True, "starved_preempt": False, "victim_preemption_cost_s": 3600})
+    assert default.demotion_levels == 0
+    policy = policy_from_json({"demoted_fifo": True, "starved_preempt": False, "victim_preemption_cost_s": 3600,
+                               "demotion_levels": 4})
     assert (policy.demoted_fifo, policy.starved_preempt, policy.victim_preemption_cost_s) == (True, False, 3600.0)
+    assert policy.demotion_levels == 4
 
 
 def test_variants_replay_the_policy_alone_without_estimates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
