@@ -499,10 +499,12 @@ def _preemption_rules(policy: Policy) -> list[str]:
                    + (f" beyond the first {policy.min_attempt_growth_after}" if policy.min_attempt_growth_after > 0 else "")
                    + "." if policy.min_attempt_growth > 1 else ".")
             )
-        deepest = _level_bounds(demotion_threshold(policy), policy.demotion_factor, policy.demotion_levels)
-        if policy.demotion_factor > 1 and len(deepest) == policy.demotion_levels:
-            rules.append(f"Jobs that have run {hours_minutes(deepest[-1])} or more stand together: "
-                         "none of them stops another to take its turn.")
+        if policy.demotion_levels > 0 and policy.demotion_factor > 1:
+            # A limit past the ~100-year ladder leaves every level as it was: no rule to state.
+            bounds = _level_bounds(demotion_threshold(policy), policy.demotion_factor, policy.demotion_levels)
+            if len(bounds) == policy.demotion_levels:
+                rules.append(f"Jobs that have run {hours_minutes(bounds[-1])} or more stand together: "
+                             "none of them stops another to take its turn.")
         if policy.demoted_fifo:
             rules.append("Demoted jobs that have run about as long (the same level) resume in the order they were submitted.")
         if policy.starve_factor > 0:

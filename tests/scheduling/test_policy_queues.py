@@ -1,6 +1,6 @@
-"""Issue 28: Tiresias' discretized queues (`Policy.demoted_fifo`, `Policy.demotion_levels`), a starvation guard that only
-lifts a job in line (`Policy.starved_preempt` off), victims spread over runs
-(`Policy.victim_preemption_cost_s`), and device-second service for a 64-device job."""
+"""Issue 28: Tiresias' discretized queues (`Policy.demoted_fifo`, `Policy.demotion_levels`), a
+starvation guard that only lifts a job in line (`Policy.starved_preempt` off), victims spread over
+runs (`Policy.victim_preemption_cost_s`), and device-second service for a 64-device job."""
 
 from __future__ import annotations
 
