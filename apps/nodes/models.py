@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 
@@ -14,6 +17,11 @@ class PoolBackend(models.TextChoices):
     AGENT = "agent", "Trainyard agents"
     # An existing Slurm cluster runs the pool's jobs (apps.slurm); the scheduler places nothing there.
     SLURM = "slurm", "Slurm cluster"
+
+
+# Checks of a pool's scheduler options, registered by the scheduler (which this app may not
+# import): each says what is wrong with the JSON, naming the option, or returns None.
+POLICY_CHECKS: list[Callable[[Any], str | None]] = []
 
 
 class NodePool(models.Model):
@@ -35,6 +43,11 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        for check in POLICY_CHECKS:
+            if problem := check(self.policy):
+                raise ValidationError({"policy": problem})
 
 
 class NodeState(models.TextChoices):

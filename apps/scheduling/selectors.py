@@ -26,8 +26,9 @@ from apps.scheduling.model import UNESTIMATED, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.outcomes import estimate_requeued
 from apps.scheduling.policies import explain_policy
+from apps.scheduling.pool_policy import policy_from_json
 from apps.scheduling.predict import RuntimePrediction
-from apps.scheduling.snapshot import policy_from_json, predict_queued, predictor_load, run_query
+from apps.scheduling.snapshot import predict_queued, predictor_load, run_query
 from apps.tenants.selectors import AnyUser, team_ids_for_user
 
 ACCURACY_DAYS = 7

@@ -40,6 +40,7 @@ from apps.scheduling.estimate import QueueLag
 from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.outcomes import estimate_requeued
 from apps.scheduling.policies import decay_usage, line_in_rank_order
+from apps.scheduling.pool_policy import policy_from_json
 from apps.scheduling.predict import FinishedRun, Progress, RuntimePrediction, RuntimePredictor, RuntimeQuery
 
 CLASS_OF: dict[str, core.PriorityClass] = {
@@ -60,33 +61,6 @@ def ts(value: datetime) -> float:
 def dt(seconds: float | None) -> datetime | None:
     """The inverse of `ts`: epoch seconds (the core's clock) as an aware UTC datetime."""
     return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def policy_from_json(raw: Any) -> core.Policy:
-    """A pool's policy from NodePool.policy; unknown keys and bad values fall back to defaults."""
-    if not isinstance(raw, dict):
-        return core.Policy()
-    kinds = {f.name: f.default for f in dataclasses.fields(core.Policy)}
-    kwargs: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in kinds:
-            continue
-        default = kinds[key]
-        try:
-            if key == "ordering":
-                kwargs[key] = core.Ordering(value)
-            elif key == "packing":
-                kwargs[key] = core.Packing(value)
-            elif isinstance(default, bool):
-                if isinstance(value, bool):
-                    kwargs[key] = value
-            elif isinstance(default, int):
-                kwargs[key] = max(1, int(value))
-            elif isinstance(default, float):
-                kwargs[key] = max(0.0, float(value))
-        except (TypeError, ValueError):
-            continue
-    return core.Policy(**kwargs)
 
 
 def params_key(params: dict[str, Any], steps_param: str) -> str:

@@ -90,3 +90,24 @@ def test_pool_changes_are_audited_and_prices_are_not_edited_here(web: Client, po
     assert NodePool.objects.get(pk=made.pk).description == "A100 80GB"
     event = AuditEvent.objects.get(action="node_pool.updated", object_id=str(made.pk))
     assert event.before is not None and event.before["description"] == "A100s"
+
+
+def test_a_pools_scheduler_options_are_checked_on_save(web: Client, pool: NodePool) -> None:
+    # A typo or a bad value used to be dropped silently when the scheduler read the pool: the
+    # admin saw "saved" and the pool ran on the defaults. Now the form names the option.
+    form = {"name": "local", "description": "", "kind": "batch", "backend": "agent", "carbon_g_per_kwh": "400"}
+    for policy, said in (('{"max_preemption": 10}', "unknown scheduler option &#x27;max_preemption&#x27;; did you mean "
+                                                    "&#x27;max_preemptions&#x27;?"),
+                         ('{"demotion_levels": -1}', "demotion_levels must be a whole number of at least 0"),
+                         ('{"ordering": "lifo"}', "ordering must be one of fifo, priority"),
+                         ('{"demoted_fifo": "yes"}', "demoted_fifo must be true or false"),
+                         ('[10]', "policy must be a JSON object of scheduler options")):
+        resp = web.post(f"/admin/nodes/nodepool/{pool.pk}/change/", {**form, "policy": policy})
+        assert resp.status_code == 200 and said in resp.content.decode(), policy  # the form again, with the error
+        assert NodePool.objects.get(pk=pool.pk).policy == {}  # nothing stored
+    assert not AuditEvent.objects.filter(action="node_pool.updated").exists()
+    resp = web.post(f"/admin/nodes/nodepool/{pool.pk}/change/",
+                    {**form, "policy": '{"max_preemptions": 10, "demotion_levels": 0, "demote_after_s": 7200}'})
+    assert resp.status_code == 302
+    assert NodePool.objects.get(pk=pool.pk).policy == {"max_preemptions": 10, "demotion_levels": 0, "demote_after_s": 7200}
+    assert AuditEvent.objects.filter(action="node_pool.updated", object_id=str(pool.pk)).exists()

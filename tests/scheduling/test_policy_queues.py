@@ -11,8 +11,8 @@ import pytest
 
 from apps.scheduling.core import Policy, TeamQuota, explain_policy, queue_order, schedule
 from apps.scheduling.policies import demoted
+from apps.scheduling.pool_policy import policy_error, policy_from_json
 from apps.scheduling.simulate import POLICIES, Variant, run_variants
-from apps.scheduling.snapshot import policy_from_json
 from tests.scheduling.test_core import POOL, job, node, run, state
 from tests.scheduling.test_service_guards import long_among_short
 from tests.scheduling.test_simulate import synthetic, write_trace
@@ -143,6 +143,10 @@ def test_the_options_are_off_by_default_and_a_pools_json_sets_them() -> None:
                                "demotion_levels": 4})
     assert (policy.demoted_fifo, policy.starved_preempt, policy.victim_preemption_cost_s) == (True, False, 3600.0)
     assert policy.demotion_levels == 4
+    # 0 says "off" explicitly for the options off by default; a negative value is raised to it.
+    off = policy_from_json({"demotion_levels": 0, "max_preemptions": -3, "headroom_devices": 0, "reserve_depth": 0})
+    assert (off.demotion_levels, off.max_preemptions, off.headroom_devices) == (0, 0, 0)
+    assert off.reserve_depth == 1
 
 
 def test_variants_replay_the_policy_alone_without_estimates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,3 +159,15 @@ def test_variants_replay_the_policy_alone_without_estimates(tmp_path: Path, monk
     alone = run_variants(trace, nodes=1, variants=(Variant("trace"),), policies=("trainyard",), estimates=False)
     assert with_estimates["trace"]["trainyard"].estimate_within > 0 == alone["trace"]["trainyard"].estimate_within
     assert alone["trace"]["trainyard"].avg_jct_s == with_estimates["trace"]["trainyard"].avg_jct_s
+
+
+def test_a_pools_policy_json_is_checked_option_by_option() -> None:
+    assert policy_error({}) is None
+    assert policy_error({"max_preemptions": 10, "demotion_factor": 2.5, "ordering": "fifo", "demoted_fifo": True}) is None
+    assert policy_error({"demotion_levels": 2.5}) == "demotion_levels must be a whole number of at least 0"
+    assert policy_error({"reserve_depth": 0}) == "reserve_depth must be a whole number of at least 1"
+    assert policy_error({"demote_after_s": float("inf")}) == "demote_after_s must be a number of at least 0"
+    assert policy_error({"starve_factor": True}) == "starve_factor must be a number of at least 0"
+    assert (policy_error({"zzz": 1}) or "").startswith("unknown scheduler option 'zzz'; known: backfill, capped_first")
+    # What the check refuses, the live reading drops, keeping the default.
+    assert policy_from_json({"demotion_levels": 2.5, "reserve_depth": 0, "zzz": 1}) == Policy()

@@ -85,7 +85,7 @@ def test_a_long_job_among_a_stream_of_short_ones_finishes_within_a_bound() -> No
 
 
 def test_a_pools_policy_json_turns_them_on() -> None:
-    from apps.scheduling.snapshot import policy_from_json  # the live scheduler's reading of NodePool.policy
+    from apps.scheduling.pool_policy import policy_from_json  # the live scheduler's reading of NodePool.policy
 
     policy = policy_from_json({"service_per_device": True, "min_attempt_growth": 2, "starve_factor": 3})
     assert (policy.service_per_device, policy.min_attempt_growth, policy.starve_factor) == (True, 2.0, 3.0)
