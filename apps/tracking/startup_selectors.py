@@ -73,6 +73,9 @@ def run_starting(*, run: Run, attempt: Attempt | None = None, now: datetime | No
     for key, label, _ in START_STEPS:
         at = times[key]
         after_s = (at - previous).total_seconds() if at is not None and previous is not None else None
+        if key == "placed" and len(nodes) != 1:
+            # A gang names its nodes; demo attempts (seed_demo) have none to name.
+            label = "Placed on nodes" if nodes else "Placed"
         steps.append({"key": key, "title": label, "at": at,
                       "after_s": None if after_s is None else max(0.0, after_s),
                       "detail": ", ".join(nodes) if key == "placed" else ""})

@@ -159,3 +159,16 @@ def test_a_run_that_succeeded_without_metrics_says_so(cast: Any) -> None:
     run.refresh_from_db()
     s = run_starting(run=run)
     assert s is not None and s["text"] == "Attempt 1 succeeded without reporting a metric."
+
+
+def test_the_placed_step_names_as_many_nodes_as_it_has(cast: Any) -> None:
+    run, attempt, _ = _placed(cast)
+    assert run_starting(run=run)["steps"][0]["title"] == "Placed on node"  # type: ignore[index]
+    second, _ = make_node()
+    Assignment.objects.create(attempt=attempt, node=second, devices=[0], node_rank=1)
+    gang = run_starting(run=run)["steps"][0]  # type: ignore[index]
+    assert gang["title"] == "Placed on nodes" and second.hostname in gang["detail"]
+    # A demo attempt (seed_demo) has no assignment: not "Placed on node" with no node after it.
+    bare = make_run(cast.digits, status=RunStatus.SCHEDULED, total_steps=300)
+    Attempt.objects.create(run=bare, number=1)
+    assert run_starting(run=bare)["steps"][0]["title"] == "Placed"  # type: ignore[index]
