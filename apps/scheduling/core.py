@@ -97,7 +97,6 @@ from apps.scheduling.policies import (
     order_keys,
     running_standings,
     runs_within_guarantee,
-    service,
     service_level,
     service_words,
     standing,
@@ -322,6 +321,8 @@ class _PoolPass:
             demote_after = demotion_threshold(policy)
             promote_before = self.now - policy.class_promotion_s if policy.class_promotion_s > 0 else -INF
             low, normal = int(PriorityClass.LOW), int(PriorityClass.NORMAL)
+            # Only the guard, when it lifts standing too, can undo a demotion here: asked once.
+            guarded, per_device, now = policy.starved_preempt and policy.starve_factor > 0, policy.service_per_device, self.now
             for j in self.queued:
                 if j.blocked_reason is not None:
                     continue
@@ -329,9 +330,9 @@ class _PoolPass:
                 if j.predicted_runtime < shortest.get(shape, INF):
                     shortest[shape] = j.predicted_runtime
                 klass: int = j.priority_class
-                attained = service(j.attained_s, j.devices, policy)
+                attained = j.attained_s * j.devices if per_device and j.devices > 1 else j.attained_s  # `service`
                 if klass <= normal and attained >= demote_after and not (
-                        policy.starved_preempt and j.requeued_at is not None and starved(j, self.now, policy)):
+                        guarded and j.requeued_at is not None and starved(j, now, policy)):
                     if attained < least_service.get(klass, INF):
                         least_service[klass] = attained
                     continue

@@ -337,13 +337,17 @@ def _priority_keys(
     stretch_of, default_stretch, exponent = team_stretch.get, policy.stretch, policy.width_exponent
     append = keyed.append
     demote_after = demotion_threshold(policy)
-    per_device = policy.service_per_device
+    per_device, guarded = policy.service_per_device, policy.starve_factor > 0
+    # `_demoted_key` inlined where it is plain least service first (the default).
+    plain_demoted = not (policy.demoted_fifo or (policy.capped_first and policy.max_preemptions > 0))
     for j in jobs:
         klass: int = j.priority_class
         submitted = j.submitted_at
         attained = j.attained_s * j.devices if per_device and j.devices > 1 else j.attained_s  # `service`
-        if attained >= demote_after and klass <= normal and not (j.requeued_at is not None and starved(j, now, policy)):
-            append(_demoted_key(j, klass, attained, policy))
+        if attained >= demote_after and klass <= normal and not (
+                guarded and j.requeued_at is not None and starved(j, now, policy)):
+            append((-klass, DEMOTED_TIER, attained, submitted, j.id, j) if plain_demoted
+                   else _demoted_key(j, klass, attained, policy))
             continue
         if klass == low and submitted <= promote_before:
             klass = normal
