@@ -20,11 +20,11 @@ Jain's index is relative and can fall below FIFO's when every team gains, some l
 The trainyard policy preempts (least attained service), and preemption costs work: each replay
 counts the preemptions and the device-hours lost (work since a job's last checkpoint, and its
 restarts). Those figures assume a checkpoint every 30 minutes and a 2-minute restart
-(`simulate.Preemptible`); `--pessimistic` (on by default) replays trainyard once more with a
+(`trace_replay.Preemptible`); `--pessimistic` (on by default) replays trainyard once more with a
 checkpoint every 2 hours, 60 s to exit and a 10-minute restart, and checks the same targets.
 
 The trace README warns that other samples of the same kind are used for evaluation, so the
-same checks then run on `--variants` perturbed samples (`apps.scheduling.simulate.perturb`:
+same checks then run on `--variants` perturbed samples (`apps.scheduling.trace.perturb`:
 teams' submissions shifted by up to two days, durations dealt out again within a team's jobs
 of one type and width), and a last table says on how many samples each check held.
 
@@ -45,19 +45,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.scheduling.simulate import (
-    Preemptible,
-    Replay,
-    Summary,
-    TraceJob,
-    format_table,
-    load_trace,
-    perturb,
-    replay,
-    replay_trace,
-    report_page,
-    teams_compared,
-)
+from apps.scheduling.simulate import format_table, report_page, teams_compared
+from apps.scheduling.trace import TraceJob, load_trace, perturb
+from apps.scheduling.trace_replay import Preemptible, Replay, Summary, replay, replay_trace
 from bench._results import write_result
 
 DEFAULT_TRACE = os.environ.get("TRAINYARD_TRACE", str(Path(__file__).resolve().parents[1] / "tests" / "data" / "philly-vc-seed0.csv"))

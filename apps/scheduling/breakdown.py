@@ -18,7 +18,7 @@ LENGTHS = ((600.0, "under 10 min"), (3600.0, "10 min-1 h"), (8 * 3600.0, "1-8 h"
 
 
 class TraceJobLike(Protocol):
-    """What the breakdown reads of a trace job (`simulate.TraceJob`)."""
+    """What the breakdown reads of a trace job (`trace.TraceJob`)."""
 
     @property
     def team(self) -> str: ...
@@ -29,7 +29,7 @@ class TraceJobLike(Protocol):
 
 
 class Outcome(Protocol):
-    """What the breakdown reads of a finished job (`simulate.JobOutcome`)."""
+    """What the breakdown reads of a finished job (`trace.JobOutcome`)."""
 
     @property
     def job(self) -> TraceJobLike: ...
@@ -69,7 +69,7 @@ def run_length(outcome: Outcome) -> float:
 
 
 def slowdown(outcome: Outcome) -> float:
-    """JCT over duration: the figure `simulate.summarize` averages per team for Jain's index."""
+    """JCT over duration: the figure `trace_replay.summarize` averages per team for Jain's index."""
     return outcome.jct / run_length(outcome)
 
 

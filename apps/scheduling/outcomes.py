@@ -3,7 +3,7 @@ requeue's, and the learned correction (`estimate.WaitCalibration`) fed from the 
 
 One definition of a requeue serves the queue page's accuracy tally, the lag of recent first
 waits (`snapshot.lags_load`) and the learned correction, as in the trace replay
-(`simulate.Replay`): an at-submission estimate is a requeue's when an attempt of its run had
+(`trace_replay.Replay`): an at-submission estimate is a requeue's when an attempt of its run had
 been placed before it was recorded. A run placed at once on submit has no estimate then, so
 "the run had an earlier estimate" would miss it when it is preempted later. A pass applying the
 correction classes a waiting run the same way (`snapshot.attempt_history`, `QueuedJob.placed_before`):

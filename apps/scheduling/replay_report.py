@@ -32,7 +32,7 @@ class _Job(TraceJobLike, Protocol):
 
 
 class Outcome(BreakdownOutcome, Protocol):
-    """What the report reads of a finished job (`simulate.JobOutcome`)."""
+    """What the report reads of a finished job (`trace.JobOutcome`)."""
 
     @property
     def job(self) -> _Job: ...
@@ -43,7 +43,7 @@ class Outcome(BreakdownOutcome, Protocol):
 
 
 class Figures(Protocol):
-    """What the report reads of a replay's summary (`simulate.Summary`)."""
+    """What the report reads of a replay's summary (`trace_replay.Summary`)."""
 
     @property
     def policy(self) -> str: ...
@@ -88,7 +88,7 @@ Wait = tuple[float, float, float | None]
 
 
 class Requeue(Protocol):
-    """A preempted run's return to the line (`simulate.Requeue`)."""
+    """A preempted run's return to the line (`trace_replay.Requeue`)."""
 
     @property
     def at(self) -> float: ...

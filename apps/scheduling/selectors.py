@@ -38,7 +38,7 @@ ACCURACY_FLOOR_S = CLOSE_S
 # A start this soon after its estimate was given came from the next pass or the one after (a beat
 # is 10 s): the run did not wait, its estimate was right by construction, and it is not scored.
 WAITED_MIN_S = 20.0
-# Runs that really waited, scored apart: the trace replay's buckets (`simulate.WAITED_BUCKETS`,
+# Runs that really waited, scored apart: the trace replay's buckets (`trace_replay.WAITED_BUCKETS`,
 # kept equal by tests/scheduling/test_accuracy_buckets.py), as API field names.
 WAITED_BUCKETS = (("over_10m", 600.0), ("over_1h", 3600.0))
 UTILIZATION_HOURS = 24
@@ -146,7 +146,7 @@ def estimate_accuracies(*, pools: list[NodePool], days: int = ACCURACY_DAYS, now
     """Per pool, how the estimates given when runs entered the queue compared with actual starts
     over the last `days`: one read for all pools (the queue page shows them all).
 
-    Scored as the trace replay scores them (`simulate.waited_estimates`): right when the start
+    Scored as the trace replay scores them (`trace_replay.waited_estimates`): right when the start
     fell within max(10 min, 25% of the wait) of the estimate. The first wait of a run (its
     estimate at submission) is scored overall and in the buckets of runs that waited over 10
     minutes and over an hour (`WAITED_BUCKETS`); the new estimate a preempted or lost

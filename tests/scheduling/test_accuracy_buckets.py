@@ -1,6 +1,6 @@
 """Issue 28, acceptance 3: the queue's accuracy line scores the runs that really waited (over 10
 minutes, over an hour) and the new estimate a requeued run gets, as the trace replay does
-(`simulate.waited_estimates`), in the selector, the API and the page."""
+(`trace_replay.waited_estimates`), in the selector, the API and the page."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.billing.models import Quota
 from apps.nodes.models import NodePool
 from apps.runs.models import Attempt, Run, RunStatus
-from apps.scheduling import simulate
+from apps.scheduling import trace_replay
 from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.selectors import WAITED_BUCKETS, estimate_accuracy
 from apps.scheduling.services import scheduling_pass
@@ -86,13 +86,13 @@ def test_the_buckets_are_the_replays(cast: Any, pool: NodePool) -> None:
     assert "Not counted: 1 that restarted within 20 seconds" in again["summary"]
 
     # The same waits through the replay's scoring give the same counts and shares.
-    replay = simulate.waited_estimates(first)
-    assert [floor for _, floor in WAITED_BUCKETS] == [floor for _, floor in simulate.WAITED_BUCKETS]
-    for (name, _), (key, _) in zip(simulate.WAITED_BUCKETS, WAITED_BUCKETS, strict=True):
+    replay = trace_replay.waited_estimates(first)
+    assert [floor for _, floor in WAITED_BUCKETS] == [floor for _, floor in trace_replay.WAITED_BUCKETS]
+    for (name, _), (key, _) in zip(trace_replay.WAITED_BUCKETS, WAITED_BUCKETS, strict=True):
         assert replay[name]["jobs"] == accuracy[key]["runs"]
         assert replay[name]["estimate"] == pytest.approx(accuracy[key]["share"])
         assert replay[name]["starts_now"] == pytest.approx(accuracy[key]["starts_now_share"])
-    assert simulate.waited_estimates(requeued, all_waits=True)["all"]["estimate"] == pytest.approx(again["share"])
+    assert trace_replay.waited_estimates(requeued, all_waits=True)["all"]["estimate"] == pytest.approx(again["share"])
 
     # The API carries every bucket; the page shows a line for each.
     api = cast.client(cast.bob).get("/api/v1/queue/").json()

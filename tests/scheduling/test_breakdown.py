@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from apps.scheduling.breakdown import format_breakdown, slowdown_breakdown
-from apps.scheduling.simulate import JobOutcome, TraceJob, main, replay_trace
+from apps.scheduling.simulate import main
+from apps.scheduling.trace import JobOutcome, TraceJob
+from apps.scheduling.trace_replay import replay_trace
 from tests.scheduling.test_simulate import synthetic, write_trace
 
 H = 3600.0

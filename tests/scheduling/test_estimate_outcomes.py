@@ -26,8 +26,9 @@ from apps.scheduling.models import EstimateKind, QueueEstimate
 from apps.scheduling.outcomes import calibration_outcomes, calibrations_cached, calibrations_from, estimate_requeued
 from apps.scheduling.selectors import estimate_accuracy
 from apps.scheduling.services import estimate_errors_record, scheduling_pass
-from apps.scheduling.simulate import POLICIES, Replay, TraceJob
 from apps.scheduling.snapshot import lags_load
+from apps.scheduling.trace import TraceJob
+from apps.scheduling.trace_replay import POLICIES, Replay
 from tests.agents.server import register
 from tests.runs.factories import body, local_pool, make_template
 from tests.scheduling.test_django_scheduling import exit_, make, start

@@ -17,7 +17,8 @@ import pytest
 
 from apps.scheduling import core
 from apps.scheduling.model import ClusterState, Node, Policy, PriorityClass, QueuedJob, RunningJob, WaitCode
-from apps.scheduling.simulate import TraceJob, load_trace, replay_trace
+from apps.scheduling.trace import TraceJob, load_trace
+from apps.scheduling.trace_replay import replay_trace
 from tests.scheduling.pass_golden import STATES, random_state
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "philly-vc-seed0.csv"

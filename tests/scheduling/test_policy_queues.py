@@ -12,7 +12,9 @@ import pytest
 from apps.scheduling.core import Policy, TeamQuota, explain_policy, queue_order, schedule
 from apps.scheduling.policies import demoted
 from apps.scheduling.pool_policy import policy_error, policy_from_json
-from apps.scheduling.simulate import POLICIES, Variant, run_variants
+from apps.scheduling.simulate import run_variants
+from apps.scheduling.trace import Variant
+from apps.scheduling.trace_replay import POLICIES
 from tests.scheduling.test_core import POOL, job, node, run, state
 from tests.scheduling.test_service_guards import long_among_short
 from tests.scheduling.test_simulate import synthetic, write_trace

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from apps.scheduling.replay_report import estimate_points, jct_curve, requeue_waits, stop_counts, submission_waits
-from apps.scheduling.simulate import JobOutcome, Requeue, TraceJob, goal_cells, goals, main, replay, replay_trace
+from apps.scheduling.simulate import goal_cells, goals, main
+from apps.scheduling.trace import JobOutcome, TraceJob
+from apps.scheduling.trace_replay import Requeue, replay, replay_trace
 from tests.scheduling.test_simulate import synthetic, write_trace
 
 H = 3600.0

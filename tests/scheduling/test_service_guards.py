@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from apps.scheduling.core import Policy, PriorityClass, TeamQuota, WaitCode, queue_order, schedule
 from apps.scheduling.policies import starved
-from apps.scheduling.simulate import JobOutcome, Replay, TraceJob
+from apps.scheduling.trace import JobOutcome, TraceJob
+from apps.scheduling.trace_replay import Replay
 from tests.scheduling.test_core import POOL, entry, job, node, run, state
 
 N, U = PriorityClass.NORMAL, PriorityClass.URGENT

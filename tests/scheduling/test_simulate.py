@@ -21,31 +21,21 @@ from pathlib import Path
 import pytest
 
 from apps.scheduling.model import ClusterState, Decision
-from apps.scheduling.simulate import (
-    POLICIES,
+from apps.scheduling.simulate import format_table, format_variants, goals, main, run_variants, teams_compared
+from apps.scheduling.trace import (
     VARIANTS,
     JobOutcome,
-    Preemptible,
-    Replay,
-    Summary,
     TraceJob,
     Variant,
     equal_quotas,
-    format_table,
-    format_variants,
     gang_shape,
-    goals,
     jain,
     load_trace,
-    main,
     percentile,
     perturb,
-    replay_trace,
-    run_variants,
     scale_load,
-    teams_compared,
-    waited_estimates,
 )
+from apps.scheduling.trace_replay import POLICIES, Preemptible, Replay, Summary, replay_trace, waited_estimates
 
 SHIPPED_TRACE = Path(__file__).resolve().parents[1] / "data" / "philly-vc-seed0.csv"
 REAL_TRACE = Path(os.environ.get("TRAINYARD_TRACE", str(SHIPPED_TRACE)))
@@ -205,11 +195,11 @@ def test_replay_is_deterministic() -> None:
 
 
 def test_deadlines_are_fixed_at_submission_and_never_move(monkeypatch: pytest.MonkeyPatch) -> None:
-    import apps.scheduling.simulate as simulate
+    from apps.scheduling import trace_replay
 
     seen: dict[str, float] = {}
     moved: list[str] = []
-    real = simulate.schedule
+    real = trace_replay.schedule
 
     def spy(state: ClusterState, *, explain: bool = True) -> Decision:
         for job in state.queued:
@@ -218,7 +208,7 @@ def test_deadlines_are_fixed_at_submission_and_never_move(monkeypatch: pytest.Mo
                 moved.append(job.id)
         return real(state, explain=explain)
 
-    monkeypatch.setattr(simulate, "schedule", spy)
+    monkeypatch.setattr(trace_replay, "schedule", spy)
     # Busy enough that jobs wait through many finishes, each of which re-predicts their runtime.
     summary, _ = replay_trace(synthetic(400, seed=17, rate_s=120.0), nodes=2, policy="trainyard", estimates=False)
     assert summary.jobs == 400 and len(seen) > 300
@@ -226,11 +216,11 @@ def test_deadlines_are_fixed_at_submission_and_never_move(monkeypatch: pytest.Mo
 
 
 def test_runs_stopping_in_the_replay_name_the_job_they_stop_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    import apps.scheduling.simulate as simulate
+    from apps.scheduling import trace_replay
 
     stopped_for: dict[str, str] = {}  # run -> the job its latest stop was for
     seen: list[tuple[str | None, str]] = []
-    real = simulate.schedule
+    real = trace_replay.schedule
 
     def spy(state: ClusterState, *, explain: bool = True) -> Decision:
         seen.extend((r.stopping_for, stopped_for[r.id]) for r in state.running if r.stopping)
@@ -238,7 +228,7 @@ def test_runs_stopping_in_the_replay_name_the_job_they_stop_for(monkeypatch: pyt
         stopped_for.update((p.victim_id, p.for_job_id) for p in decision.preemptions)
         return decision
 
-    monkeypatch.setattr(simulate, "schedule", spy)
+    monkeypatch.setattr(trace_replay, "schedule", spy)
     replay_trace(synthetic(400, seed=17, rate_s=120.0), nodes=2, policy="trainyard", estimates=False)
     # The core gives that job first claim on the devices (`RunningJob.stopping_for`).
     assert seen and all(named == stopped for named, stopped in seen)
