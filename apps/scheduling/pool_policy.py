@@ -32,21 +32,29 @@ def _policy_value(key: str, value: Any, default: Any) -> Any:
     return float(value)
 
 
-def policy_error(raw: Any) -> str | None:
-    """What is wrong with a pool's policy JSON (the first problem, naming the key), or None."""
+def policy_errors(raw: Any) -> list[str]:
+    """Every problem with a pool's policy JSON, each naming its key (none: an empty list)."""
     if not isinstance(raw, dict):
-        return "policy must be a JSON object of scheduler options, e.g. {\"max_preemptions\": 10}"
+        return ["policy must be a JSON object of scheduler options, e.g. {\"max_preemptions\": 10}"]
     kinds = {f.name: f.default for f in dataclasses.fields(core.Policy)}
+    problems = []
     for key, value in raw.items():
         if key not in kinds:
             close = difflib.get_close_matches(str(key), kinds, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(kinds))}"
-            return f"unknown scheduler option {key!r}{hint}"
+            problems.append(f"unknown scheduler option {key!r}{hint}")
+            continue
         try:
             _policy_value(key, value, kinds[key])
         except ValueError as err:
-            return str(err)
-    return None
+            problems.append(str(err))
+    return problems
+
+
+def policy_error(raw: Any) -> str | None:
+    """The first problem with a pool's policy JSON (what saving the pool refuses it for), or None."""
+    problems = policy_errors(raw)
+    return problems[0] if problems else None
 
 
 def policy_from_json(raw: Any) -> core.Policy:

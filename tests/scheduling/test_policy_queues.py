@@ -1,14 +1,18 @@
 """Issue 28: Tiresias' discretized queues (`Policy.demoted_fifo`, `Policy.demotion_levels`), a
 starvation guard that only lifts a job in line (`Policy.starved_preempt` off), victims spread over
-runs (`Policy.victim_preemption_cost_s`), and device-second service for a 64-device job."""
+runs (`Policy.victim_preemption_cost_s`), and device-second service for a 64-device job; and
+how a pool's policy JSON is read, checked and, where it is wrong, named on the queue."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.test import Client
 
+from apps.nodes.models import NodePool
 from apps.scheduling.core import Policy, TeamQuota, explain_policy, queue_order, schedule
 from apps.scheduling.policies import demoted
 from apps.scheduling.pool_policy import policy_error, policy_from_json
@@ -173,3 +177,22 @@ def test_a_pools_policy_json_is_checked_option_by_option() -> None:
     assert (policy_error({"zzz": 1}) or "").startswith("unknown scheduler option 'zzz'; known: backfill, capped_first")
     # What the check refuses, the live reading drops, keeping the default.
     assert policy_from_json({"demotion_levels": 2.5, "reserve_depth": 0, "zzz": 1}) == Policy()
+
+
+def test_settings_the_scheduler_ignores_are_named_on_the_queue(cast: Any) -> None:
+    # Stored before saving checked them (or written around the admin): the queue says which
+    # settings the scheduler drops, where the rules are, on the page and in the API.
+    NodePool.objects.create(name="local", policy={"max_preemption": 10, "demotion_levels": 4, "ordering": "lifo"})
+    web = Client()
+    web.force_login(cast.alice)
+    html = web.get("/queue/").content.decode()
+    said = ("Some of pool local&#x27;s policy settings are ignored and the defaults apply instead: unknown scheduler "
+            "option &#x27;max_preemption&#x27;; did you mean &#x27;max_preemptions&#x27;?; ordering must be one of "
+            "fifo, priority.")
+    assert said in html
+    rules = cast.client(cast.alice).get("/api/v1/queue/?pool=local").json()["pools"][0]["rules"]
+    assert rules[0].startswith("Some of pool local's policy settings are ignored") and "demotion_levels" not in rules[0]
+    # The setting that is right still counts: its rule is there.
+    assert any("64 h or more stand together" in rule for rule in rules)
+    NodePool.objects.filter(name="local").update(policy={"demotion_levels": 4})
+    assert "ignored" not in cast.client(cast.alice).get("/api/v1/queue/?pool=local").json()["pools"][0]["rules"][0]
