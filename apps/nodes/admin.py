@@ -24,6 +24,10 @@ from apps.nodes import services
 from apps.nodes.models import Device, JoinToken, Node, NodePool
 
 MAX_TTL_HOURS = 24 * 365
+# What an administrator needs beside the JSON box: its options are the scheduler's (checked on save).
+POLICY_HELP = ('Scheduler options as JSON; {} for the defaults. For example {"demote_after_s": 7200, '
+               '"max_preemptions": 10}. The options and their defaults: the README, "Configuration". '
+               'The rules in force: the queue page, "How this pool decides who goes next".')
 
 
 def _act(request: HttpRequest) -> AbstractContextManager[None]:
@@ -38,6 +42,12 @@ class NodePoolAdmin(admin.ModelAdmin):
     @admin.display(description="nodes")
     def node_count(self, obj: NodePool) -> int:
         return obj.nodes.count()
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "policy" and field is not None:
+            field.help_text = POLICY_HELP
+        return field
 
     def get_readonly_fields(self, request: HttpRequest, obj: NodePool | None = None) -> list[str]:
         # A price change is a new dated price (Billing > Pool prices), never an edit of the list price.

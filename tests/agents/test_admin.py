@@ -96,6 +96,8 @@ def test_a_pools_scheduler_options_are_checked_on_save(web: Client, pool: NodePo
     # A typo or a bad value used to be dropped silently when the scheduler read the pool: the
     # admin saw "saved" and the pool ran on the defaults. Now the form names the option.
     form = {"name": "local", "description": "", "kind": "batch", "backend": "agent", "carbon_g_per_kwh": "400"}
+    page = web.get(f"/admin/nodes/nodepool/{pool.pk}/change/").content.decode()
+    assert "Scheduler options as JSON" in page and "How this pool decides who goes next" in page
     for policy, said in (('{"max_preemption": 10}', "unknown scheduler option &#x27;max_preemption&#x27;; did you mean "
                                                     "&#x27;max_preemptions&#x27;?"),
                          ('{"demotion_levels": -1}', "demotion_levels must be a whole number of at least 0"),
