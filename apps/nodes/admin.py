@@ -26,7 +26,7 @@ from apps.nodes.models import Device, JoinToken, Node, NodePool
 MAX_TTL_HOURS = 24 * 365
 # What an administrator needs beside the JSON box: its options are the scheduler's (checked on save).
 POLICY_HELP = ('Scheduler options as JSON; {} for the defaults. For example {"demote_after_s": 7200, '
-               '"max_preemptions": 10}. The options and their defaults: the README, "Configuration". '
+               '"max_preemptions": 10}. Every option, its default and what it does: docs/pool-policy.md. '
                'The rules in force: the queue page, "How this pool decides who goes next".')
 
 

@@ -5,6 +5,9 @@ how a pool's policy JSON is read, checked and, where it is wrong, named on the q
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -196,3 +199,13 @@ def test_settings_the_scheduler_ignores_are_named_on_the_queue(cast: Any) -> Non
     assert any("64 h or more stand together" in rule for rule in rules)
     NodePool.objects.filter(name="local").update(policy={"demotion_levels": 4})
     assert "ignored" not in cast.client(cast.alice).get("/api/v1/queue/?pool=local").json()["pools"][0]["rules"][0]
+
+
+def test_every_option_is_in_the_docs_with_its_default() -> None:
+    # docs/pool-policy.md is what the pool admin's help points to: an option missing there, or a
+    # default changed here and not there, would mislead whoever sets a pool's JSON.
+    text = (Path(__file__).resolve().parents[2] / "docs" / "pool-policy.md").read_text()
+    for f in dataclasses.fields(Policy):
+        default = f.default
+        shown = default.value if isinstance(default, enum.Enum) else json.dumps(default)
+        assert f"| `{f.name}` | `{shown}` |" in text, f.name
