@@ -60,25 +60,10 @@ from apps.scheduling.policies import accrue_usage, demotion_threshold, limits_by
 from apps.scheduling.predict import FinishedRun, RuntimePredictor, RuntimeQuery
 from apps.scheduling.trace import POOL, JobOutcome, TraceJob, equal_quotas, gang_shape, jain, percentile
 
-POLICIES: dict[str, Policy] = {
-    "fifo": Policy(
-        ordering=Ordering.FIFO,
-        backfill=False,
-        preemption=False,
-        packing=Packing.FIRST_FIT,
-        guarantee_first=False,
-        fair_share_weight=0.0,
-    ),
-    "backfill": Policy(
-        ordering=Ordering.FIFO,
-        backfill=True,
-        preemption=False,
-        packing=Packing.FIRST_FIT,
-        guarantee_first=False,
-        fair_share_weight=0.0,
-    ),
-    "trainyard": Policy(),
-}
+# The baselines: strict submission order on the first node that fits, and the same with EASY backfill.
+_FIFO = Policy(ordering=Ordering.FIFO, backfill=False, preemption=False, packing=Packing.FIRST_FIT,
+               guarantee_first=False, fair_share_weight=0.0)
+POLICIES: dict[str, Policy] = {"fifo": _FIFO, "backfill": replace(_FIFO, backfill=True), "trainyard": Policy()}
 
 
 @dataclass(frozen=True, slots=True)
