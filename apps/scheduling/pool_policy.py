@@ -38,7 +38,8 @@ def policy_errors(raw: Any) -> list[str]:
         return ["policy must be a JSON object of scheduler options, e.g. {\"max_preemptions\": 10}"]
     kinds = {f.name: f.default for f in dataclasses.fields(core.Policy)}
     problems = []
-    for key, value in raw.items():
+    # By key: PostgreSQL's jsonb does not keep the order the keys were written in.
+    for key, value in sorted(raw.items(), key=lambda item: str(item[0])):
         if key not in kinds:
             close = difflib.get_close_matches(str(key), kinds, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(kinds))}"
