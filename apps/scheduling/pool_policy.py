@@ -32,44 +32,38 @@ def _policy_value(key: str, value: Any, default: Any) -> Any:
     return float(value)
 
 
-def policy_errors(raw: Any) -> list[str]:
-    """Every problem with a pool's policy JSON, each naming its key (none: an empty list)."""
+# Every option with its default: what a key is read as, and the list of known keys.
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(core.Policy)}
+
+
+def policy_read(raw: Any) -> tuple[core.Policy, list[str]]:
+    """A pool's policy JSON read once: the `Policy` it sets (a bad or unknown setting keeps its
+    default) and every problem, each naming its key, in key order (PostgreSQL's jsonb does not
+    keep the order the keys were written in)."""
     if not isinstance(raw, dict):
-        return ["policy must be a JSON object of scheduler options, e.g. {\"max_preemptions\": 10}"]
-    kinds = {f.name: f.default for f in dataclasses.fields(core.Policy)}
+        return core.Policy(), ["policy must be a JSON object of scheduler options, e.g. {\"max_preemptions\": 10}"]
+    kwargs: dict[str, Any] = {}
     problems = []
-    # By key: PostgreSQL's jsonb does not keep the order the keys were written in.
     for key, value in sorted(raw.items(), key=lambda item: str(item[0])):
-        if key not in kinds:
-            close = difflib.get_close_matches(str(key), kinds, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(kinds))}"
+        if key not in _DEFAULTS:
+            close = difflib.get_close_matches(str(key), _DEFAULTS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(_DEFAULTS))}"
             problems.append(f"unknown scheduler option {key!r}{hint}")
             continue
         try:
-            _policy_value(key, value, kinds[key])
+            kwargs[key] = _policy_value(key, value, _DEFAULTS[key])
         except ValueError as err:
             problems.append(str(err))
-    return problems
+    return core.Policy(**kwargs), problems
 
 
 def policy_error(raw: Any) -> str | None:
     """The first problem with a pool's policy JSON (what saving the pool refuses it for), or None."""
-    problems = policy_errors(raw)
+    problems = policy_read(raw)[1]
     return problems[0] if problems else None
 
 
 def policy_from_json(raw: Any) -> core.Policy:
     """A pool's policy from NodePool.policy; unknown keys and bad values fall back to defaults
     (saving a pool refuses them, `policy_error`; this reads what older versions let through)."""
-    if not isinstance(raw, dict):
-        return core.Policy()
-    kinds = {f.name: f.default for f in dataclasses.fields(core.Policy)}
-    kwargs: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in kinds:
-            continue
-        try:
-            kwargs[key] = _policy_value(key, value, kinds[key])
-        except ValueError:
-            continue
-    return core.Policy(**kwargs)
+    return policy_read(raw)[0]

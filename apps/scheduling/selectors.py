@@ -26,7 +26,7 @@ from apps.scheduling.model import UNESTIMATED, WaitCode
 from apps.scheduling.models import EstimateKind, QueueEstimate, SchedulerState, UtilizationSample
 from apps.scheduling.outcomes import estimate_requeued
 from apps.scheduling.policies import explain_policy
-from apps.scheduling.pool_policy import policy_errors, policy_from_json
+from apps.scheduling.pool_policy import policy_read
 from apps.scheduling.predict import RuntimePrediction
 from apps.scheduling.snapshot import predict_queued, predictor_load, run_query
 from apps.tenants.selectors import AnyUser, team_ids_for_user
@@ -351,7 +351,7 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
             "queued_runs": len(entries),
             "queued_devices": sum(e["devices"] for e in entries),
             "queue": entries,
-            "rules": _ignored_settings(p) + explain_policy(policy_from_json(p.policy)),
+            "rules": _policy_rules(p),
             "accuracy": accuracy[p.pk],
             "utilization": latest,
             "utilization_history": history,
@@ -359,14 +359,14 @@ def queue_list(*, user: AnyUser, pool: str | None = None) -> list[dict[str, Any]
     return out
 
 
-def _ignored_settings(pool: NodePool) -> list[str]:
-    """A rule saying which of the pool's stored policy settings the scheduler ignores (stored
-    before saving checked them, or written around the admin), so nobody trusts them."""
-    problems = policy_errors(pool.policy)
-    if not problems:
-        return []
-    return [f"Some of pool {pool.name}'s policy settings are ignored and the defaults apply instead: "
-            f"{'; '.join(problems)}. An administrator can correct them under Admin, Node pools."]
+def _policy_rules(pool: NodePool) -> list[str]:
+    """The pool's rules in plain words, opening, where its stored policy has settings the
+    scheduler ignores (stored before saving checked them, or written around the admin), with
+    which ones, so nobody trusts them."""
+    policy, problems = policy_read(pool.policy)
+    ignored = [f"Some of pool {pool.name}'s policy settings are ignored and the defaults apply instead: "
+               f"{'; '.join(problems)}. An administrator can correct them under Admin, Node pools."] if problems else []
+    return ignored + explain_policy(policy)
 
 
 def queue_fold(*, pools: list[dict[str, Any]], head: int | None, user: AnyUser) -> list[dict[str, Any]]:
